@@ -1,0 +1,119 @@
+// autograd/autograd.h: define-by-run reverse-mode differentiation.
+//
+// Every differentiable op computes its result with core/ kernels and, when
+// grad mode is on and an input requires grad, attaches a Node whose backward
+// closure maps dL/d(output) to dL/d(inputs). backward() sorts the nodes
+// reachable from the output (explicit stack, no recursion), walks them in
+// reverse topological order accumulating gradients, and frees each closure
+// after use unless retain_graph is set.
+//
+// How to add an op (one file, next to its family):
+//   Tensor my_op(const Tensor& x) {
+//     Tensor y = kernel::...(x);                       // forward
+//     return autograd::record("my_op", y, {x},
+//         [xs = autograd::saved(x)](const Tensor& g, autograd::Grads& gi) {
+//           if (gi.needs(0)) gi.set(0, ...);              // dL/dx from g
+//         });
+//   }
+// and one line in tests/autograd/test_gradcheck.cpp.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace heed {
+namespace autograd {
+
+// Gradients for the inputs of one node, filled by its backward closure.
+class Grads {
+ public:
+  explicit Grads(const std::vector<bool>& needed) : needed_(needed), grads_(needed.size()) {}
+  bool needs(size_t i) const { return i < needed_.size() && needed_[i]; }
+  void set(size_t i, Tensor g) { grads_.at(i) = std::move(g); }
+  const Tensor& get(size_t i) const { return grads_.at(i); }
+  size_t size() const { return grads_.size(); }
+
+ private:
+  const std::vector<bool>& needed_;
+  std::vector<Tensor> grads_;
+};
+
+using BackwardFn = std::function<void(const Tensor& grad_out, Grads& grads_in)>;
+
+struct Node {
+  std::string name;                         // the op, for error messages
+  BackwardFn backward;                      // released after use unless retain_graph
+  std::vector<std::shared_ptr<Node>> next;  // producer of input i; null when no grad flows there
+  std::vector<Shape> input_shapes;          // to check every gradient a closure returns
+  std::vector<DType> input_dtypes;
+  std::weak_ptr<TensorImpl> leaf;           // set on a leaf's gradient accumulator
+  bool is_accumulator = false;
+  bool freed = false;
+  Shape out_shape;
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Releases long chains iteratively: a 10^5-op graph dropped at once must not
+  // recurse once per node.
+  ~Node();
+};
+
+// ---- modes ----
+bool is_grad_enabled();
+void set_grad_enabled(bool on);
+
+// RAII: no graph is recorded in this scope on this thread (evaluation,
+// optimiser updates).
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(is_grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Anomaly mode: every op output and every gradient is checked for NaN/Inf and
+// the first offender is named ("anomaly: log produced non-finite values ...").
+// Costs one pass over each tensor, so it is off by default.
+bool is_anomaly_enabled();
+void set_anomaly_enabled(bool on);
+class AnomalyGuard {
+ public:
+  explicit AnomalyGuard(bool on = true) : prev_(is_anomaly_enabled()) { set_anomaly_enabled(on); }
+  ~AnomalyGuard() { set_anomaly_enabled(prev_); }
+  AnomalyGuard(const AnomalyGuard&) = delete;
+  AnomalyGuard& operator=(const AnomalyGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// ---- for op implementations ----
+// True when grad mode is on and any input requires grad.
+bool needs_graph(std::initializer_list<Tensor> inputs);
+bool needs_graph(const std::vector<Tensor>& inputs);
+// The data of t without its autograd fields, for closures to capture: saving
+// an op's own output with its grad_fn would make a reference cycle.
+Tensor saved(const Tensor& t);
+// Attaches a node computing `fn` to `out` when needs_graph(inputs); returns out.
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn fn);
+
+}  // namespace autograd
+
+// ---- user API ----
+// Backpropagates from `output`. Without `grad`, output must hold exactly one
+// element (a loss). The graph is freed afterwards unless retain_graph.
+void backward(const Tensor& output, const Tensor& grad = Tensor(), bool retain_graph = false);
+
+// Same data, cut from the graph (no grad_fn, requires_grad false).
+Tensor detach(const Tensor& t);
+
+}  // namespace heed

@@ -1,0 +1,142 @@
+// autograd/elementwise.cpp: arithmetic and activations, forward and backward.
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace heed {
+
+using autograd::Grads;
+using autograd::record;
+using autograd::saved;
+namespace k = kernel;
+using k::Binary;
+using k::Unary;
+
+namespace {
+Tensor kmul(const Tensor& a, const Tensor& b) { return k::binary(Binary::mul, a, b); }
+Tensor kdiv(const Tensor& a, const Tensor& b) { return k::binary(Binary::div, a, b); }
+Tensor kscale(const Tensor& a, double s) { return k::binary_scalar(Binary::mul, a, s); }
+bool rg(const Tensor& t) { return t.defined() && t.requires_grad(); }
+// Captures t only when a gradient that reads it will be computed.
+Tensor keep_if(bool needed, const Tensor& t) { return needed ? saved(t) : Tensor(); }
+}  // namespace
+
+// ---- binary, broadcasting: each gradient is summed back to its input's shape ----
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor y = k::binary(Binary::add, a, b);
+  return record("add", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g, Grads& gi) {
+    if (gi.needs(0)) gi.set(0, k::sum_to(g, sa));
+    if (gi.needs(1)) gi.set(1, k::sum_to(g, sb));
+  });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor y = k::binary(Binary::sub, a, b);
+  return record("sub", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g, Grads& gi) {
+    if (gi.needs(0)) gi.set(0, k::sum_to(g, sa));
+    if (gi.needs(1)) gi.set(1, k::unary(Unary::neg, k::sum_to(g, sb)));
+  });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor y = k::binary(Binary::mul, a, b);
+  // dL/da = g * b reads b; dL/db = g * a reads a.
+  return record("mul", y, {a, b},
+                [as = keep_if(rg(b), a), bs = keep_if(rg(a), b), sa = a.shape(), sb = b.shape()](const Tensor& g,
+                                                                                                 Grads& gi) {
+                  if (gi.needs(0)) gi.set(0, k::sum_to(kmul(g, bs), sa));
+                  if (gi.needs(1)) gi.set(1, k::sum_to(kmul(g, as), sb));
+                });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor y = k::binary(Binary::div, a, b);
+  // dL/da = g / b; dL/db = -g * a / b^2 = -g * y / b.
+  return record("div", y, {a, b},
+                [bs = saved(b), ys = keep_if(rg(b), y), sa = a.shape(), sb = b.shape()](const Tensor& g, Grads& gi) {
+                  if (gi.needs(0)) gi.set(0, k::sum_to(kdiv(g, bs), sa));
+                  if (gi.needs(1)) gi.set(1, k::sum_to(k::unary(Unary::neg, kdiv(kmul(g, ys), bs)), sb));
+                });
+}
+
+// ---- scalar forms ----
+Tensor add(const Tensor& a, double s) {
+  Tensor y = k::binary_scalar(Binary::add, a, s);
+  return record("add_scalar", y, {a}, [](const Tensor& g, Grads& gi) { gi.set(0, g); });
+}
+
+Tensor sub(const Tensor& a, double s) {
+  Tensor y = k::binary_scalar(Binary::sub, a, s);
+  return record("sub_scalar", y, {a}, [](const Tensor& g, Grads& gi) { gi.set(0, g); });
+}
+
+Tensor rsub(double s, const Tensor& a) {
+  Tensor y = k::binary_scalar(Binary::sub, a, s, /*scalar_first=*/true);
+  return record("rsub_scalar", y, {a}, [](const Tensor& g, Grads& gi) { gi.set(0, k::unary(Unary::neg, g)); });
+}
+
+Tensor mul(const Tensor& a, double s) {
+  Tensor y = k::binary_scalar(Binary::mul, a, s);
+  return record("mul_scalar", y, {a}, [s](const Tensor& g, Grads& gi) { gi.set(0, kscale(g, s)); });
+}
+
+Tensor div(const Tensor& a, double s) {
+  Tensor y = k::binary_scalar(Binary::div, a, s);
+  return record("div_scalar", y, {a}, [s](const Tensor& g, Grads& gi) { gi.set(0, kscale(g, 1.0 / s)); });
+}
+
+Tensor rdiv(double s, const Tensor& a) {
+  Tensor y = k::binary_scalar(Binary::div, a, s, /*scalar_first=*/true);
+  // d(s/a)/da = -s/a^2 = -y/a
+  return record("rdiv_scalar", y, {a}, [as = saved(a), ys = saved(y)](const Tensor& g, Grads& gi) {
+    gi.set(0, k::unary(Unary::neg, kdiv(kmul(g, ys), as)));
+  });
+}
+
+Tensor neg(const Tensor& a) {
+  Tensor y = k::unary(Unary::neg, a);
+  return record("neg", y, {a}, [](const Tensor& g, Grads& gi) { gi.set(0, k::unary(Unary::neg, g)); });
+}
+
+Tensor pow(const Tensor& a, double e) {
+  Tensor y = k::binary_scalar(Binary::pow, a, e);
+  // d(a^e)/da = e * a^(e-1)
+  return record("pow", y, {a}, [as = saved(a), e](const Tensor& g, Grads& gi) {
+    gi.set(0, kmul(g, kscale(k::binary_scalar(Binary::pow, as, e - 1.0), e)));
+  });
+}
+
+// ---- unary activations: one helper, the kernel knows each derivative ----
+static Tensor unary_op(Unary op, const Tensor& a) {
+  Tensor y = k::unary(op, a);
+  Tensor keep = k::unary_backward_uses_output(op) ? saved(y) : saved(a);
+  return record(k::unary_name(op), y, {a},
+                [op, keep](const Tensor& g, Grads& gi) { gi.set(0, k::unary_backward(op, keep, g)); });
+}
+
+Tensor exp(const Tensor& a) { return unary_op(Unary::exp, a); }
+Tensor log(const Tensor& a) { return unary_op(Unary::log, a); }
+Tensor sqrt(const Tensor& a) { return unary_op(Unary::sqrt, a); }
+Tensor tanh(const Tensor& a) { return unary_op(Unary::tanh, a); }
+Tensor sigmoid(const Tensor& a) { return unary_op(Unary::sigmoid, a); }
+Tensor relu(const Tensor& a) { return unary_op(Unary::relu, a); }
+Tensor gelu(const Tensor& a, GeluApprox approx) {
+  return unary_op(approx == GeluApprox::tanh ? Unary::gelu_tanh : Unary::gelu_erf, a);
+}
+
+// ---- operators ----
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+Tensor operator-(const Tensor& a, double s) { return sub(a, s); }
+Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+Tensor operator/(const Tensor& a, double s) { return div(a, s); }
+Tensor operator+(double s, const Tensor& a) { return add(a, s); }
+Tensor operator-(double s, const Tensor& a) { return rsub(s, a); }
+Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
+Tensor operator/(double s, const Tensor& a) { return rdiv(s, a); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+}  // namespace heed

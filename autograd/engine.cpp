@@ -1,0 +1,206 @@
+// autograd/engine.cpp: graph recording, the backward walk, grad and anomaly modes.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/autograd.h"
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace heed {
+namespace autograd {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+thread_local bool t_anomaly_enabled = false;
+}  // namespace
+
+bool is_grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool on) { t_grad_enabled = on; }
+bool is_anomaly_enabled() { return t_anomaly_enabled; }
+void set_anomaly_enabled(bool on) { t_anomaly_enabled = on; }
+
+Node::~Node() {
+  // Take over children that only this node keeps alive, and release them from
+  // a loop instead of from their own destructors' recursion.
+  std::vector<std::shared_ptr<Node>> stack;
+  for (auto& n : next)
+    if (n) stack.push_back(std::move(n));
+  next.clear();
+  backward = nullptr;
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    if (n.use_count() == 1) {
+      for (auto& c : n->next)
+        if (c) stack.push_back(std::move(c));
+      n->next.clear();
+      n->backward = nullptr;  // closures may own tensors whose nodes chain on
+    }
+  }
+}
+
+static bool wants_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
+
+bool needs_graph(std::initializer_list<Tensor> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (wants_grad(t)) return true;
+  return false;
+}
+
+bool needs_graph(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (wants_grad(t)) return true;
+  return false;
+}
+
+Tensor saved(const Tensor& t) {
+  if (!t.defined()) return t;
+  return Tensor::view_of(t, t.shape(), t.strides(), t.offset());
+}
+
+// The node that receives the gradient of input t: its producer, or for a
+// leaf, an accumulator shared by all uses of that leaf.
+static std::shared_ptr<Node> edge_for(const Tensor& t) {
+  if (!wants_grad(t)) return nullptr;
+  if (t.grad_fn()) return t.grad_fn();
+  TensorImpl* impl = t.impl();
+  if (auto acc = impl->grad_accumulator.lock()) return acc;
+  auto acc = std::make_shared<Node>();
+  acc->name = "accumulate_grad";
+  acc->is_accumulator = true;
+  acc->leaf = t.impl_ptr();
+  acc->out_shape = t.shape();
+  impl->grad_accumulator = acc;
+  return acc;
+}
+
+static void check_finite(const Tensor& t, const std::string& what) {
+  if (t.defined() && !kernel::all_finite(t))
+    fail("anomaly: {} (shape {}) contains NaN or Inf", what, shape_str(t.shape()));
+}
+
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn fn) {
+  if (t_anomaly_enabled) check_finite(out, fmt::format("the output of {}", name));
+  if (!needs_graph(inputs)) return out;
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->backward = std::move(fn);
+  node->out_shape = out.shape();
+  node->next.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    node->next.push_back(edge_for(t));
+    node->input_shapes.push_back(t.defined() ? t.shape() : Shape{});
+    node->input_dtypes.push_back(t.defined() ? t.dtype() : DType::f32);
+  }
+  // `out` may be a kernel result that aliases an input's storage (a view); it
+  // still gets its own impl, so its autograd fields are its own.
+  Tensor res = Tensor::view_of(out, out.shape(), out.strides(), out.offset());
+  res.impl()->grad_fn = std::move(node);
+  res.impl()->requires_grad = true;
+  return res;
+}
+
+}  // namespace autograd
+
+using autograd::Node;
+
+void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
+  check_defined(output, "backward");
+  if (!output.requires_grad())
+    fail("backward: the output (shape {}) does not require grad: no input of the computation requires grad, "
+         "or it ran under NoGradGuard",
+         shape_str(output.shape()));
+  Tensor g0 = grad;
+  if (!g0.defined()) {
+    if (output.numel() != 1)
+      fail("backward: output of shape {} is not a scalar; pass an explicit output gradient of that shape",
+           shape_str(output.shape()));
+    g0 = Tensor::ones(output.shape(), output.dtype());
+  } else if (g0.shape() != output.shape()) {
+    fail("backward: output gradient shape {} does not match output shape {}", shape_str(g0.shape()),
+         shape_str(output.shape()));
+  }
+
+  // Gradients flowing through the engine never need a graph of their own.
+  autograd::NoGradGuard no_grad;
+
+  std::shared_ptr<Node> root = autograd::edge_for(output);
+
+  // 1. Dependency counts over the reachable graph (explicit stack).
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{root.get()};
+  std::unordered_set<Node*> seen{root.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (n->freed)
+      fail("backward: the graph through '{}' was already freed by an earlier backward; pass retain_graph=true "
+           "to the first backward to run it twice",
+           n->name);
+    for (auto& c : n->next) {
+      if (!c) continue;
+      ++deps[c.get()];
+      if (seen.insert(c.get()).second) stack.push_back(c.get());
+    }
+  }
+
+  // 2. Kahn's walk: a node runs once all its consumers have sent their
+  // gradients. The ready list is a stack, so the order is deterministic.
+  std::unordered_map<Node*, Tensor> pending;
+  pending[root.get()] = g0;
+  std::vector<std::shared_ptr<Node>> ready{root};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> n = std::move(ready.back());
+    ready.pop_back();
+    Tensor g = std::move(pending[n.get()]);
+    pending.erase(n.get());
+
+    if (n->is_accumulator) {
+      auto leaf = n->leaf.lock();
+      if (leaf && g.defined()) {
+        if (!leaf->grad) {
+          // Own the storage: g may alias another tensor (add passes g through).
+          leaf->grad = kernel::clone(g).impl_ptr();
+        } else {
+          kernel::add_(Tensor(leaf->grad), g);
+        }
+        if (autograd::is_anomaly_enabled())
+          autograd::check_finite(Tensor(leaf->grad), "the gradient accumulated into a leaf");
+      }
+      continue;
+    }
+
+    std::vector<bool> needed(n->next.size());
+    for (size_t i = 0; i < n->next.size(); ++i) needed[i] = n->next[i] != nullptr;
+    autograd::Grads gi(needed);
+    if (g.defined() && n->backward) n->backward(g, gi);
+
+    for (size_t i = 0; i < n->next.size(); ++i) {
+      auto& c = n->next[i];
+      if (!c) continue;
+      const Tensor& gin = gi.get(i);
+      if (gin.defined()) {
+        if (gin.shape() != n->input_shapes[i])
+          fail("backward of {}: gradient for input {} has shape {}, expected {}", n->name, i, shape_str(gin.shape()),
+               shape_str(n->input_shapes[i]));
+        if (autograd::is_anomaly_enabled())
+          autograd::check_finite(gin, fmt::format("the gradient that {} sent to its input {}", n->name, i));
+        Tensor& slot = pending[c.get()];
+        // Sum without writing into either operand: both may alias live tensors.
+        slot = slot.defined() ? kernel::binary(kernel::Binary::add, slot, gin) : gin;
+      }
+      if (--deps[c.get()] == 0) ready.push_back(c);
+    }
+    if (!retain_graph) {
+      n->backward = nullptr;  // drops every tensor the closure saved
+      n->next.clear();
+      n->freed = true;
+    }
+  }
+}
+
+Tensor detach(const Tensor& t) { return autograd::saved(t); }
+
+}  // namespace heed

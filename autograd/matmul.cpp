@@ -1,0 +1,52 @@
+// autograd/matmul.cpp: matrix products.
+//
+//   Y[.., M, N] = A[.., M, K] B[.., K, N]
+//   dA = dY B^T   (transposed view: no copy reaches GEMM)
+//   dB = A^T dY
+// Batch dims broadcast, so each gradient is summed back to its input's shape.
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace heed {
+
+namespace k = kernel;
+
+Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  check_defined(a0, "matmul");
+  check_defined(b0, "matmul");
+  if (a0.dim() == 0 || b0.dim() == 0)
+    fail("matmul: expected operands of rank >= 1, got shapes {} and {}", shape_str(a0.shape()), shape_str(b0.shape()));
+  // 1-D operands: a row vector on the left, a column vector on the right.
+  if (a0.dim() == 1 || b0.dim() == 1) {
+    if (a0.size(-1) != b0.size(b0.dim() == 1 ? 0 : -2))
+      fail("matmul: shapes {} and {} do not match (inner dims {} and {})", shape_str(a0.shape()),
+           shape_str(b0.shape()), a0.size(-1), b0.size(b0.dim() == 1 ? 0 : -2));
+    Tensor a = a0.dim() == 1 ? unsqueeze(a0, 0) : a0;
+    Tensor b = b0.dim() == 1 ? unsqueeze(b0, 1) : b0;
+    Tensor y = matmul(a, b);
+    if (b0.dim() == 1) y = squeeze(y, -1);
+    if (a0.dim() == 1) y = squeeze(y, a0.dim() == 1 && b0.dim() == 1 ? 0 : -2);
+    return y;
+  }
+  Tensor y = k::matmul(a0, b0);
+  bool ga = a0.requires_grad(), gb = b0.requires_grad();
+  return autograd::record(
+      "matmul", y, {a0, b0},
+      [as = gb ? autograd::saved(a0) : Tensor(), bs = ga ? autograd::saved(b0) : Tensor(), sa = a0.shape(),
+       sb = b0.shape()](const Tensor& g, autograd::Grads& gi) {
+        if (gi.needs(0)) gi.set(0, k::sum_to(k::matmul(g, k::transpose(bs, -1, -2)), sa));
+        if (gi.needs(1)) {
+          if (sb.size() == 2 && sa.size() > 2) {
+            // A shared weight (Linear on [N, T, D]): fold the batch into rows
+            // and do one GEMM instead of a GEMM per batch and a reduction.
+            Tensor a2 = k::reshape(as, {-1, sa.back()}), g2 = k::reshape(g, {-1, sb.back()});
+            gi.set(1, k::matmul(k::transpose(a2, 0, 1), g2));
+          } else {
+            gi.set(1, k::sum_to(k::matmul(k::transpose(as, -1, -2), g), sb));
+          }
+        }
+      });
+}
+
+}  // namespace heed

@@ -1,0 +1,108 @@
+// autograd/ops.h: the differentiable ops. Each family lives in its own file
+// (autograd/<family>.cpp) with forward and backward side by side.
+//
+// All ops accept any strided view and broadcast NumPy-style where noted;
+// gradients of broadcast inputs are summed back to the input's shape.
+#pragma once
+
+#include <vector>
+
+#include "autograd/autograd.h"
+#include "core/tensor.h"
+
+namespace heed {
+
+class Generator;
+
+// ---- element-wise (autograd/elementwise.cpp); binary ops broadcast ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double s);
+Tensor sub(const Tensor& a, double s);
+Tensor rsub(double s, const Tensor& a);  // s - a
+Tensor mul(const Tensor& a, double s);
+Tensor div(const Tensor& a, double s);
+Tensor rdiv(double s, const Tensor& a);  // s / a
+Tensor neg(const Tensor& a);
+Tensor pow(const Tensor& a, double exponent);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor relu(const Tensor& a);
+enum class GeluApprox { erf, tanh };
+Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::erf);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double s);
+Tensor operator-(const Tensor& a, double s);
+Tensor operator*(const Tensor& a, double s);
+Tensor operator/(const Tensor& a, double s);
+Tensor operator+(double s, const Tensor& a);
+Tensor operator-(double s, const Tensor& a);
+Tensor operator*(double s, const Tensor& a);
+Tensor operator/(double s, const Tensor& a);
+Tensor operator-(const Tensor& a);
+
+// ---- linear algebra (autograd/matmul.cpp) ----
+// [.., M, K] x [.., K, N] -> [.., M, N], batch dims broadcast; 1-D operands
+// are treated as a row (left) or column (right) vector and that dim dropped.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- shape (autograd/shape.cpp): views where possible ----
+Tensor reshape(const Tensor& t, const Shape& shape);  // one -1 allowed
+Tensor view(const Tensor& t, const Shape& shape);     // throws if a copy would be needed
+Tensor flatten(const Tensor& t, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor permute(const Tensor& t, const std::vector<int64_t>& dims);
+Tensor transpose(const Tensor& t, int64_t d0, int64_t d1);
+Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+Tensor expand(const Tensor& t, const Shape& shape);
+Tensor unsqueeze(const Tensor& t, int64_t dim);
+Tensor squeeze(const Tensor& t, int64_t dim);
+Tensor contiguous(const Tensor& t);
+Tensor concat(const std::vector<Tensor>& ts, int64_t dim);
+// Pieces of `size` along dim (the last may be shorter), as views.
+std::vector<Tensor> split(const Tensor& t, int64_t size, int64_t dim);
+// Pieces of the given sizes along dim (must sum to the dim's size).
+std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim);
+
+// ---- indexing (autograd/index.cpp) ----
+Tensor index_select(const Tensor& t, int64_t dim, const Tensor& index);
+// weight [V, D] gathered by int64 ids of any shape [..] -> [.., D].
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+// ---- reductions (autograd/reduce.cpp); empty dims = all dims ----
+Tensor sum(const Tensor& t, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& t, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+// Maximum over dims; the gradient is shared equally among tied maxima.
+Tensor max(const Tensor& t, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+
+// ---- softmax family (autograd/softmax.cpp) ----
+Tensor softmax(const Tensor& t, int64_t dim);
+Tensor log_softmax(const Tensor& t, int64_t dim);
+
+// ---- masking (autograd/mask.cpp) ----
+// value where mask (broadcast to t; nonzero = true), else t. No gradient
+// flows to masked positions. causal_mask(T) is [T, T], 1 above the diagonal.
+Tensor masked_fill(const Tensor& t, const Tensor& mask, double value);
+Tensor causal_mask(int64_t T);
+
+// ---- losses (autograd/loss.cpp) ----
+// Mean cross-entropy; logits [.., V], targets int64 [..]; rows whose target is
+// ignore_index count neither in the sum nor in the mean.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// mean((a - b)^2); shapes must match exactly (no silent broadcasting).
+Tensor mse_loss(const Tensor& a, const Tensor& b);
+
+// ---- regularisation (autograd/dropout.cpp) ----
+// Training: zero each element with probability p and scale survivors by
+// 1/(1-p), drawing from gen (the default generator when null). Eval: identity.
+Tensor dropout(const Tensor& t, double p, bool training, Generator* gen = nullptr);
+
+}  // namespace heed

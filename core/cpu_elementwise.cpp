@@ -1,0 +1,388 @@
+// core/cpu_elementwise.cpp: broadcasting binary ops, unary ops and their
+// derivatives, masked_fill / where. All run on detail::run (core/iter.h).
+#include <cmath>
+
+#include "core/error.h"
+#include "core/iter.h"
+#include "core/kernels.h"
+
+namespace heed::kernel {
+
+const char* binary_name(Binary op) {
+  switch (op) {
+    case Binary::add: return "add";
+    case Binary::sub: return "sub";
+    case Binary::mul: return "mul";
+    case Binary::div: return "div";
+    case Binary::pow: return "pow";
+    case Binary::maximum: return "maximum";
+    case Binary::minimum: return "minimum";
+    case Binary::eq: return "eq";
+    case Binary::ne: return "ne";
+    case Binary::lt: return "lt";
+    case Binary::le: return "le";
+    case Binary::gt: return "gt";
+    case Binary::ge: return "ge";
+  }
+  return "?";
+}
+
+const char* unary_name(Unary op) {
+  switch (op) {
+    case Unary::neg: return "neg";
+    case Unary::exp: return "exp";
+    case Unary::log: return "log";
+    case Unary::sqrt: return "sqrt";
+    case Unary::tanh: return "tanh";
+    case Unary::sigmoid: return "sigmoid";
+    case Unary::relu: return "relu";
+    case Unary::gelu_tanh: return "gelu_tanh";
+    case Unary::gelu_erf: return "gelu_erf";
+    case Unary::abs: return "abs";
+    case Unary::square: return "square";
+    case Unary::reciprocal: return "reciprocal";
+  }
+  return "?";
+}
+
+namespace {
+
+template <class T>
+inline T apply_binary(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::add: return a + b;
+    case Binary::sub: return a - b;
+    case Binary::mul: return a * b;
+    case Binary::div: return a / b;
+    case Binary::pow: return static_cast<T>(std::pow(a, b));
+    case Binary::maximum: return a > b ? a : b;
+    case Binary::minimum: return a < b ? a : b;
+    case Binary::eq: return a == b;
+    case Binary::ne: return a != b;
+    case Binary::lt: return a < b;
+    case Binary::le: return a <= b;
+    case Binary::gt: return a > b;
+    case Binary::ge: return a >= b;
+  }
+  return T(0);
+}
+
+// The switch is hoisted out of the loop by instantiating one loop per op, so
+// each inner loop is a plain vectorisable body.
+template <class T, Binary OP>
+void binary_loop(T* o, const T* a, const T* b, const int64_t* off, int64_t n, const int64_t* st) {
+  o += off[0];
+  a += off[1];
+  b += off[2];
+  if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+    for (int64_t i = 0; i < n; ++i) o[i] = apply_binary<T>(OP, a[i], b[i]);
+  } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
+    const T bv = *b;
+    for (int64_t i = 0; i < n; ++i) o[i] = apply_binary<T>(OP, a[i], bv);
+  } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
+    const T av = *a;
+    for (int64_t i = 0; i < n; ++i) o[i] = apply_binary<T>(OP, av, b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i * st[0]] = apply_binary<T>(OP, a[i * st[1]], b[i * st[2]]);
+  }
+}
+
+template <class T>
+void binary_into(Binary op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  Shape sa = detail::broadcast_strides(a, out.shape());
+  Shape sb = detail::broadcast_strides(b, out.shape());
+  auto it = detail::make_iter<3>(out.shape(), {&out.strides(), &sa, &sb});
+  T* o = out.data<T>();
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+#define HEED_BIN_CASE(NAME)                                                                       \
+  case Binary::NAME:                                                                              \
+    detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {                       \
+      binary_loop<T, Binary::NAME>(o, pa, pb, off, n, st);                                        \
+    });                                                                                           \
+    break;
+  switch (op) {
+    HEED_BIN_CASE(add) HEED_BIN_CASE(sub) HEED_BIN_CASE(mul) HEED_BIN_CASE(div) HEED_BIN_CASE(pow)
+    HEED_BIN_CASE(maximum) HEED_BIN_CASE(minimum) HEED_BIN_CASE(eq) HEED_BIN_CASE(ne) HEED_BIN_CASE(lt)
+    HEED_BIN_CASE(le) HEED_BIN_CASE(gt) HEED_BIN_CASE(ge)
+  }
+#undef HEED_BIN_CASE
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.dtype() != b.dtype())
+    fail("{}: dtype mismatch: {} with shape {} and {} with shape {}", op, dtype_name(a.dtype()),
+         shape_str(a.shape()), dtype_name(b.dtype()), shape_str(b.shape()));
+}
+
+}  // namespace
+
+Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  check_defined(a, name);
+  check_defined(b, name);
+  check_same_dtype(a, b, name);
+  Shape s = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(s, a.dtype());
+  if (out.numel() == 0) return out;
+  HEED_DISPATCH_ALL(a.dtype(), name, binary_into<T>(op, out, a, b));
+  return out;
+}
+
+Tensor binary_scalar(Binary op, const Tensor& a, double s, bool scalar_first) {
+  check_defined(a, binary_name(op));
+  Tensor st = Tensor::scalar(s, a.dtype());
+  return scalar_first ? binary(op, st, a) : binary(op, a, st);
+}
+
+void add_(const Tensor& dst, const Tensor& src, double alpha) {
+  check_defined(dst, "add_");
+  check_defined(src, "add_");
+  check_same_dtype(dst, src, "add_");
+  Shape b = broadcast_shapes(dst.shape(), src.shape(), "add_");
+  if (b != dst.shape())
+    fail("add_: source shape {} does not broadcast to destination shape {}", shape_str(src.shape()),
+         shape_str(dst.shape()));
+  if (dst.numel() == 0) return;
+  Shape ss = detail::broadcast_strides(src, dst.shape());
+  auto it = detail::make_iter<2>(dst.shape(), {&dst.strides(), &ss});
+  HEED_DISPATCH_ALL(dst.dtype(), "add_", {
+    T* d = dst.data<T>();
+    const T* s = src.data<T>();
+    const T al = static_cast<T>(alpha);
+    detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {
+      T* dp = d + off[0];
+      const T* sp = s + off[1];
+      if (st[0] == 1 && st[1] == 1) {
+        if (alpha == 1.0)
+          for (int64_t i = 0; i < n; ++i) dp[i] += sp[i];
+        else
+          for (int64_t i = 0; i < n; ++i) dp[i] += al * sp[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) dp[i * st[0]] += al * sp[i * st[1]];
+      }
+    });
+  });
+}
+
+void scale_(const Tensor& dst, double s) {
+  check_defined(dst, "scale_");
+  if (dst.numel() == 0) return;
+  auto it = detail::make_iter<1>(dst.shape(), {&dst.strides()});
+  HEED_DISPATCH_ALL(dst.dtype(), "scale_", {
+    T* d = dst.data<T>();
+    const T sv = static_cast<T>(s);
+    detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {
+      for (int64_t i = 0; i < n; ++i) d[off[0] + i * st[0]] *= sv;
+    });
+  });
+}
+
+// ---- unary ----
+namespace {
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/pi)
+constexpr double kInvSqrt2 = 0.7071067811865476;
+constexpr double kInvSqrt2Pi = 0.3989422804014327;   // 1/sqrt(2 pi)
+
+template <class T>
+inline T apply_unary(Unary op, T x) {
+  switch (op) {
+    case Unary::neg: return -x;
+    case Unary::exp: return std::exp(x);
+    case Unary::log: return std::log(x);
+    case Unary::sqrt: return std::sqrt(x);
+    case Unary::tanh: return std::tanh(x);
+    case Unary::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case Unary::relu: return x > T(0) ? x : T(0);
+    // GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in sec. 2)
+    case Unary::gelu_tanh:
+      return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
+    // GELU, exact: x * Phi(x)
+    case Unary::gelu_erf: return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+    case Unary::abs: return std::abs(x);
+    case Unary::square: return x * x;
+    case Unary::reciprocal: return T(1) / x;
+  }
+  return x;
+}
+
+// f'(.) times g, from saved = y (uses_output) or x.
+template <class T>
+inline T apply_unary_grad(Unary op, T s, T g) {
+  switch (op) {
+    case Unary::neg: return -g;
+    case Unary::exp: return g * s;
+    case Unary::log: return g / s;
+    case Unary::sqrt: return g * T(0.5) / s;
+    case Unary::tanh: return g * (T(1) - s * s);
+    case Unary::sigmoid: return g * s * (T(1) - s);
+    case Unary::relu: return s > T(0) ? g : T(0);
+    case Unary::gelu_tanh: {
+      T u = T(kSqrt2OverPi) * (s + T(0.044715) * s * s * s);
+      T t = std::tanh(u);
+      T du = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * s * s);
+      return g * (T(0.5) * (T(1) + t) + T(0.5) * s * (T(1) - t * t) * du);
+    }
+    case Unary::gelu_erf:
+      return g * (T(0.5) * (T(1) + std::erf(s * T(kInvSqrt2))) + s * T(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s));
+    case Unary::abs: return s > T(0) ? g : (s < T(0) ? -g : T(0));
+    case Unary::square: return g * T(2) * s;
+    case Unary::reciprocal: return -g * s * s;  // d(1/x) = -1/x^2 = -y^2
+  }
+  return g;
+}
+
+template <class T, Unary OP>
+void unary_loop(T* o, const T* x, const int64_t* off, int64_t n, const int64_t* st) {
+  o += off[0];
+  x += off[1];
+  if (st[0] == 1 && st[1] == 1)
+    for (int64_t i = 0; i < n; ++i) o[i] = apply_unary<T>(OP, x[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) o[i * st[0]] = apply_unary<T>(OP, x[i * st[1]]);
+}
+
+template <class T, Unary OP>
+void unary_grad_loop(T* o, const T* s, const T* g, const int64_t* off, int64_t n, const int64_t* st) {
+  o += off[0];
+  s += off[1];
+  g += off[2];
+  if (st[0] == 1 && st[1] == 1 && st[2] == 1)
+    for (int64_t i = 0; i < n; ++i) o[i] = apply_unary_grad<T>(OP, s[i], g[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) o[i * st[0]] = apply_unary_grad<T>(OP, s[i * st[1]], g[i * st[2]]);
+}
+
+#define HEED_UNARY_CASES(MACRO)                                                                    \
+  MACRO(neg) MACRO(exp) MACRO(log) MACRO(sqrt) MACRO(tanh) MACRO(sigmoid) MACRO(relu) MACRO(gelu_tanh) \
+  MACRO(gelu_erf) MACRO(abs) MACRO(square) MACRO(reciprocal)
+
+}  // namespace
+
+bool unary_backward_uses_output(Unary op) {
+  return op == Unary::exp || op == Unary::tanh || op == Unary::sigmoid || op == Unary::sqrt ||
+         op == Unary::reciprocal;
+}
+
+namespace {
+
+template <class T>
+void unary_typed(Unary op, const Tensor& out, const Tensor& x, const detail::Iter<2>& it) {
+  T* o = out.data<T>();
+  const T* px = x.data<T>();
+#define HEED_UN_CASE(NAME)                                                                         \
+  case Unary::NAME:                                                                                \
+    detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {                        \
+      unary_loop<T, Unary::NAME>(o, px, off, n, st);                                               \
+    });                                                                                            \
+    break;
+  switch (op) { HEED_UNARY_CASES(HEED_UN_CASE) }
+#undef HEED_UN_CASE
+}
+
+template <class T>
+void unary_grad_typed(Unary op, const Tensor& out, const Tensor& saved, const Tensor& g, const detail::Iter<3>& it) {
+  T* o = out.data<T>();
+  const T* ps = saved.data<T>();
+  const T* pg = g.data<T>();
+#define HEED_UNG_CASE(NAME)                                                                        \
+  case Unary::NAME:                                                                                \
+    detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {                        \
+      unary_grad_loop<T, Unary::NAME>(o, ps, pg, off, n, st);                                      \
+    });                                                                                            \
+    break;
+  switch (op) { HEED_UNARY_CASES(HEED_UNG_CASE) }
+#undef HEED_UNG_CASE
+}
+
+}  // namespace
+
+Tensor unary(Unary op, const Tensor& x) {
+  const char* name = unary_name(op);
+  check_defined(x, name);
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  if (out.numel() == 0) return out;
+  auto it = detail::make_iter<2>(x.shape(), {&out.strides(), &x.strides()});
+  HEED_DISPATCH_FLOAT(x.dtype(), name, unary_typed<T>(op, out, x, it));
+  return out;
+}
+
+Tensor unary_backward(Unary op, const Tensor& saved, const Tensor& g) {
+  const char* name = unary_name(op);
+  check_defined(saved, name);
+  check_defined(g, name);
+  check_same_dtype(saved, g, name);
+  if (saved.shape() != g.shape())
+    fail("{} backward: gradient shape {} does not match saved shape {}", name, shape_str(g.shape()),
+         shape_str(saved.shape()));
+  Tensor out = Tensor::empty(g.shape(), g.dtype());
+  if (out.numel() == 0) return out;
+  auto it = detail::make_iter<3>(g.shape(), {&out.strides(), &saved.strides(), &g.strides()});
+  HEED_DISPATCH_FLOAT(g.dtype(), name, unary_grad_typed<T>(op, out, saved, g, it));
+  return out;
+}
+
+// ---- masks ----
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_defined(cond, "where");
+  check_defined(a, "where");
+  check_defined(b, "where");
+  check_same_dtype(a, b, "where");
+  Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor c = to_dtype(cond, a.dtype());
+  Tensor out = Tensor::empty(s, a.dtype());
+  if (out.numel() == 0) return out;
+  Shape sc = detail::broadcast_strides(c, s), sa = detail::broadcast_strides(a, s),
+        sb = detail::broadcast_strides(b, s);
+  auto it = detail::make_iter<4>(s, {&out.strides(), &sc, &sa, &sb});
+  HEED_DISPATCH_ALL(a.dtype(), "where", {
+    T* o = out.data<T>();
+    const T* pc = c.data<T>();
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {
+      for (int64_t i = 0; i < n; ++i)
+        o[off[0] + i * st[0]] = pc[off[1] + i * st[1]] != T(0) ? pa[off[2] + i * st[2]] : pb[off[3] + i * st[3]];
+    });
+  });
+  return out;
+}
+
+Tensor masked_fill(const Tensor& t, const Tensor& mask, double value) {
+  check_defined(t, "masked_fill");
+  check_defined(mask, "masked_fill");
+  Shape s = broadcast_shapes(t.shape(), mask.shape(), "masked_fill");
+  if (s != t.shape())
+    fail("masked_fill: mask shape {} does not broadcast to tensor shape {}", shape_str(mask.shape()),
+         shape_str(t.shape()));
+  return where(mask, Tensor::scalar(value, t.dtype()), t);
+}
+
+namespace {
+template <class T>
+bool finite_typed(const Tensor& t, const detail::Iter<1>& it) {
+  const T* p = t.data<T>();
+  int bad = 0;
+  detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {
+    bool local = true;
+    for (int64_t i = 0; i < n; ++i) local &= std::isfinite(p[off[0] + i * st[0]]);
+    if (!local) {
+#pragma omp atomic write
+      bad = 1;
+    }
+  });
+  return bad == 0;
+}
+}  // namespace
+
+bool all_finite(const Tensor& t) {
+  check_defined(t, "all_finite");
+  if (t.dtype() == DType::i64 || t.numel() == 0) return true;
+  auto it = detail::make_iter<1>(t.shape(), {&t.strides()});
+  bool ok = true;
+  HEED_DISPATCH_FLOAT(t.dtype(), "all_finite", ok = finite_typed<T>(t, it));
+  return ok;
+}
+
+}  // namespace heed::kernel

@@ -1,0 +1,97 @@
+// core/cpu_loss.cpp: fused cross-entropy from logits. One pass computes each
+// row's log-sum-exp and the loss; backward is softmax minus one-hot, without
+// ever materialising log_softmax.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/iter.h"
+#include "core/kernels.h"
+
+namespace heed::kernel {
+namespace {
+
+template <class T>
+void ce_forward(const Tensor& logits, const int64_t* pt, int64_t ignore_index, int64_t count, CrossEntropyResult& res) {
+  const int64_t R = logits.size(0), V = logits.size(1);
+  const T* px = logits.data<T>();
+  T* pl = res.lse.data<T>();
+  std::vector<double> row_loss(static_cast<size_t>(R), 0.0);
+#pragma omp parallel for schedule(static) if (R * V > kParallelGrain)
+  for (int64_t r = 0; r < R; ++r) {
+    const T* x = px + r * V;
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t v = 0; v < V; ++v) m = std::max(m, x[v]);
+    double z = 0;
+    for (int64_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(x[v] - m));
+    double lse = static_cast<double>(m) + std::log(z);
+    pl[r] = static_cast<T>(lse);
+    if (pt[r] != ignore_index) row_loss[r] = lse - static_cast<double>(x[pt[r]]);
+  }
+  double total = 0;
+  for (int64_t r = 0; r < R; ++r) total += row_loss[r];  // in order: deterministic
+  res.loss.data<T>()[0] =
+      static_cast<T>(count > 0 ? total / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN());
+}
+
+template <class T>
+void ce_backward(const Tensor& logits, const int64_t* pt, const Tensor& lse, int64_t count, int64_t ignore_index,
+                 double g, const Tensor& dx) {
+  const int64_t R = logits.size(0), V = logits.size(1);
+  const T* px = logits.data<T>();
+  const T* pl = lse.data<T>();
+  T* pd = dx.data<T>();
+  const T scale = static_cast<T>(count > 0 ? g / static_cast<double>(count) : 0.0);
+#pragma omp parallel for schedule(static) if (R * V > kParallelGrain)
+  for (int64_t r = 0; r < R; ++r) {
+    T* d = pd + r * V;
+    if (pt[r] == ignore_index) {
+      for (int64_t v = 0; v < V; ++v) d[v] = T(0);
+      continue;
+    }
+    const T* x = px + r * V;
+    for (int64_t v = 0; v < V; ++v) d[v] = std::exp(x[v] - pl[r]) * scale;
+    d[pt[r]] -= scale;
+  }
+}
+
+}  // namespace
+
+CrossEntropyResult cross_entropy(const Tensor& logits0, const Tensor& targets0, int64_t ignore_index) {
+  check_defined(logits0, "cross_entropy");
+  check_defined(targets0, "cross_entropy");
+  if (logits0.dim() != 2) fail("cross_entropy: expected logits of shape [R, V], got {}", shape_str(logits0.shape()));
+  check_dtype(targets0, DType::i64, "cross_entropy targets");
+  if (targets0.dim() != 1 || targets0.size(0) != logits0.size(0))
+    fail("cross_entropy: targets shape {} does not match logits shape {} (expected [{}])", shape_str(targets0.shape()),
+         shape_str(logits0.shape()), logits0.size(0));
+  Tensor logits = contiguous(logits0), targets = contiguous(targets0);
+  const int64_t R = logits.size(0), V = logits.size(1);
+  const int64_t* pt = targets.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    if (pt[r] == ignore_index) continue;
+    if (pt[r] < 0 || pt[r] >= V)
+      fail("cross_entropy: target {} at row {} out of range (expected 0..{} or ignore_index {})", pt[r], r, V - 1,
+           ignore_index);
+    ++count;
+  }
+  CrossEntropyResult res;
+  res.count = count;
+  res.lse = Tensor::empty({R}, logits.dtype());
+  res.loss = Tensor::empty({}, logits.dtype());
+  HEED_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", ce_forward<T>(logits, pt, ignore_index, count, res));
+  return res;
+}
+
+Tensor cross_entropy_backward(const Tensor& logits0, const Tensor& targets0, const Tensor& lse, int64_t count,
+                              int64_t ignore_index, double g) {
+  Tensor logits = contiguous(logits0), targets = contiguous(targets0);
+  Tensor dx = Tensor::empty(logits.shape(), logits.dtype());
+  const int64_t* pt = targets.data<int64_t>();
+  HEED_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", ce_backward<T>(logits, pt, lse, count, ignore_index, g, dx));
+  return dx;
+}
+
+}  // namespace heed::kernel

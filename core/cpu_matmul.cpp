@@ -1,0 +1,169 @@
+// core/cpu_matmul.cpp: (batched) matrix products through OpenBLAS GEMM, and
+// the thread-count controls of every backend.
+#include <cblas.h>
+#include <omp.h>
+
+#include "core/error.h"
+#include "core/iter.h"
+#include "core/kernels.h"
+
+extern "C" {
+// OpenBLAS extensions (declared in its cblas.h on most builds; repeated here
+// so the file compiles against any cblas.h).
+void openblas_set_num_threads(int);
+int openblas_get_parallel(void);
+char* openblas_get_config(void);
+}
+
+namespace heed::kernel {
+namespace {
+
+// How a [rows, cols] matrix view with strides (rs, cs) is handed to BLAS
+// (row-major): as is (cs == 1, ld = rs) or transposed (rs == 1, ld = cs).
+struct BlasMat {
+  bool ok = false;
+  bool trans = false;
+  int64_t ld = 0;
+};
+
+BlasMat blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  BlasMat m;
+  if ((cs == 1 || cols == 1) && (rs >= std::max<int64_t>(cols, 1) || rows == 1)) {
+    m.ok = true;
+    m.ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
+  } else if ((rs == 1 || rows == 1) && (cs >= std::max<int64_t>(rows, 1) || cols == 1)) {
+    m.ok = true;
+    m.trans = true;
+    m.ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
+  }
+  return m;
+}
+
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+          T* C, int64_t ldc) {
+  auto tA = ta ? CblasTrans : CblasNoTrans;
+  auto tB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, tA, tB, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, ldc);
+}
+
+template <class T>
+Tensor matmul_impl(Tensor a, Tensor b, const Shape& batch) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  const int64_t nb = shape_numel(batch);
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = Tensor::empty(out_shape, a.dtype());
+  if (out.numel() == 0) return out;
+  if (K == 0) {
+    fill_(out, 0.0);
+    return out;
+  }
+
+  // A matrix whose layout BLAS cannot take (both strides > 1) is copied once.
+  auto fix = [](Tensor& t) {
+    BlasMat m = blas_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1));
+    if (!m.ok) t = contiguous(t);
+  };
+  fix(a);
+  fix(b);
+
+  // Shared right operand (e.g. a Linear weight applied to [N, T, D]): when a's
+  // batch and row dims flatten into one row dim, do one big GEMM.
+  bool b_shared = true;
+  for (int64_t d = 0; d < b.dim() - 2; ++d)
+    if (b.size(d) != 1) b_shared = false;
+  if (nb > 1 && b_shared && a.dim() > 2 && a.stride(-1) == 1) {
+    Shape flat = {nb * M, K};
+    Tensor ae = expand(a, [&] { Shape s = batch; s.push_back(M); s.push_back(K); return s; }());
+    Shape st;
+    Tensor av;
+    try {
+      av = view(ae, flat);
+    } catch (const Error&) {
+    }
+    if (av.defined()) {
+      Tensor b2 = reshape(b, {K, N});
+      BlasMat mb = blas_layout(K, N, b2.stride(0), b2.stride(1));
+      if (mb.ok) {
+        gemm<T>(false, mb.trans, nb * M, N, K, av.data<T>(), av.stride(0), b2.data<T>(), mb.ld, out.data<T>(), N);
+        return out;
+      }
+    }
+  }
+
+  Shape ashape = batch, bshape = batch;
+  ashape.push_back(M);
+  ashape.push_back(K);
+  bshape.push_back(K);
+  bshape.push_back(N);
+  Tensor ae = expand(a, ashape), be = expand(b, bshape);
+  BlasMat ma = blas_layout(M, K, ae.stride(-2), ae.stride(-1));
+  BlasMat mb = blas_layout(K, N, be.stride(-2), be.stride(-1));
+  const int nbd = static_cast<int>(batch.size());
+  const T* pa = ae.data<T>();
+  const T* pb = be.data<T>();
+  T* pc = out.data<T>();
+  auto batch_offsets = [&](int64_t i, int64_t& oa, int64_t& ob) {
+    oa = ob = 0;
+    for (int d = nbd - 1; d >= 0; --d) {
+      int64_t k = i % batch[d];
+      i /= batch[d];
+      oa += k * ae.stride(d);
+      ob += k * be.stride(d);
+    }
+  };
+  // Many small products: one GEMM per thread (OpenBLAS runs single-threaded
+  // inside a parallel region). Few large ones: let OpenBLAS split each.
+  const bool small = M * N * K < (1 << 18);
+#pragma omp parallel for schedule(static) if (small && nb > 1)
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t oa, ob;
+    batch_offsets(i, oa, ob);
+    gemm<T>(ma.trans, mb.trans, M, N, K, pa + oa, ma.ld, pb + ob, mb.ld, pc + i * M * N, N);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_defined(a, "matmul");
+  check_defined(b, "matmul");
+  if (a.dim() < 2 || b.dim() < 2)
+    fail("matmul: expected operands of rank >= 2, got shapes {} and {}", shape_str(a.shape()), shape_str(b.shape()));
+  if (a.size(-1) != b.size(-2))
+    fail("matmul: shapes {} and {} do not match (inner dims {} and {})", shape_str(a.shape()), shape_str(b.shape()),
+         a.size(-1), b.size(-2));
+  if (a.dtype() != b.dtype())
+    fail("matmul: dtype mismatch: {} and {}", dtype_name(a.dtype()), dtype_name(b.dtype()));
+  Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ab, bb, "matmul");
+  switch (a.dtype()) {
+    case DType::f32: return matmul_impl<float>(a, b, batch);
+    case DType::f64: return matmul_impl<double>(a, b, batch);
+    default: fail("matmul: expected floating-point operands, got {}", dtype_name(a.dtype()));
+  }
+}
+
+// ---- runtime ----
+void set_num_threads(int n) {
+  if (n < 1) fail("set_num_threads: expected a thread count >= 1, got {}", n);
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);  // oneDNN uses OpenMP, so omp_set_num_threads covers it
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+std::string backend_info() {
+  int par = openblas_get_parallel();
+  const char* mode = par == 0 ? "sequential" : par == 1 ? "pthreads" : par == 2 ? "OpenMP" : "unknown";
+  return fmt::format("OpenBLAS [{}] threading={}; OpenMP threads={}", openblas_get_config(), mode,
+                     omp_get_max_threads());
+}
+
+}  // namespace heed::kernel

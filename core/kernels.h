@@ -1,0 +1,130 @@
+// core/kernels.h: the backend layer. Every numeric kernel heed runs is declared
+// here; implementations live in core/cpu_*.cpp and call OpenBLAS / oneDNN /
+// hand-written loops. Nothing above core/ calls a numeric library directly.
+//
+// These functions know nothing about autograd: they take tensors and return new
+// tensors (or write into a destination). The differentiable ops in autograd/
+// are built from them.
+//
+// Conventions:
+//  - Inputs may be any strided view; outputs are fresh contiguous tensors.
+//  - Binary ops broadcast NumPy-style; operands must share a dtype.
+//  - Loops are OpenMP-parallel above kParallelGrain elements and deterministic:
+//    each output element is computed by one thread in a fixed order, so the
+//    numbers do not depend on the thread count.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace heed::kernel {
+
+constexpr int64_t kParallelGrain = 32768;
+
+// ---- views: no copy; share storage ----
+// Shape may hold one -1 (inferred). view() throws when strides do not allow a
+// view; reshape() falls back to a copy.
+Shape infer_shape(const Shape& shape, int64_t numel, const char* op);
+Tensor view(const Tensor& t, const Shape& shape);
+Tensor reshape(const Tensor& t, const Shape& shape);
+Tensor permute(const Tensor& t, const std::vector<int64_t>& dims);
+Tensor transpose(const Tensor& t, int64_t d0, int64_t d1);
+Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+Tensor expand(const Tensor& t, const Shape& shape);  // size-1 dims -> stride 0
+Tensor unsqueeze(const Tensor& t, int64_t dim);
+Tensor squeeze(const Tensor& t, int64_t dim);
+
+// The broadcast shape of a and b, or an error naming op and both shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// ---- copies and fills ----
+Tensor contiguous(const Tensor& t);  // t itself when already contiguous
+Tensor clone(const Tensor& t);       // always a fresh copy
+void copy_(const Tensor& dst, const Tensor& src);  // src broadcast to dst's shape, dtype converted
+Tensor to_dtype(const Tensor& t, DType dtype);
+void fill_(const Tensor& t, double value);
+
+// ---- element-wise ----
+enum class Binary { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
+const char* binary_name(Binary op);
+Tensor binary(Binary op, const Tensor& a, const Tensor& b);
+// a op s, or s op a when scalar_first (e.g. 1 - a, 2 / a).
+Tensor binary_scalar(Binary op, const Tensor& a, double s, bool scalar_first = false);
+// dst += alpha * src (src broadcast to dst). Used to accumulate gradients.
+void add_(const Tensor& dst, const Tensor& src, double alpha = 1.0);
+// dst *= s
+void scale_(const Tensor& dst, double s);
+
+enum class Unary { neg, exp, log, sqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, abs, square, reciprocal };
+const char* unary_name(Unary op);
+Tensor unary(Unary op, const Tensor& x);
+// Whether unary_backward wants the op's output y (true) or its input x (false):
+// exp, tanh, sigmoid, sqrt, reciprocal read y; the rest read x.
+bool unary_backward_uses_output(Unary op);
+// dL/dx = g * f'(.) with f' evaluated from `saved` (x or y as above).
+Tensor unary_backward(Unary op, const Tensor& saved, const Tensor& g);
+
+// Where mask (any dtype, nonzero = true, broadcast to t) holds, value; else t.
+Tensor masked_fill(const Tensor& t, const Tensor& mask, double value);
+// out = cond ? a : b (cond nonzero), all broadcast together.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// True when every element is finite (floating tensors; i64 always true).
+bool all_finite(const Tensor& t);
+
+// ---- reductions ----
+// dims may be negative; empty dims means all dims.
+Tensor sum(const Tensor& t, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& t, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor amax(const Tensor& t, const std::vector<int64_t>& dims, bool keepdim = false);
+// Sums the broadcast dims of t away so the result has `shape` (the backward
+// of broadcasting). t's shape must be a broadcast of `shape`.
+Tensor sum_to(const Tensor& t, const Shape& shape);
+// Index of the maximum along dim (int64), first on ties.
+Tensor argmax(const Tensor& t, int64_t dim, bool keepdim = false);
+
+// ---- linear algebra ----
+// a [.., M, K] x b [.., K, N] -> [.., M, N]; 1-D operands are not accepted
+// (use reshape). Leading (batch) dims broadcast. Transposed views (unit stride
+// on either of the last two dims) go to GEMM without a copy.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- softmax family (over one dim) ----
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// dL/dx from y = softmax(x) and g = dL/dy: y * (g - sum(g * y)).
+Tensor softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
+// dL/dx from y = log_softmax(x) and g: g - exp(y) * sum(g).
+Tensor log_softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
+
+// ---- indexing ----
+// out = t indexed along dim by idx (int64, 1-D); bounds checked with a message
+// naming the bad index and the valid range.
+Tensor index_select(const Tensor& t, int64_t dim, const Tensor& idx);
+// dst.index_add_(dim, idx, src): dst[.., idx[i], ..] += src[.., i, ..].
+void index_add_(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor& src);
+Tensor concat(const std::vector<Tensor>& ts, int64_t dim);
+
+// ---- losses ----
+// Mean cross-entropy of logits [R, V] against int64 targets [R], skipping rows
+// whose target equals ignore_index. Returns the loss (shape []) and saves the
+// row log-sum-exp [R] for the backward. count = rows not ignored.
+struct CrossEntropyResult {
+  Tensor loss;
+  Tensor lse;
+  int64_t count = 0;
+};
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
+// dL/dlogits = g * (softmax(logits) - onehot(target)) / count; zero for ignored rows.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t count,
+                              int64_t ignore_index, double g);
+
+// ---- runtime ----
+// Sets the thread count of every pool heed uses (OpenMP, OpenBLAS, oneDNN).
+void set_num_threads(int n);
+int num_threads();
+// A one-line description of the backends ("OpenBLAS 0.3.21 (OpenMP), ...").
+std::string backend_info();
+
+}  // namespace heed::kernel

@@ -1,0 +1,219 @@
+// core/tensor.cpp: storage, factories, metadata and element access.
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace heed {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::i64: return "int64";
+  }
+  return "?";
+}
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(s[i], 1);
+  }
+  return st;
+}
+
+Storage::Storage(size_t n) : bytes(n) {
+  // Round up: aligned_alloc needs a multiple of the alignment; never 0 bytes.
+  size_t rounded = ((n + 63) / 64) * 64;
+  if (rounded == 0) rounded = 64;
+  data = std::aligned_alloc(64, rounded);
+  if (!data) fail("out of memory allocating {} bytes", n);
+}
+
+Storage::~Storage() { std::free(data); }
+
+int64_t normalize_dim(int64_t d, int64_t rank, const char* op) {
+  int64_t lo = -std::max<int64_t>(rank, 1), hi = std::max<int64_t>(rank, 1) - 1;
+  if (d < lo || d > hi)
+    fail("{}: dim {} out of range for a tensor of rank {} (expected {}..{})", op, d, rank, lo, hi);
+  return d < 0 ? d + std::max<int64_t>(rank, 1) : d;
+}
+
+void check_defined(const Tensor& t, const char* op) {
+  if (!t.defined()) fail("{}: got an undefined tensor", op);
+}
+
+void check_dtype(const Tensor& t, DType expected, const char* op) {
+  check_defined(t, op);
+  if (t.dtype() != expected)
+    fail("{}: expected dtype {}, got {}", op, dtype_name(expected), dtype_name(t.dtype()));
+}
+
+// ---- factories ----
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  for (int64_t d : shape)
+    if (d < 0) fail("empty: negative size {} in shape {}", d, shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  kernel::fill_(t, value);
+  return t;
+}
+Tensor Tensor::zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
+Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor Tensor::scalar(double value, DType dtype) { return full({}, value, dtype); }
+
+Tensor Tensor::arange(int64_t n, DType dtype) {
+  Tensor t = empty({n}, dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::f32: t.data<float>()[i] = static_cast<float>(i); break;
+      case DType::f64: t.data<double>()[i] = static_cast<double>(i); break;
+      case DType::i64: t.data<int64_t>()[i] = i; break;
+    }
+  }
+  return t;
+}
+
+template <class T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
+  if (static_cast<int64_t>(values.size()) != shape_numel(shape))
+    fail("from_vector: {} values do not fill shape {} ({} elements)", values.size(), shape_str(shape),
+         shape_numel(shape));
+  Tensor t = empty(shape, dtype_of<T>());
+  if (!values.empty()) std::memcpy(t.data<T>(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+template Tensor Tensor::from_vector<float>(const std::vector<float>&, const Shape&);
+template Tensor Tensor::from_vector<double>(const std::vector<double>&, const Shape&);
+template Tensor Tensor::from_vector<int64_t>(const std::vector<int64_t>&, const Shape&);
+
+Tensor Tensor::from(std::initializer_list<float> values, const Shape& shape) {
+  return from_vector<float>(std::vector<float>(values), shape);
+}
+Tensor Tensor::from(const std::vector<float>& values, const Shape& shape) { return from_vector<float>(values, shape); }
+Tensor Tensor::from_f64(const std::vector<double>& values, const Shape& shape) {
+  return from_vector<double>(values, shape);
+}
+Tensor Tensor::from_i64(const std::vector<int64_t>& values, const Shape& shape) {
+  return from_vector<int64_t>(values, shape);
+}
+
+Tensor Tensor::view_of(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset) {
+  check_defined(base, "view_of");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.impl_->storage;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = base.impl_->dtype;
+  return Tensor(std::move(impl));
+}
+
+// ---- metadata ----
+int64_t Tensor::size(int64_t d) const { return impl_->shape[normalize_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides[normalize_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expect = 1;
+  for (size_t i = impl_->shape.size(); i-- > 0;) {
+    if (impl_->shape[i] == 1) continue;
+    if (impl_->strides[i] != expect) return false;
+    expect *= impl_->shape[i];
+  }
+  return true;
+}
+
+bool Tensor::shares_storage(const Tensor& o) const {
+  return defined() && o.defined() && impl_->storage == o.impl_->storage;
+}
+
+void* Tensor::raw_data() const {
+  return static_cast<char*>(impl_->storage->data) + impl_->offset * static_cast<int64_t>(dtype_size(impl_->dtype));
+}
+
+double Tensor::at(const std::vector<int64_t>& index) const {
+  check_defined(*this, "at");
+  if (static_cast<int64_t>(index.size()) != dim())
+    fail("at: index has {} entries for a tensor of rank {}", index.size(), dim());
+  int64_t off = 0;
+  for (size_t i = 0; i < index.size(); ++i) {
+    int64_t k = index[i];
+    if (k < 0 || k >= impl_->shape[i])
+      fail("at: index {} out of range for dim {} of size {} (expected 0..{})", k, i, impl_->shape[i],
+           impl_->shape[i] - 1);
+    off += k * impl_->strides[i];
+  }
+  switch (dtype()) {
+    case DType::f32: return static_cast<const float*>(impl_->storage->data)[impl_->offset + off];
+    case DType::f64: return static_cast<const double*>(impl_->storage->data)[impl_->offset + off];
+    case DType::i64:
+      return static_cast<double>(static_cast<const int64_t*>(impl_->storage->data)[impl_->offset + off]);
+  }
+  return 0;
+}
+
+double Tensor::item() const {
+  check_defined(*this, "item");
+  if (numel() != 1) fail("item: expected a tensor with one element, got shape {}", shape_str(shape()));
+  return at(std::vector<int64_t>(dim(), 0));
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  check_defined(*this, "to_vector");
+  Tensor c = kernel::contiguous(*this);
+  std::vector<T> out(static_cast<size_t>(numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (dtype()) {
+      case DType::f32: out[i] = static_cast<T>(c.data<float>()[i]); break;
+      case DType::f64: out[i] = static_cast<T>(c.data<double>()[i]); break;
+      case DType::i64: out[i] = static_cast<T>(c.data<int64_t>()[i]); break;
+    }
+  }
+  return out;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  check_defined(*this, "set_requires_grad");
+  if (on && !is_floating())
+    fail("set_requires_grad: only floating-point tensors can require grad, got {}", dtype_name(dtype()));
+  if (!is_leaf()) fail("set_requires_grad: only leaf tensors can be marked; this one comes from an op");
+  impl_->requires_grad = on;
+  return *this;
+}
+
+}  // namespace heed

@@ -1,0 +1,158 @@
+// core/tensor.h: heed's tensor, a strided view over shared, aligned storage.
+//
+// Dimension letters used in shape comments throughout heed:
+//   N batch, T time/positions, S source positions (cross-attention),
+//   C channels, D model width, H heads, K head width, V vocabulary.
+//
+// A Tensor is a cheap handle (a shared pointer): copying it aliases the same
+// data, like PyTorch. Views (reshape, permute, narrow, expand) share storage
+// and differ only in shape, strides and offset.
+//
+// The autograd fields (requires_grad, grad, grad_fn) live here so that every
+// tensor can take part in a graph, but nothing in core/ interprets them: the
+// engine in autograd/ does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace heed {
+
+enum class DType : uint8_t { f32, f64, i64 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& s);  // "[2, 3]"
+int64_t shape_numel(const Shape& s);
+Shape contiguous_strides(const Shape& s);
+
+// Bytes with 64-byte alignment (one cache line, and AVX-512-safe). Shared by
+// every view of a tensor.
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  explicit Storage(size_t bytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+namespace autograd { struct Node; }
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Shape strides;  // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::f32;
+
+  // autograd (interpreted by autograd/)
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;            // accumulated dL/dthis
+  std::shared_ptr<autograd::Node> grad_fn;     // op that produced this (non-leaf)
+  std::weak_ptr<autograd::Node> grad_accumulator;  // a leaf's gradient sink, shared by all its uses
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- factories (all contiguous, no grad) ----
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+  static Tensor ones(const Shape& shape, DType dtype = DType::f32);
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+  static Tensor scalar(double value, DType dtype = DType::f32);  // shape []
+  static Tensor arange(int64_t n, DType dtype = DType::f32);
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+  // Convenience: float data, shape checked against the number of values.
+  static Tensor from(std::initializer_list<float> values, const Shape& shape);
+  static Tensor from(const std::vector<float>& values, const Shape& shape);
+  static Tensor from_f64(const std::vector<double>& values, const Shape& shape);
+  static Tensor from_i64(const std::vector<int64_t>& values, const Shape& shape);
+  // A view over existing storage.
+  static Tensor view_of(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset);
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl_->shape; }
+  const Shape& strides() const { return impl_->strides; }
+  int64_t offset() const { return impl_->offset; }
+  int64_t dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+  // size(d) accepts negative d (from the end); out of range throws naming d and the range.
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return shape_numel(impl_->shape); }
+  DType dtype() const { return impl_->dtype; }
+  bool is_contiguous() const;
+  bool is_floating() const { return impl_->dtype != DType::i64; }
+
+  // ---- data access ----
+  // Pointer to element [0,...,0] (offset applied). Checks the dtype.
+  template <class T> T* data() const;
+  void* raw_data() const;
+  double item() const;  // exactly one element
+  // Element by index (slow; for tests and printing).
+  double at(const std::vector<int64_t>& index) const;
+  // All elements in logical (row-major) order, converted to T.
+  template <class T> std::vector<T> to_vector() const;
+  std::vector<float> to_floats() const { return to_vector<float>(); }
+
+  // ---- autograd fields ----
+  bool requires_grad() const { return impl_->requires_grad; }
+  // Only floating leaves may require grad; throws otherwise.
+  Tensor& set_requires_grad(bool on = true);
+  // Accumulated gradient (undefined until a backward pass reaches this tensor).
+  Tensor grad() const { return Tensor(impl_->grad); }
+  void set_grad(const Tensor& g) { impl_->grad = g.impl_; }
+  void zero_grad() { impl_->grad.reset(); }
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl_->grad_fn; }
+  bool is_leaf() const { return impl_->grad_fn == nullptr; }
+
+  // ---- identity ----
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool same(const Tensor& o) const { return impl_ == o.impl_; }
+  bool shares_storage(const Tensor& o) const;
+
+  // A printable summary in PyTorch's style: values (truncated), shape, dtype.
+  std::string str() const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Normalises a possibly negative dim against rank; throws
+// "<op>: dim D out of range for a tensor of rank R (expected -R..R-1)".
+int64_t normalize_dim(int64_t d, int64_t rank, const char* op);
+
+// Throws an error naming op when t is undefined.
+void check_defined(const Tensor& t, const char* op);
+
+// Throws "<op>: expected dtype X, got Y".
+void check_dtype(const Tensor& t, DType expected, const char* op);
+
+// ---- implementation of templates ----
+template <class T>
+T* Tensor::data() const {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t>);
+  check_dtype(*this, dtype_of<T>(), "data");
+  return static_cast<T*>(impl_->storage->data) + impl_->offset;
+}
+
+}  // namespace heed

@@ -1,0 +1,9 @@
+// heed.h: everything a training program needs, in one include.
+#pragma once
+
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/tensor.h"
+#include "autograd/autograd.h"
+#include "autograd/ops.h"
+#include "autograd/gradcheck.h"

@@ -1,0 +1,61 @@
+// tests/test_util.h: small helpers shared by the tests.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "heed.h"
+
+namespace heed::test {
+
+// Deterministic values in [lo, hi) (xorshift; independent of heed's RNG so a
+// bug there cannot hide a bug here).
+inline std::vector<double> det_values(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  for (auto& x : v) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x = lo + (hi - lo) * static_cast<double>(s % 1000003) / 1000003.0;
+  }
+  return v;
+}
+
+inline Tensor det_tensor(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0,
+                         DType dtype = DType::f32) {
+  Tensor t = Tensor::from_f64(det_values(shape_numel(shape), seed, lo, hi), shape);
+  return kernel::to_dtype(t, dtype);
+}
+
+// Elementwise |a - b| <= tol, with a message listing the first mismatch.
+inline void check_close(const Tensor& a, const std::vector<double>& expect, double tol) {
+  auto v = a.to_vector<double>();
+  REQUIRE(v.size() == expect.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    INFO("element " << i << ": got " << v[i] << " expected " << expect[i]);
+    CHECK(std::abs(v[i] - expect[i]) <= tol);
+  }
+}
+
+// Expects fn to throw heed::Error whose message contains every fragment.
+template <class F>
+void check_error(F&& fn, const std::vector<std::string>& fragments) {
+  std::string msg;
+  try {
+    fn();
+  } catch (const heed::Error& e) {
+    msg = e.what();
+  }
+  INFO("message: " << msg);
+  REQUIRE(!msg.empty());
+  for (const auto& f : fragments) {
+    INFO("expected fragment: " << f);
+    CHECK(msg.find(f) != std::string::npos);
+  }
+}
+
+}  // namespace heed::test
