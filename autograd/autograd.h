@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -107,6 +108,9 @@ Tensor saved(const Tensor& t);
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn fn);
 
 }  // namespace autograd
+
+// Parameters by dotted name ("3.conv_q.weight"), in registration order.
+using NamedParams = std::vector<std::pair<std::string, Tensor>>;
 
 // ---- user API ----
 // Backpropagates from `output`. Without `grad`, output must hold exactly one

@@ -55,6 +55,11 @@ Tensor operator-(const Tensor& a);
 // are treated as a row (left) or column (right) vector and that dim dropped.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// ---- convolution (autograd/conv.cpp) ----
+// x [N, C, T], w [O, C, K], b [O] or undefined -> [N, O, T'].
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1, int64_t padding = 0,
+              int64_t dilation = 1);
+
 // ---- shape (autograd/shape.cpp): views where possible ----
 Tensor reshape(const Tensor& t, const Shape& shape);  // one -1 allowed
 Tensor view(const Tensor& t, const Shape& shape);     // throws if a copy would be needed

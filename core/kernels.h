@@ -90,6 +90,23 @@ Tensor argmax(const Tensor& t, int64_t dim, bool keepdim = false);
 // on either of the last two dims) go to GEMM without a copy.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// ---- 1-D convolution ----
+// x [N, C, T], w [O, C, K], b [O] (optional) -> y [N, O, T'] with
+// T' = (T + 2 padding - dilation (K - 1) - 1) / stride + 1.
+// float32 runs on oneDNN (primitives cached by shape); float64 runs a direct
+// loop, which is what the float64 gradient checks exercise, and which the
+// tests compare oneDNN against.
+struct Conv1dGeom {
+  int64_t stride = 1, padding = 0, dilation = 1;
+};
+int64_t conv1d_out_length(int64_t T, int64_t K, const Conv1dGeom& g);
+Tensor conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv1dGeom& g);
+// dL/dx [N, C, T] from gy [N, O, T'].
+Tensor conv1d_backward_data(const Tensor& gy, const Tensor& w, const Shape& x_shape, const Conv1dGeom& g);
+// dL/dw [O, C, K] (and dL/db [O] into *gb when gb is non-null).
+Tensor conv1d_backward_weights(const Tensor& gy, const Tensor& x, const Shape& w_shape, const Conv1dGeom& g,
+                               Tensor* gb);
+
 // ---- softmax family (over one dim) ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);

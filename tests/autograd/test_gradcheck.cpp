@@ -99,6 +99,15 @@ std::vector<Case> cases() {
       {"matmul batched nc", {{2, 4, 3}, {2, 4, 5}}, [](V x) { return matmul(transpose(x[0], 1, 2), x[1]); }},
       {"matmul vector right", {{3, 4}, {4}}, [](V x) { return matmul(x[0], x[1]); }},
       {"matmul vector left", {{4}, {4, 5}}, [](V x) { return matmul(x[0], x[1]); }},
+      // convolution (the float64 path: a direct loop; oneDNN's float32 path
+      // is compared against it in tests/autograd/test_conv.cpp)
+      {"conv1d", {{2, 3, 9}, {4, 3, 3}, {4}}, [](V x) { return conv1d(x[0], x[1], x[2]); }},
+      {"conv1d padding", {{2, 3, 9}, {4, 3, 5}, {4}}, [](V x) { return conv1d(x[0], x[1], x[2], 1, 2); }},
+      {"conv1d stride", {{2, 3, 10}, {4, 3, 3}, {4}}, [](V x) { return conv1d(x[0], x[1], x[2], 2, 1); }},
+      {"conv1d dilation", {{2, 3, 11}, {2, 3, 3}, {2}}, [](V x) { return conv1d(x[0], x[1], x[2], 1, 2, 2); }},
+      {"conv1d stride pad dilation no bias", {{1, 2, 12}, {3, 2, 3}},
+       [](V x) { return conv1d(x[0], x[1], Tensor(), 3, 1, 2); }},
+      {"conv1d nc input", {{2, 9, 3}, {4, 3, 3}, {4}}, [](V x) { return conv1d(transpose(x[0], 1, 2), x[1], x[2], 1, 1); }},
       // shape
       {"reshape", {{3, 4}}, [](V x) { return reshape(x[0], {2, -1}) * reshape(x[0], {2, 6}); }},
       {"reshape nc (copies)", {{4, 3}}, [](V x) { return reshape(T(x[0]), {12}); }},
@@ -155,6 +164,16 @@ std::vector<Case> cases() {
       {"cross_entropy nc", {{6, 5}}, [tgt](V x) { return cross_entropy(T(x[0]), tgt); }},
       {"mse_loss", {{3, 4}, {3, 4}}, [](V x) { return mse_loss(x[0], x[1]); }},
       {"mse_loss nc", {{4, 3}, {3, 4}}, [](V x) { return mse_loss(T(x[0]), x[1]); }},
+      // dropout: a generator seeded inside f gives the same mask on every call
+      {"dropout train", {{4, 5}}, [](V x) {
+         Generator g(11);
+         return dropout(x[0], 0.3, true, &g);
+       }},
+      {"dropout nc", {{5, 4}}, [](V x) {
+         Generator g(12);
+         return dropout(T(x[0]), 0.5, true, &g);
+       }},
+      {"dropout eval", {{4, 5}}, [](V x) { return dropout(x[0], 0.3, false); }},
       // composites: gradients of ops used together, as layers will use them
       {"attention composite", {{3, 2}, {3, 2}, {3, 2}}, [](V x) {
          Tensor a = softmax(matmul(x[0], T(x[1])) / std::sqrt(2.0), -1);

@@ -1,0 +1,32 @@
+// autograd/conv.cpp: 1-D convolution (cross-correlation, as in PyTorch).
+//
+//   y[n, o, t] = b[o] + sum_{c, k} w[o, c, k] x[n, c, t S - P + k D]
+// Backward: dL/dx by the transposed convolution, dL/dw and dL/db by the
+// weight-gradient kernel; each only when needed.
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace heed {
+
+namespace k = kernel;
+
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding, int64_t dilation) {
+  k::Conv1dGeom geo{stride, padding, dilation};
+  Tensor y = k::conv1d_forward(x, w, b, geo);
+  bool need_x = x.requires_grad(), need_w = w.requires_grad() || (b.defined() && b.requires_grad());
+  return autograd::record(
+      "conv1d", y, {x, w, b},
+      [xs = need_w ? autograd::saved(x) : Tensor(), ws = need_x ? autograd::saved(w) : Tensor(), sx = x.shape(),
+       sw = w.shape(), geo](const Tensor& g, autograd::Grads& gi) {
+        if (gi.needs(0)) gi.set(0, k::conv1d_backward_data(g, ws, sx, geo));
+        if (gi.needs(1) || gi.needs(2)) {
+          Tensor gb;
+          Tensor gw = k::conv1d_backward_weights(g, xs, sw, geo, gi.needs(2) ? &gb : nullptr);
+          if (gi.needs(1)) gi.set(1, gw);
+          if (gi.needs(2)) gi.set(2, gb);
+        }
+      });
+}
+
+}  // namespace heed

@@ -1,0 +1,206 @@
+// core/dnnl_conv.cpp: 1-D convolution on oneDNN (2.6 API: op::desc, then
+// op::primitive_desc), plus a direct float64 loop.
+//
+// Primitive creation costs far more than a small convolution, so primitives
+// are built once per shape and cached. Plain layouts (ncw / oiw) are used so
+// heed's tensors are passed without reorders.
+#include <dnnl.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/iter.h"
+#include "core/kernels.h"
+
+namespace heed::kernel {
+
+int64_t conv1d_out_length(int64_t T, int64_t K, const Conv1dGeom& g) {
+  return (T + 2 * g.padding - g.dilation * (K - 1) - 1) / g.stride + 1;
+}
+
+namespace {
+
+void check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const Conv1dGeom& g) {
+  check_defined(x, "conv1d");
+  check_defined(w, "conv1d");
+  if (x.dim() != 3) fail("conv1d: expected input of shape [N, C, T], got {}", shape_str(x.shape()));
+  if (w.dim() != 3) fail("conv1d: expected weight of shape [O, C, K], got {}", shape_str(w.shape()));
+  if (x.size(1) != w.size(1))
+    fail("conv1d: input has {} channels (shape {}) but the weight expects {} (shape {})", x.size(1),
+         shape_str(x.shape()), w.size(1), shape_str(w.shape()));
+  if (b.defined() && (b.dim() != 1 || b.size(0) != w.size(0)))
+    fail("conv1d: bias shape {} does not match {} output channels", shape_str(b.shape()), w.size(0));
+  if (g.stride < 1 || g.dilation < 1 || g.padding < 0)
+    fail("conv1d: invalid stride {} / padding {} / dilation {} (expected >= 1 / >= 0 / >= 1)", g.stride, g.padding,
+         g.dilation);
+  if (x.dtype() != w.dtype() || (b.defined() && b.dtype() != x.dtype()))
+    fail("conv1d: dtype mismatch between input {} and weight {}", dtype_name(x.dtype()), dtype_name(w.dtype()));
+  if (conv1d_out_length(x.size(2), w.size(2), g) < 1)
+    fail("conv1d: input length {} is too short for kernel {} with padding {} and dilation {}", x.size(2), w.size(2),
+         g.padding, g.dilation);
+}
+
+// ---- float64 direct loops: y[n,o,t] = b[o] + sum_{c,k} w[o,c,k] x[n,c,t S - P + k D] ----
+template <class T>
+void ref_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv1dGeom& g, const Tensor& y) {
+  const int64_t N = x.size(0), C = x.size(1), L = x.size(2), O = w.size(0), K = w.size(2), Lo = y.size(2);
+  const T* px = x.data<T>();
+  const T* pw = w.data<T>();
+  T* py = y.data<T>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t t = 0; t < Lo; ++t) {
+        T acc = b.defined() ? b.data<T>()[o] : T(0);
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t k = 0; k < K; ++k) {
+            int64_t s = t * g.stride - g.padding + k * g.dilation;
+            if (s >= 0 && s < L) acc += pw[(o * C + c) * K + k] * px[(n * C + c) * L + s];
+          }
+        py[(n * O + o) * Lo + t] = acc;
+      }
+}
+
+template <class T>
+void ref_backward(const Tensor& gy, const Tensor& x, const Tensor& w, const Conv1dGeom& g, const Tensor* gx,
+                  const Tensor* gw, const Tensor* gb) {
+  const int64_t N = gy.size(0), O = gy.size(1), Lo = gy.size(2);
+  const int64_t C = w.size(1), K = w.size(2);
+  const int64_t L = gx ? gx->size(2) : x.size(2);
+  const T* pg = gy.data<T>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t t = 0; t < Lo; ++t) {
+        T gv = pg[(n * O + o) * Lo + t];
+        if (gb) gb->data<T>()[o] += gv;
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t k = 0; k < K; ++k) {
+            int64_t s = t * g.stride - g.padding + k * g.dilation;
+            if (s < 0 || s >= L) continue;
+            if (gx) gx->data<T>()[(n * C + c) * L + s] += w.data<T>()[(o * C + c) * K + k] * gv;
+            if (gw) gw->data<T>()[(o * C + c) * K + k] += x.data<T>()[(n * C + c) * L + s] * gv;
+          }
+      }
+}
+
+// ---- oneDNN ----
+using dnnl::memory;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+
+struct ConvPrims {
+  memory::desc src, wei, bias, dst;
+  dnnl::convolution_forward fwd;
+  dnnl::convolution_backward_data bwd_data;
+  dnnl::convolution_backward_weights bwd_weights;
+};
+
+struct Dnnl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{eng};
+  std::mutex mu;
+  std::map<Key, std::shared_ptr<ConvPrims>> cache;
+};
+
+Dnnl& dnnl_ctx() {
+  static Dnnl d;
+  return d;
+}
+
+std::shared_ptr<ConvPrims> prims_for(int64_t N, int64_t C, int64_t L, int64_t O, int64_t K, const Conv1dGeom& g,
+                                     bool bias) {
+  Dnnl& d = dnnl_ctx();
+  Key key{N, C, L, O, K, g.stride, g.padding, g.dilation, bias};
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto it = d.cache.find(key);
+  if (it != d.cache.end()) return it->second;
+
+  const int64_t Lo = conv1d_out_length(L, K, g);
+  auto p = std::make_shared<ConvPrims>();
+  using dt = memory::data_type;
+  using tag = memory::format_tag;
+  p->src = memory::desc({N, C, L}, dt::f32, tag::ncw);
+  p->wei = memory::desc({O, C, K}, dt::f32, tag::oiw);
+  p->bias = memory::desc({O}, dt::f32, tag::x);
+  p->dst = memory::desc({N, O, Lo}, dt::f32, tag::ncw);
+  memory::dims strides{g.stride}, dil{g.dilation - 1}, pad_l{g.padding};
+  // Symmetric padding, like PyTorch: oneDNN rounds the output length down
+  // the same way when the stride does not divide.
+  memory::dims pad_r{g.padding};
+  auto alg = dnnl::algorithm::convolution_direct;
+  auto fwd_d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, p->src, p->wei, p->bias,
+                                                      p->dst, strides, dil, pad_l, pad_r)
+                    : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, p->src, p->wei, p->dst,
+                                                      strides, dil, pad_l, pad_r);
+  dnnl::convolution_forward::primitive_desc fwd_pd(fwd_d, d.eng);
+  p->fwd = dnnl::convolution_forward(fwd_pd);
+  dnnl::convolution_backward_data::desc bd_d(alg, p->src, p->wei, p->dst, strides, dil, pad_l, pad_r);
+  p->bwd_data = dnnl::convolution_backward_data(dnnl::convolution_backward_data::primitive_desc(bd_d, d.eng, fwd_pd));
+  auto bw_d = bias ? dnnl::convolution_backward_weights::desc(alg, p->src, p->wei, p->bias, p->dst, strides, dil,
+                                                              pad_l, pad_r)
+                   : dnnl::convolution_backward_weights::desc(alg, p->src, p->wei, p->dst, strides, dil, pad_l, pad_r);
+  p->bwd_weights =
+      dnnl::convolution_backward_weights(dnnl::convolution_backward_weights::primitive_desc(bw_d, d.eng, fwd_pd));
+  d.cache.emplace(key, p);
+  return p;
+}
+
+memory mem(const memory::desc& md, const Tensor& t) { return memory(md, dnnl_ctx().eng, t.raw_data()); }
+
+}  // namespace
+
+Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv1dGeom& g) {
+  check_conv(x0, w0, b0, g);
+  Tensor x = contiguous(x0), w = contiguous(w0), b = b0.defined() ? contiguous(b0) : b0;
+  const int64_t N = x.size(0), C = x.size(1), L = x.size(2), O = w.size(0), K = w.size(2);
+  Tensor y = Tensor::empty({N, O, conv1d_out_length(L, K, g)}, x.dtype());
+  if (x.dtype() == DType::f64) {
+    ref_forward<double>(x, w, b, g, y);
+    return y;
+  }
+  check_dtype(x, DType::f32, "conv1d");
+  auto p = prims_for(N, C, L, O, K, g, b.defined());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, mem(p->src, x)}, {DNNL_ARG_WEIGHTS, mem(p->wei, w)}, {DNNL_ARG_DST, mem(p->dst, y)}};
+  if (b.defined()) args.emplace(DNNL_ARG_BIAS, mem(p->bias, b));
+  p->fwd.execute(dnnl_ctx().stream, args);
+  dnnl_ctx().stream.wait();
+  return y;
+}
+
+Tensor conv1d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& xs, const Conv1dGeom& g) {
+  Tensor gy = contiguous(gy0), w = contiguous(w0);
+  Tensor gx = Tensor::zeros(xs, gy.dtype());
+  if (gy.dtype() == DType::f64) {
+    ref_backward<double>(gy, Tensor(), w, g, &gx, nullptr, nullptr);
+    return gx;
+  }
+  auto p = prims_for(xs[0], xs[1], xs[2], w.size(0), w.size(2), g, false);
+  p->bwd_data.execute(dnnl_ctx().stream, {{DNNL_ARG_DIFF_DST, mem(p->dst, gy)},
+                                          {DNNL_ARG_WEIGHTS, mem(p->wei, w)},
+                                          {DNNL_ARG_DIFF_SRC, mem(p->src, gx)}});
+  dnnl_ctx().stream.wait();
+  return gx;
+}
+
+Tensor conv1d_backward_weights(const Tensor& gy0, const Tensor& x0, const Shape& ws, const Conv1dGeom& g, Tensor* gb) {
+  Tensor gy = contiguous(gy0), x = contiguous(x0);
+  Tensor gw = Tensor::zeros(ws, gy.dtype());
+  if (gb) *gb = Tensor::zeros({ws[0]}, gy.dtype());
+  if (gy.dtype() == DType::f64) {
+    ref_backward<double>(gy, x, Tensor::empty(ws, DType::f64), g, nullptr, &gw, gb);
+    return gw;
+  }
+  auto p = prims_for(x.size(0), x.size(1), x.size(2), ws[0], ws[2], g, gb != nullptr);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(p->src, x)},
+                                       {DNNL_ARG_DIFF_DST, mem(p->dst, gy)},
+                                       {DNNL_ARG_DIFF_WEIGHTS, mem(p->wei, gw)}};
+  if (gb) args.emplace(DNNL_ARG_DIFF_BIAS, mem(p->bias, *gb));
+  p->bwd_weights.execute(dnnl_ctx().stream, args);
+  dnnl_ctx().stream.wait();
+  return gw;
+}
+
+}  // namespace heed::kernel

@@ -1,0 +1,87 @@
+// layers/basic.cpp
+#include "layers/basic.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/random.h"
+
+namespace heed::nn {
+
+// ---- Linear: y = x W^T + b ----
+Linear::Linear(const LinearOptions& o) : Module("Linear"), options(o) {
+  if (o.in_features_ <= 0 || o.out_features_ <= 0)
+    fail("Linear: features must be positive, got in={} out={}", o.in_features_, o.out_features_);
+  Generator& g = init_generator(o.gen_);
+  weight = register_parameter("weight", Tensor::empty({o.out_features_, o.in_features_}));
+  kaiming_uniform_(weight, std::sqrt(5.0), o.in_features_, g);
+  if (o.bias_) {
+    bias = register_parameter("bias", Tensor::empty({o.out_features_}));
+    uniform_init_(bias, 1.0 / std::sqrt(static_cast<double>(o.in_features_)), g);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  check_defined(x, "Linear");
+  if (x.dim() < 1 || x.size(-1) != options.in_features_)
+    fail("Linear({}, {}): expected input [.., {}], got {}", options.in_features_, options.out_features_,
+         options.in_features_, shape_str(x.shape()));
+  Tensor y = matmul(x, transpose(weight, 0, 1));
+  return bias.defined() ? y + bias : y;
+}
+
+std::string Linear::extra_repr() const {
+  return fmt::format("in_features={}, out_features={}, bias={}", options.in_features_, options.out_features_,
+                     bias.defined() ? "True" : "False");
+}
+
+// ---- Conv1d ----
+Conv1d::Conv1d(const Conv1dOptions& o) : Module("Conv1d"), options(o) {
+  if (o.in_ <= 0 || o.out_ <= 0 || o.kernel_ <= 0)
+    fail("Conv1d: channels and kernel size must be positive, got in={} out={} kernel={}", o.in_, o.out_, o.kernel_);
+  if (o.stride_ < 1 || o.dilation_ < 1 || o.padding_ < 0)
+    fail("Conv1d: invalid stride {} / padding {} / dilation {} (expected >= 1 / >= 0 / >= 1)", o.stride_, o.padding_,
+         o.dilation_);
+  Generator& g = init_generator(o.gen_);
+  int64_t fan_in = o.in_ * o.kernel_;
+  weight = register_parameter("weight", Tensor::empty({o.out_, o.in_, o.kernel_}));
+  kaiming_uniform_(weight, std::sqrt(5.0), fan_in, g);
+  if (o.bias_) {
+    bias = register_parameter("bias", Tensor::empty({o.out_}));
+    uniform_init_(bias, 1.0 / std::sqrt(static_cast<double>(fan_in)), g);
+  }
+}
+
+Tensor Conv1d::forward(const Tensor& x) {
+  check_defined(x, "Conv1d");
+  if (x.dim() != 3 || x.size(1) != options.in_)
+    fail("Conv1d({}): expected input [N, {}, T], got {}", extra_repr(), options.in_, shape_str(x.shape()));
+  return conv1d(x, weight, bias, options.stride_, options.padding_, options.dilation_);
+}
+
+std::string Conv1d::extra_repr() const {
+  std::string s = fmt::format("{}, {}, kernel_size=({},), stride=({},)", options.in_, options.out_, options.kernel_,
+                              options.stride_);
+  if (options.padding_ != 0) s += fmt::format(", padding=({},)", options.padding_);
+  if (options.dilation_ != 1) s += fmt::format(", dilation=({},)", options.dilation_);
+  if (!bias.defined()) s += ", bias=False";
+  return s;
+}
+
+// ---- Sequential ----
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> mods) : Module("Sequential") {
+  for (auto& m : mods) push_back(m);
+}
+
+void Sequential::push_back(std::shared_ptr<Module> m) {
+  if (!m) fail("Sequential: cannot add a null module");
+  register_module(std::to_string(size()), std::move(m));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& [n, m] : children()) h = m->forward(h);
+  return h;
+}
+
+}  // namespace heed::nn

@@ -1,0 +1,38 @@
+// layers/self_attention.cpp
+#include "layers/self_attention.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace heed::nn {
+
+SelfAttention::SelfAttention(const SelfAttentionOptions& o) : Module("SelfAttention"), options(o) {
+  if (o.in_ <= 0 || o.out_ <= 0 || o.key_ <= 0)
+    fail("SelfAttention: channel counts must be positive, got in={} out={} key={}", o.in_, o.out_, o.key_);
+  auto proj = [&](int64_t out) { return std::make_shared<Conv1d>(Conv1dOptions(o.in_, out, 1).bias(false).generator(o.gen_)); };
+  conv_q = register_module("conv_q", proj(o.key_));
+  conv_k = register_module("conv_k", proj(o.key_));
+  conv_v = register_module("conv_v", proj(o.out_));
+}
+
+Tensor SelfAttention::forward(const Tensor& x) {
+  check_defined(x, "SelfAttention");
+  if (x.dim() != 3 || x.size(1) != options.in_)
+    fail("SelfAttention({}): expected input [N, {}, T], got {}", extra_repr(), options.in_, shape_str(x.shape()));
+  Tensor q = conv_q->forward(x);  // [N, K, T]
+  Tensor k = conv_k->forward(x);  // [N, K, T]
+  Tensor v = conv_v->forward(x);  // [N, O, T]
+  Tensor scores = matmul(transpose(q, 1, 2), k);  // [N, T, T]: row = query, column = key
+  if (options.scaled_) scores = scores * (1.0 / std::sqrt(static_cast<double>(options.key_)));
+  Tensor a = softmax(scores, -1);                // over keys
+  if (keep_) last_attention_ = detach(a);
+  return matmul(v, transpose(a, 1, 2));          // [N, O, T]
+}
+
+std::string SelfAttention::extra_repr() const {
+  return fmt::format("in_channels={}, out_channels={}, key_channels={}, scaled={}", options.in_, options.out_,
+                     options.key_, options.scaled_ ? "True" : "False");
+}
+
+}  // namespace heed::nn
