@@ -121,6 +121,9 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
   } else if (g0.shape() != output.shape()) {
     fail("backward: output gradient shape {} does not match output shape {}", shape_str(g0.shape()),
          shape_str(output.shape()));
+  } else if (g0.dtype() != output.dtype()) {
+    fail("backward: output gradient dtype {} does not match output dtype {}", dtype_name(g0.dtype()),
+         dtype_name(output.dtype()));
   }
 
   // Gradients flowing through the engine never need a graph of their own.
@@ -185,6 +188,11 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
         if (gin.shape() != n->input_shapes[i])
           fail("backward of {}: gradient for input {} has shape {}, expected {}", n->name, i, shape_str(gin.shape()),
                shape_str(n->input_shapes[i]));
+        // Otherwise a float64 gradient would be summed into (or become) a
+        // float32 leaf's .grad without a word.
+        if (gin.dtype() != n->input_dtypes[i])
+          fail("backward of {}: gradient for input {} has dtype {}, expected {}", n->name, i,
+               dtype_name(gin.dtype()), dtype_name(n->input_dtypes[i]));
         if (autograd::is_anomaly_enabled())
           autograd::check_finite(gin, fmt::format("the gradient that {} sent to its input {}", n->name, i));
         Tensor& slot = pending[c.get()];

@@ -24,6 +24,14 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   check_defined(ids, "embedding");
   if (weight.dim() != 2) fail("embedding: expected a weight of shape [V, D], got {}", shape_str(weight.shape()));
   check_dtype(ids, DType::i64, "embedding ids");
+  // Checked here too so that a bad id is reported as the user's call, with
+  // the table's size, rather than as the index_select it becomes.
+  const Tensor flat = k::contiguous(ids);
+  const int64_t* p = flat.data<int64_t>();
+  const int64_t V = weight.size(0);
+  for (int64_t i = 0; i < flat.numel(); ++i)
+    if (p[i] < 0 || p[i] >= V)
+      fail("embedding: id {} at position {} out of range for a table of {} rows (expected 0..{})", p[i], i, V, V - 1);
   Shape out = ids.shape();
   out.push_back(weight.size(1));
   return reshape(index_select(weight, 0, k::reshape(ids, {-1})), out);

@@ -330,7 +330,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_defined(b, "where");
   check_same_dtype(a, b, "where");
   Shape s = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  Tensor c = to_dtype(cond, a.dtype());
+  // Decide "nonzero" in the condition's own dtype: converting first would
+  // turn 0.5 into int64 0, or 1e-300 into float32 0, and flip the choice.
+  Tensor c = cond.dtype() == a.dtype()
+                 ? cond
+                 : to_dtype(binary(Binary::ne, cond, Tensor::scalar(0.0, cond.dtype())), a.dtype());
   Tensor out = Tensor::empty(s, a.dtype());
   if (out.numel() == 0) return out;
   Shape sc = detail::broadcast_strides(c, s), sa = detail::broadcast_strides(a, s),

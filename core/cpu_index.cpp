@@ -100,8 +100,9 @@ Tensor concat(const std::vector<Tensor>& ts, int64_t dim) {
            dtype_name(t.dtype()), first.dim(), dtype_name(first.dtype()));
     for (int64_t d = 0; d < t.dim(); ++d)
       if (d != dim && t.size(d) != first.size(d))
-        fail("concat: tensor {} has shape {}, expected {} in every dim but {} (tensor 0 has shape {})", i,
-             shape_str(t.shape()), first.size(d), dim, shape_str(first.shape()));
+        fail("concat: tensor {} has shape {}, which differs from tensor 0's shape {} in dim {} (only dim {} may "
+             "differ)",
+             i, shape_str(t.shape()), shape_str(first.shape()), d, dim);
     os[dim] += t.size(dim);
   }
   Tensor out = Tensor::empty(os, first.dtype());

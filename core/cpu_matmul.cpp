@@ -86,7 +86,10 @@ Tensor matmul_impl(Tensor a, Tensor b, const Shape& batch) {
       av = view(ae, flat);
     } catch (const Error&) {
     }
-    if (av.defined()) {
+    // A one-row a broadcast over the batch ([B, 1, K] with batch stride 0)
+    // folds into a view with row stride 0, which GEMM rejects (lda < K) and
+    // then leaves C unwritten; such operands take the batched loop below.
+    if (av.defined() && av.stride(0) >= K) {
       Tensor b2 = reshape(b, {K, N});
       BlasMat mb = blas_layout(K, N, b2.stride(0), b2.stride(1));
       if (mb.ok) {
@@ -142,6 +145,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype())
     fail("matmul: dtype mismatch: {} and {}", dtype_name(a.dtype()), dtype_name(b.dtype()));
   Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  for (size_t i = 1; i <= std::min(ab.size(), bb.size()); ++i) {
+    int64_t da = ab[ab.size() - i], db = bb[bb.size() - i];
+    if (da != db && da != 1 && db != 1)
+      fail("matmul: batch dims of shapes {} and {} do not broadcast ({} vs {})", shape_str(a.shape()),
+           shape_str(b.shape()), da, db);
+  }
   Shape batch = broadcast_shapes(ab, bb, "matmul");
   switch (a.dtype()) {
     case DType::f32: return matmul_impl<float>(a, b, batch);

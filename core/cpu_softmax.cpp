@@ -48,8 +48,10 @@ void softmax_lane(const T* x, T* y, int64_t n, int64_t s) {
     z += e;
   }
   if (LOG) {
-    T lz = m + static_cast<T>(std::log(z));
-    for (int64_t k = 0; k < n; ++k) y[k * s] = x[k * s] - lz;
+    // (x - m) - log z, not x - (m + log z): with logits ~1000 in float32 the
+    // sum m + log z keeps only ~1e-4 of log z.
+    T lz = static_cast<T>(std::log(z));
+    for (int64_t k = 0; k < n; ++k) y[k * s] = (x[k * s] - m) - lz;
   } else {
     T inv = static_cast<T>(1.0 / z);
     for (int64_t k = 0; k < n; ++k) y[k * s] *= inv;

@@ -116,10 +116,12 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   check_defined(t, "narrow");
   dim = normalize_dim(dim, t.dim(), "narrow");
   int64_t n = t.shape()[dim];
+  const int64_t given = start;
   if (start < 0) start += n;
   if (start < 0 || length < 0 || start + length > n)
-    fail("narrow: start {} and length {} out of range for dim {} of size {} (expected 0 <= start, start + length <= {})",
-         start, length, dim, n, n);
+    fail("narrow: start {} and length {} out of range for dim {} of size {} (expected a slice within [0, {}] "
+         "with length >= 0; a negative start counts from the end)",
+         given, length, dim, n, n);
   Shape s = t.shape();
   s[dim] = length;
   return Tensor::view_of(t, s, t.strides(), t.offset() + start * t.strides()[dim]);

@@ -145,6 +145,10 @@ int64_t Tensor::size(int64_t d) const { return impl_->shape[normalize_dim(d, dim
 int64_t Tensor::stride(int64_t d) const { return impl_->strides[normalize_dim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  // No elements, no layout: like PyTorch, an empty tensor is contiguous
+  // (contiguous_strides gives [3, 3, 1] for [2, 0, 3], which the loop below
+  // would otherwise reject).
+  if (numel() == 0) return true;
   int64_t expect = 1;
   for (size_t i = impl_->shape.size(); i-- > 0;) {
     if (impl_->shape[i] == 1) continue;

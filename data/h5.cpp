@@ -1,0 +1,261 @@
+// data/h5.cpp
+#include "data/h5.h"
+
+#include <hdf5.h>
+
+#include <mutex>
+
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace heed::h5 {
+
+void silence_errors() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+namespace {
+
+// Closes an HDF5 handle on scope exit.
+struct Handle {
+  hid_t id;
+  herr_t (*closer)(hid_t);
+  Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), closer(c) {}
+  ~Handle() {
+    if (id >= 0) closer(id);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  operator hid_t() const { return id; }
+};
+
+hid_t check(hid_t id, const std::string& what, const std::string& path) {
+  if (id < 0) fail("HDF5: could not {} in '{}'", what, path);
+  return id;
+}
+void check_ok(herr_t r, const std::string& what, const std::string& path) {
+  if (r < 0) fail("HDF5: could not {} in '{}'", what, path);
+}
+
+hid_t h5_type(DType t) {
+  switch (t) {
+    case DType::f32: return H5T_NATIVE_FLOAT;
+    case DType::f64: return H5T_NATIVE_DOUBLE;
+    case DType::i64: return H5T_NATIVE_INT64;
+  }
+  return H5T_NATIVE_FLOAT;
+}
+
+hid_t link_props() {
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  return lcpl;
+}
+
+herr_t visit_cb(hid_t group, const char* name, const H5L_info_t*, void* data) {
+  hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
+  if (obj >= 0) {
+    if (H5Iget_type(obj) == H5I_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(name);
+    H5Oclose(obj);
+  }
+  return 0;
+}
+
+}  // namespace
+
+File::File(const std::string& path, Mode mode) : path_(path) {
+  silence_errors();
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  // The latest format is what SWMR needs; readers of heed files are 1.10+.
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  switch (mode) {
+    case Mode::create: id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl); break;
+    case Mode::read: id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); break;
+    case Mode::read_swmr: id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl); break;
+    case Mode::append: id_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl); break;
+  }
+  if (id_ < 0) {
+    if (mode == Mode::create) fail("cannot create HDF5 file '{}' (is the directory writable?)", path);
+    fail("cannot open '{}' as an HDF5 file (missing, not HDF5, truncated, or still open for writing; "
+         "a file left by a killed writer may need `h5clear -s`)",
+         path);
+  }
+}
+
+File::~File() { close(); }
+
+File::File(File&& o) noexcept : path_(std::move(o.path_)), id_(o.id_) { o.id_ = -1; }
+File& File::operator=(File&& o) noexcept {
+  if (this != &o) {
+    close();
+    path_ = std::move(o.path_);
+    id_ = o.id_;
+    o.id_ = -1;
+  }
+  return *this;
+}
+
+void File::close() {
+  if (id_ >= 0) H5Fclose(id_);
+  id_ = -1;
+}
+
+bool File::exists(const std::string& object) const {
+  if (object == "/" || object.empty()) return true;
+  // Check each prefix: H5Lexists fails on a missing intermediate group.
+  size_t pos = 0;
+  while (true) {
+    pos = object.find('/', pos + 1);
+    std::string prefix = object.substr(0, pos);
+    if (!prefix.empty() && prefix != "/" && H5Lexists(id_, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (pos == std::string::npos) return true;
+  }
+}
+
+std::vector<std::string> File::list_datasets(const std::string& group) const {
+  std::vector<std::string> out;
+  Handle g(check(H5Gopen2(id_, group.c_str(), H5P_DEFAULT), "open group " + group, path_), H5Gclose);
+  H5Lvisit(g, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &out);
+  return out;
+}
+
+void File::write_tensor(const std::string& path, const Tensor& t0) {
+  check_defined(t0, "h5 write_tensor");
+  Tensor t = kernel::contiguous(t0);
+  std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
+  Handle space(t.dim() == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+               H5Sclose);
+  Handle lcpl(link_props(), H5Pclose);
+  Handle ds(check(H5Dcreate2(id_, path.c_str(), h5_type(t.dtype()), space, lcpl, H5P_DEFAULT, H5P_DEFAULT),
+                  "create dataset " + path, path_),
+            H5Dclose);
+  if (t.numel() > 0)
+    check_ok(H5Dwrite(ds, h5_type(t.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()), "write " + path, path_);
+}
+
+Shape File::dataset_shape(const std::string& path) const {
+  if (!exists(path)) fail("'{}' has no dataset '{}'", path_, path);
+  Handle ds(check(H5Dopen2(id_, path.c_str(), H5P_DEFAULT), "open dataset " + path, path_), H5Dclose);
+  Handle space(H5Dget_space(ds), H5Sclose);
+  int nd = H5Sget_simple_extent_ndims(space);
+  if (nd < 0) fail("'{}': dataset '{}' has an unreadable shape", path_, path);
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  return Shape(dims.begin(), dims.end());
+}
+
+Tensor File::read_tensor(const std::string& path) const {
+  Shape shape = dataset_shape(path);
+  Handle ds(check(H5Dopen2(id_, path.c_str(), H5P_DEFAULT), "open dataset " + path, path_), H5Dclose);
+  Handle ftype(H5Dget_type(ds), H5Tclose);
+  DType dt;
+  H5T_class_t cls = H5Tget_class(ftype);
+  if (cls == H5T_FLOAT) dt = H5Tget_size(ftype) == 8 ? DType::f64 : DType::f32;
+  else if (cls == H5T_INTEGER) dt = DType::i64;
+  else fail("'{}': dataset '{}' is not numeric", path_, path);
+  Tensor t = Tensor::empty(shape, dt);
+  if (t.numel() > 0)
+    check_ok(H5Dread(ds, h5_type(dt), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()),
+             "read dataset " + path + " (truncated or corrupt file?)", path_);
+  return t;
+}
+
+void File::set_attr(const std::string& object, const std::string& name, const Attr& value) {
+  Handle obj(check(H5Oopen(id_, object.c_str(), H5P_DEFAULT), "open " + object, path_), H5Oclose);
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  if (auto* s = std::get_if<std::string>(&value)) {
+    // Variable-length UTF-8 strings: h5py reads them as str.
+    Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    Handle a(check(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), "create attribute " + name,
+                   path_),
+             H5Aclose);
+    const char* p = s->c_str();
+    check_ok(H5Awrite(a, type, &p), "write attribute " + name, path_);
+  } else if (auto* i = std::get_if<int64_t>(&value)) {
+    Handle a(check(H5Acreate2(obj, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT),
+                   "create attribute " + name, path_),
+             H5Aclose);
+    check_ok(H5Awrite(a, H5T_NATIVE_INT64, i), "write attribute " + name, path_);
+  } else {
+    double d = std::get<double>(value);
+    Handle a(check(H5Acreate2(obj, name.c_str(), H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT),
+                   "create attribute " + name, path_),
+             H5Aclose);
+    check_ok(H5Awrite(a, H5T_NATIVE_DOUBLE, &d), "write attribute " + name, path_);
+  }
+}
+
+bool File::has_attr(const std::string& object, const std::string& name) const {
+  if (!exists(object)) return false;
+  return H5Aexists_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+Attr File::get_attr(const std::string& object, const std::string& name) const {
+  if (!has_attr(object, name)) fail("'{}': '{}' has no attribute '{}'", path_, object, name);
+  Handle a(check(H5Aopen_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
+                 "open attribute " + name, path_),
+           H5Aclose);
+  Handle type(H5Aget_type(a), H5Tclose);
+  switch (H5Tget_class(type)) {
+    case H5T_STRING: {
+      if (H5Tis_variable_str(type) > 0) {
+        Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+        H5Tset_size(mem, H5T_VARIABLE);
+        H5Tset_cset(mem, H5T_CSET_UTF8);
+        char* p = nullptr;
+        check_ok(H5Aread(a, mem, &p), "read attribute " + name, path_);
+        std::string s = p ? p : "";
+        Handle space(H5Aget_space(a), H5Sclose);
+        H5Dvlen_reclaim(mem, space, H5P_DEFAULT, &p);
+        return s;
+      }
+      size_t n = H5Tget_size(type);
+      std::string s(n, '\0');
+      check_ok(H5Aread(a, type, s.data()), "read attribute " + name, path_);
+      s.resize(s.find('\0') == std::string::npos ? n : s.find('\0'));
+      return s;
+    }
+    case H5T_INTEGER: {
+      int64_t v = 0;
+      check_ok(H5Aread(a, H5T_NATIVE_INT64, &v), "read attribute " + name, path_);
+      return v;
+    }
+    case H5T_FLOAT: {
+      double v = 0;
+      check_ok(H5Aread(a, H5T_NATIVE_DOUBLE, &v), "read attribute " + name, path_);
+      return v;
+    }
+    default: fail("'{}': attribute '{}' of '{}' has an unsupported type", path_, name, object);
+  }
+}
+
+std::map<std::string, Attr> File::attrs(const std::string& object) const {
+  std::map<std::string, Attr> out;
+  Handle obj(check(H5Oopen(id_, object.c_str(), H5P_DEFAULT), "open " + object, path_), H5Oclose);
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx,
+              [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+                static_cast<std::vector<std::string>*>(data)->push_back(name);
+                return 0;
+              },
+              &names);
+  for (const auto& n : names) out.emplace(n, get_attr(object, n));
+  return out;
+}
+
+void File::start_swmr_write() { check_ok(H5Fstart_swmr_write(id_), "start SWMR writing", path_); }
+
+void File::flush() { check_ok(H5Fflush(id_, H5F_SCOPE_GLOBAL), "flush", path_); }
+
+std::string attr_str(const Attr& a) {
+  if (auto* s = std::get_if<std::string>(&a)) return *s;
+  if (auto* i = std::get_if<int64_t>(&a)) return std::to_string(*i);
+  return fmt::format("{}", std::get<double>(a));
+}
+
+}  // namespace heed::h5

@@ -1,0 +1,68 @@
+// data/h5.h: a thin, exception-safe layer over HDF5's C API: files, tensors as
+// datasets, attributes. Run logs (data/runlog.h) and checkpoints build on it.
+// HDF5's headers stay private to this layer: callers see plain C++ types.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace heed::h5 {
+
+// An attribute value: text, integer, real number.
+using Attr = std::variant<std::string, int64_t, double>;
+
+class File {
+ public:
+  enum class Mode {
+    create,     // truncate or create; latest file format (needed for SWMR)
+    read,       // read-only
+    read_swmr,  // read-only while a writer appends (single-writer/multiple-reader)
+    append      // read-write on an existing file
+  };
+  File(const std::string& path, Mode mode);
+  ~File();
+  File(File&& o) noexcept;
+  File& operator=(File&& o) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  const std::string& path() const { return path_; }
+  int64_t id() const { return id_; }
+  void close();
+
+  bool exists(const std::string& object) const;  // a group, dataset or attribute path
+  // Dataset paths under `group` (recursively), e.g. "params/0.weight".
+  std::vector<std::string> list_datasets(const std::string& group = "/") const;
+
+  // A fixed-size dataset holding t (created with intermediate groups).
+  void write_tensor(const std::string& path, const Tensor& t);
+  // Reads a dataset of float32/float64/int64 into a tensor of that dtype.
+  Tensor read_tensor(const std::string& path) const;
+  Shape dataset_shape(const std::string& path) const;
+
+  void set_attr(const std::string& object, const std::string& name, const Attr& value);
+  bool has_attr(const std::string& object, const std::string& name) const;
+  Attr get_attr(const std::string& object, const std::string& name) const;
+  std::map<std::string, Attr> attrs(const std::string& object) const;
+
+  // Single-writer/multiple-reader mode: after this, no object can be created,
+  // but datasets can grow and readers see every flushed row.
+  void start_swmr_write();
+  void flush();
+
+ private:
+  std::string path_;
+  int64_t id_ = -1;
+};
+
+std::string attr_str(const Attr& a);  // for printing
+
+// Turns HDF5's own error stack printing off once (heed reports errors itself).
+void silence_errors();
+
+}  // namespace heed::h5

@@ -1,0 +1,262 @@
+// data/runlog.cpp
+#include "data/runlog.h"
+
+#include <hdf5.h>
+
+#include <sys/time.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace heed {
+
+namespace {
+double unix_now() {
+  struct timeval tv;
+  gettimeofday(&tv, nullptr);
+  return static_cast<double>(tv.tv_sec) + 1e-6 * static_cast<double>(tv.tv_usec);
+}
+}  // namespace
+
+struct RunLog::Impl {
+  h5::File file;
+  Options opt;
+  bool appending = false;
+  double start_unix = 0;
+  std::chrono::steady_clock::time_point last_flush = std::chrono::steady_clock::now();
+  int64_t rows_since_flush = 0;
+  struct Ds {
+    hid_t id = -1;
+    hid_t step_id = -1;  // series only
+    Shape item;           // series only
+    int64_t rows = 0;
+  };
+  std::map<std::string, Ds> metrics, series;
+
+  Impl(h5::File f, Options o) : file(std::move(f)), opt(o) {}
+  ~Impl() { close(); }
+
+  void close() {
+    if (file.id() < 0) return;
+    if (appending) {
+      for (auto& [n, d] : metrics) H5Dflush(d.id);
+      for (auto& [n, d] : series) {
+        H5Dflush(d.id);
+        H5Dflush(d.step_id);
+      }
+    }
+    for (auto& [n, d] : metrics) H5Dclose(d.id);
+    for (auto& [n, d] : series) {
+      H5Dclose(d.id);
+      H5Dclose(d.step_id);
+    }
+    metrics.clear();
+    series.clear();
+    file.close();
+  }
+
+  void require(bool want_appending, const char* what) const {
+    if (appending != want_appending)
+      fail("RunLog '{}': {} {} begin()", file.path(), what, want_appending ? "needs" : "must come before");
+  }
+
+  hid_t create_extendible(const std::string& path, hid_t type, const Shape& item, int64_t chunk_rows) {
+    std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{static_cast<hsize_t>(chunk_rows)};
+    for (int64_t d : item) {
+      dims.push_back(static_cast<hsize_t>(d));
+      maxdims.push_back(static_cast<hsize_t>(d));
+      chunk.push_back(static_cast<hsize_t>(d));
+    }
+    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxdims.data());
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t ds = H5Dcreate2(file.id(), path.c_str(), type, space, lcpl, dcpl, H5P_DEFAULT);
+    H5Pclose(lcpl);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    if (ds < 0) fail("RunLog '{}': could not create dataset '{}' (declared twice?)", file.path(), path);
+    return ds;
+  }
+
+  hid_t open_ds(const std::string& path) {
+    hid_t ds = H5Dopen2(file.id(), path.c_str(), H5P_DEFAULT);
+    if (ds < 0) fail("RunLog '{}': could not open dataset '{}'", file.path(), path);
+    return ds;
+  }
+
+  static int64_t rows_of(hid_t ds) {
+    hid_t space = H5Dget_space(ds);
+    int nd = H5Sget_simple_extent_ndims(space);
+    std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 1)));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    H5Sclose(space);
+    return static_cast<int64_t>(dims[0]);
+  }
+
+  // Appends one row (item_shape elements of `type`) to ds.
+  void append(hid_t ds, int64_t& rows, hid_t type, const Shape& item, const void* data) {
+    std::vector<hsize_t> dims{static_cast<hsize_t>(rows + 1)}, start{static_cast<hsize_t>(rows)}, count{1};
+    for (int64_t d : item) {
+      dims.push_back(static_cast<hsize_t>(d));
+      start.push_back(0);
+      count.push_back(static_cast<hsize_t>(d));
+    }
+    if (H5Dset_extent(ds, dims.data()) < 0) fail("RunLog '{}': could not grow a dataset", file.path());
+    hid_t fspace = H5Dget_space(ds);
+    H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    hid_t mspace = H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr);
+    herr_t r = H5Dwrite(ds, type, mspace, fspace, H5P_DEFAULT, data);
+    H5Sclose(mspace);
+    H5Sclose(fspace);
+    if (r < 0) fail("RunLog '{}': write failed (disk full?)", file.path());
+    ++rows;
+  }
+
+  void maybe_flush() {
+    ++rows_since_flush;
+    auto now = std::chrono::steady_clock::now();
+    if (rows_since_flush >= opt.flush_rows ||
+        std::chrono::duration<double>(now - last_flush).count() >= opt.flush_seconds)
+      flush();
+  }
+
+  void flush() {
+    for (auto& [n, d] : metrics) H5Dflush(d.id);
+    for (auto& [n, d] : series) {
+      H5Dflush(d.id);
+      H5Dflush(d.step_id);
+    }
+    rows_since_flush = 0;
+    last_flush = std::chrono::steady_clock::now();
+  }
+};
+
+RunLog::RunLog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RunLog::RunLog(RunLog&&) noexcept = default;
+RunLog& RunLog::operator=(RunLog&&) noexcept = default;
+RunLog::~RunLog() = default;
+
+RunLog RunLog::create(const std::string& path, const Options& opt) {
+  auto impl = std::make_unique<Impl>(h5::File(path, h5::File::Mode::create), opt);
+  impl->start_unix = unix_now();
+  impl->file.set_attr("/", "heed_log_format", int64_t{1});
+  impl->file.set_attr("/", "start_unix_time", impl->start_unix);
+  return RunLog(std::move(impl));
+}
+
+RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options& opt) {
+  auto impl = std::make_unique<Impl>(h5::File(path, h5::File::Mode::append), opt);
+  h5::File& f = impl->file;
+  if (!f.has_attr("/", "heed_log_format")) fail("'{}' is not a heed run log (no heed_log_format attribute)", path);
+  impl->start_unix = std::get<double>(f.get_attr("/", "start_unix_time"));
+  for (const std::string& p : f.list_datasets("/")) {
+    if (p.rfind("metrics/", 0) == 0) {
+      Impl::Ds d;
+      d.id = impl->open_ds(p);
+      Tensor rows = f.read_tensor(p);  // [n, 3]
+      int64_t keep = 0;
+      const double* r = rows.data<double>();
+      while (keep < rows.size(0) && r[keep * 3] <= static_cast<double>(after_step)) ++keep;
+      hsize_t dims[2] = {static_cast<hsize_t>(keep), 3};
+      H5Dset_extent(d.id, dims);
+      d.rows = keep;
+      impl->metrics.emplace(p.substr(8), d);
+    } else if (p.rfind("series/", 0) == 0 && p.size() > 12 && p.substr(p.size() - 7) == "/values") {
+      std::string name = p.substr(7, p.size() - 7 - 7);
+      Impl::Ds d;
+      d.id = impl->open_ds(p);
+      d.step_id = impl->open_ds("series/" + name + "/step");
+      Shape s = f.dataset_shape(p);
+      d.item = Shape(s.begin() + 1, s.end());
+      Tensor steps = f.read_tensor("series/" + name + "/step");
+      int64_t keep = 0;
+      const int64_t* st = steps.data<int64_t>();
+      while (keep < steps.numel() && st[keep] <= after_step) ++keep;
+      std::vector<hsize_t> dims{static_cast<hsize_t>(keep)};
+      for (int64_t x : d.item) dims.push_back(static_cast<hsize_t>(x));
+      H5Dset_extent(d.id, dims.data());
+      H5Dset_extent(d.step_id, dims.data());
+      d.rows = keep;
+      impl->series.emplace(name, d);
+    }
+  }
+  RunLog log(std::move(impl));
+  log.begin();
+  return log;
+}
+
+void RunLog::set_attr(const std::string& name, const h5::Attr& value, const std::string& object) {
+  impl_->require(false, "set_attr");
+  impl_->file.set_attr(object, name, value);
+}
+
+void RunLog::declare_scalar(const std::string& name) {
+  impl_->require(false, "declare_scalar");
+  Impl::Ds d;
+  d.id = impl_->create_extendible("metrics/" + name, H5T_NATIVE_DOUBLE, {3}, 256);
+  impl_->metrics.emplace(name, d);
+  impl_->file.set_attr("metrics/" + name, "columns", std::string("step, value, wall_seconds"));
+}
+
+void RunLog::declare_series(const std::string& name, const Shape& item) {
+  impl_->require(false, "declare_series");
+  Impl::Ds d;
+  d.item = item;
+  d.id = impl_->create_extendible("series/" + name + "/values", H5T_NATIVE_FLOAT, item, 1);
+  d.step_id = impl_->create_extendible("series/" + name + "/step", H5T_NATIVE_INT64, {}, 64);
+  impl_->series.emplace(name, d);
+}
+
+void RunLog::write_tensor(const std::string& path, const Tensor& t) {
+  impl_->require(false, "write_tensor");
+  impl_->file.write_tensor(path, t);
+}
+
+void RunLog::begin() {
+  impl_->require(false, "begin");
+  impl_->file.flush();
+  impl_->file.start_swmr_write();
+  impl_->appending = true;
+}
+
+void RunLog::scalar(const std::string& name, int64_t step, double value) {
+  impl_->require(true, "scalar");
+  auto it = impl_->metrics.find(name);
+  if (it == impl_->metrics.end()) fail("RunLog '{}': metric '{}' was not declared", impl_->file.path(), name);
+  double row[3] = {static_cast<double>(step), value, wall_seconds()};
+  impl_->append(it->second.id, it->second.rows, H5T_NATIVE_DOUBLE, {3}, row);
+  impl_->maybe_flush();
+}
+
+void RunLog::series(const std::string& name, int64_t step, const Tensor& value) {
+  impl_->require(true, "series");
+  auto it = impl_->series.find(name);
+  if (it == impl_->series.end()) fail("RunLog '{}': series '{}' was not declared", impl_->file.path(), name);
+  Impl::Ds& d = it->second;
+  if (value.shape() != d.item)
+    fail("RunLog '{}': series '{}' expects shape {}, got {}", impl_->file.path(), name, shape_str(d.item),
+         shape_str(value.shape()));
+  Tensor v = kernel::contiguous(kernel::to_dtype(value, DType::f32));
+  int64_t rows = d.rows;
+  impl_->append(d.step_id, rows, H5T_NATIVE_INT64, {}, &step);
+  impl_->append(d.id, d.rows, H5T_NATIVE_FLOAT, d.item, v.raw_data());
+  impl_->maybe_flush();
+}
+
+void RunLog::flush() {
+  if (impl_->appending) impl_->flush();
+}
+
+void RunLog::close() {
+  if (impl_) impl_->close();
+}
+
+const std::string& RunLog::path() const { return impl_->file.path(); }
+bool RunLog::appending() const { return impl_->appending; }
+double RunLog::wall_seconds() const { return unix_now() - impl_->start_unix; }
+
+}  // namespace heed

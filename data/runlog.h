@@ -1,0 +1,70 @@
+// data/runlog.h: a training run's HDF5 log, readable while the run goes on
+// and intact after a crash (HDF5 single-writer/multiple-reader mode).
+//
+// Layout (documented for users in docs/log-format.md):
+//   /                       attributes: run metadata (experiment, config, ...)
+//   /metrics/<name>         float64 [n, 3]: step, value, wall-clock seconds
+//   /series/<name>/values   float32 [n, ...]: one tensor per logged step
+//   /series/<name>/step     int64 [n]
+//   anything else           fixed datasets written before the run starts
+//
+// SWMR allows no new objects once appending starts, so the whole schema is
+// declared first, then begin() switches to appending. Rows are flushed at a
+// bounded interval, so a killed run loses at most that interval.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+#include "data/h5.h"
+
+namespace heed {
+
+class RunLog {
+ public:
+  struct Options {
+    double flush_seconds = 1.0;   // flush at least this often while appending
+    int64_t flush_rows = 1000;    // ... or after this many rows
+  };
+
+  // A new log at path (an existing file is replaced).
+  static RunLog create(const std::string& path, const Options& opt);
+  static RunLog create(const std::string& path) { return create(path, Options()); }
+  // Reopens a log to continue a resumed run: rows whose step is greater than
+  // after_step (written after the checkpoint the run resumes from) are
+  // dropped, so the continued log is exactly what an uninterrupted run writes.
+  static RunLog resume(const std::string& path, int64_t after_step, const Options& opt);
+  static RunLog resume(const std::string& path, int64_t after_step) { return resume(path, after_step, Options()); }
+
+  RunLog(RunLog&&) noexcept;
+  RunLog& operator=(RunLog&&) noexcept;
+  ~RunLog();
+
+  // ---- schema: before begin() ----
+  void set_attr(const std::string& name, const h5::Attr& value, const std::string& object = "/");
+  void declare_scalar(const std::string& name);
+  void declare_series(const std::string& name, const Shape& item_shape);
+  void write_tensor(const std::string& path, const Tensor& t);
+  void begin();
+
+  // ---- appending: after begin() ----
+  void scalar(const std::string& name, int64_t step, double value);
+  void series(const std::string& name, int64_t step, const Tensor& value);
+  void flush();
+  void close();
+
+  const std::string& path() const;
+  bool appending() const;
+  // Seconds since the run started (continues across resumes).
+  double wall_seconds() const;
+
+ private:
+  struct Impl;
+  explicit RunLog(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace heed

@@ -1,0 +1,134 @@
+// experiments/args.cpp
+#include "experiments/args.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace heed::experiments {
+
+Args& Args::integer(const std::string& name, int64_t* v, const std::string& help, int64_t min, int64_t max) {
+  std::string range = min == INT64_MIN ? "an integer"
+                      : max == INT64_MAX ? fmt::format("an integer >= {}", min)
+                                         : fmt::format("an integer in {}..{}", min, max);
+  opts_.push_back({name, help, "N", false,
+                   [=, this](const std::string& s) {
+                     char* end = nullptr;
+                     errno = 0;
+                     long long x = std::strtoll(s.c_str(), &end, 10);
+                     if (s.empty() || *end != '\0' || errno != 0 || x < min || x > max)
+                       fail("{}: --{} expects {}, got '{}'", command_, name, range, s);
+                     *v = x;
+                   },
+                   [v] { return std::to_string(*v); }});
+  return *this;
+}
+
+Args& Args::real(const std::string& name, double* v, const std::string& help, double min, double max,
+                 bool min_exclusive) {
+  std::string range = min <= -1e300 ? "a number"
+                      : max >= 1e300 ? fmt::format("a number {} {}", min_exclusive ? ">" : ">=", min)
+                                     : fmt::format("a number in {}{}, {}]", min_exclusive ? "(" : "[", min, max);
+  opts_.push_back({name, help, "X", false,
+                   [=, this](const std::string& s) {
+                     char* end = nullptr;
+                     errno = 0;
+                     double x = std::strtod(s.c_str(), &end);
+                     bool low = min_exclusive ? x <= min : x < min;
+                     if (s.empty() || *end != '\0' || errno != 0 || x != x || low || x > max)
+                       fail("{}: --{} expects {}, got '{}'", command_, name, range, s);
+                     *v = x;
+                   },
+                   [v] { return fmt::format("{}", *v); }});
+  return *this;
+}
+
+Args& Args::text(const std::string& name, std::string* v, const std::string& help) {
+  opts_.push_back({name, help, "TEXT", false, [=, this](const std::string& s) {
+                     if (s.empty()) fail("{}: --{} expects a value, got an empty string", command_, name);
+                     *v = s;
+                   },
+                   [v] { return *v; }});
+  return *this;
+}
+
+Args& Args::choice(const std::string& name, std::string* v, const std::vector<std::string>& choices,
+                   const std::string& help) {
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : "|") + c;
+  opts_.push_back({name, help, list, false,
+                   [=, this](const std::string& s) {
+                     for (const auto& c : choices)
+                       if (s == c) {
+                         *v = s;
+                         return;
+                       }
+                     fail("{}: --{} expects one of {}, got '{}'", command_, name, list, s);
+                   },
+                   [v] { return *v; }});
+  return *this;
+}
+
+Args& Args::flag(const std::string& name, bool* v, const std::string& help) {
+  opts_.push_back({name, help, "", true, [v](const std::string&) { *v = true; },
+                   [v] { return std::string(*v ? "true" : "false"); }});
+  return *this;
+}
+
+const Args::Opt* Args::find(const std::string& name) const {
+  for (const auto& o : opts_)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+bool Args::parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      fmt::print("{}", help());
+      return false;
+    }
+    if (a.rfind("--", 0) != 0) fail("{}: unexpected argument '{}' (options start with --; see --help)", command_, a);
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const Opt* o = find(name);
+    if (!o) fail("{}: unknown option '--{}' (see --help)", command_, name);
+    if (o->is_flag) {
+      if (has_value) fail("{}: --{} is a flag and takes no value", command_, name);
+      o->set("");
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) fail("{}: --{} expects a value ({})", command_, name, o->metavar);
+      value = args[++i];
+    }
+    o->set(value);
+  }
+  return true;
+}
+
+std::string Args::help() const {
+  std::string s = fmt::format("usage: heed {} [options]\n\n{}\n\noptions:\n", command_, summary_);
+  for (const auto& o : opts_) {
+    std::string lhs = "--" + o.name + (o.is_flag ? "" : " " + o.metavar);
+    s += fmt::format("  {:<28} {}", lhs, o.help);
+    if (!o.is_flag) s += fmt::format(" (default: {})", o.show());
+    s += "\n";
+  }
+  s += fmt::format("  {:<28} {}\n", "--help", "show this help");
+  return s;
+}
+
+std::vector<std::pair<std::string, std::string>> Args::values() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& o : opts_) out.emplace_back(o.name, o.show());
+  return out;
+}
+
+}  // namespace heed::experiments

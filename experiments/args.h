@@ -1,0 +1,44 @@
+// experiments/args.h: command-line options for heed's commands. Every option
+// is declared with its type, default and help; a bad value is reported with
+// the option, the value and what was expected, before any work starts.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace heed::experiments {
+
+class Args {
+ public:
+  Args(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
+
+  Args& integer(const std::string& name, int64_t* v, const std::string& help, int64_t min = INT64_MIN,
+                int64_t max = INT64_MAX);
+  Args& real(const std::string& name, double* v, const std::string& help, double min = -1e300, double max = 1e300,
+             bool min_exclusive = false);
+  Args& text(const std::string& name, std::string* v, const std::string& help);
+  Args& choice(const std::string& name, std::string* v, const std::vector<std::string>& choices,
+               const std::string& help);
+  Args& flag(const std::string& name, bool* v, const std::string& help);
+
+  // Parses args (without the command words). Returns false when --help was
+  // asked for (help is printed); throws heed::Error on a bad option.
+  bool parse(const std::vector<std::string>& args);
+  std::string help() const;
+  // The options as "name=value" pairs, for logging the full config.
+  std::vector<std::pair<std::string, std::string>> values() const;
+
+ private:
+  struct Opt {
+    std::string name, help, metavar;
+    bool is_flag = false;
+    std::function<void(const std::string&)> set;
+    std::function<std::string()> show;
+  };
+  const Opt* find(const std::string& name) const;
+  std::string command_, summary_;
+  std::vector<Opt> opts_;
+};
+
+}  // namespace heed::experiments

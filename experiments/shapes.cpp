@@ -1,0 +1,263 @@
+// experiments/shapes.cpp: `heed run shapes`, the CNN-versus-attention toy
+// experiment (../shared/spec/toy-shapes-task.md): both models trained on the
+// same data with the same protocol, everything logged to one HDF5 file.
+#include "experiments/shapes.h"
+
+#include <cmath>
+#include <memory>
+
+#include "data/batch.h"
+#include "data/runlog.h"
+#include "data/shapes.h"
+#include "experiments/args.h"
+#include "experiments/common.h"
+#include "experiments/shapes_metrics.h"
+#include "experiments/shapes_models.h"
+#include "heed.h"
+#include "optim/adam.h"
+
+namespace heed::experiments {
+
+namespace {
+
+constexpr int64_t kSamples = 15;  // fixed test samples whose predictions and attention are logged
+
+struct Config {
+  std::string model = "both";
+  int64_t epochs = 5;
+  int64_t train = 25000;
+  int64_t test = 1000;
+  int64_t batch = 100;
+  double lr = 1e-3;
+  std::string variant = "pairs";
+  bool positional = false;
+  bool scaled = false;
+  int64_t seed = 0;
+  int64_t threads = 2;
+  int64_t attention_every = 1;
+  std::string out = "runs/shapes.h5";
+};
+
+struct Data {
+  data::ShapesSet train, test;
+  Tensor train_x, test_x;  // standardised inputs
+};
+
+struct ModelRun {
+  std::string name;  // "cnn" or "attention"
+  std::shared_ptr<nn::Sequential> net;
+  std::shared_ptr<nn::SelfAttention> attn;  // null for the CNN
+  double final_train = NAN, final_test = NAN, pair_score = NAN, ms_per_step = NAN;
+};
+
+// Mean squared error of the model over a whole set, in eval mode, batch by batch.
+double evaluate(nn::Module& net, const Tensor& x, const Tensor& y, int64_t batch) {
+  autograd::NoGradGuard ng;
+  net.eval();
+  double sum = 0;
+  const int64_t n = x.size(0);
+  for (int64_t at = 0; at < n; at += batch) {
+    int64_t b = std::min(batch, n - at);
+    Tensor out = net.forward(kernel::narrow(x, 0, at, b));
+    sum += mse_loss(out, kernel::narrow(y, 0, at, b)).item() * static_cast<double>(b);
+  }
+  net.train();
+  return sum / static_cast<double>(n);
+}
+
+PairScore score_attention(ModelRun& m, const Data& d, int64_t batch) {
+  autograd::NoGradGuard ng;
+  m.net->eval();
+  m.attn->keep_attention(true);
+  PairScore total;
+  const int64_t n = d.test_x.size(0);
+  for (int64_t at = 0; at < n; at += batch) {
+    int64_t b = std::min(batch, n - at);
+    m.net->forward(kernel::narrow(d.test_x, 0, at, b));
+    PairScore s = pair_attention_score(m.attn->last_attention(), kernel::narrow(d.test.centres, 0, at, b),
+                                       kernel::narrow(d.test.widths, 0, at, b),
+                                       kernel::narrow(d.test.partner, 0, at, b));
+    total.mass += s.mass;
+    total.queries += s.queries;
+  }
+  m.attn->keep_attention(false);
+  m.net->train();
+  return total;
+}
+
+// Logs the fixed samples' outputs (and attention maps when due) at `step`.
+void log_samples(RunLog& log, ModelRun& m, const Data& d, int64_t step, bool with_attention) {
+  autograd::NoGradGuard ng;
+  m.net->eval();
+  if (m.attn && with_attention) m.attn->keep_attention(true);
+  Tensor out = m.net->forward(kernel::narrow(d.test_x, 0, 0, kSamples));
+  log.series(m.name + "/output", step, out);
+  if (m.attn && with_attention) {
+    log.series("attention/maps", step, m.attn->last_attention());
+    m.attn->keep_attention(false);
+  }
+  m.net->train();
+}
+
+void train_model(ModelRun& m, const Config& c, const Data& d, RunLog& log) {
+  optim::Adam opt(m.net->named_parameters(), optim::AdamOptions().lr(c.lr));
+  data::BatchSampler sampler(d.train_x.size(0), data::BatchSamplerOptions{c.batch, false, false, 0});
+  const int64_t steps_per_epoch = sampler.batches_per_epoch();
+  const int64_t total = steps_per_epoch * c.epochs;
+  Progress progress;
+  Stopwatch run_clock;
+  double compute_seconds = 0;
+  int64_t step = 0;
+  std::vector<int64_t> idx;
+  fmt::print("\n== {} ({} parameters) ==\n", m.name, m.net->num_parameters());
+  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
+    double epoch_loss = 0;
+    int64_t epoch_rows = 0;
+    for (int64_t b = 0; b < steps_per_epoch; ++b) {
+      idx = sampler.next_batch();
+      Tensor x = data::slice_batch(d.train_x, idx), y = data::slice_batch(d.train.target, idx);
+      Stopwatch sw;
+      opt.zero_grad();
+      Tensor loss = mse_loss(m.net->forward(x), y);
+      backward(loss);
+      opt.step();
+      double secs = sw.seconds();
+      compute_seconds += secs;
+      double l = loss.item();
+      ++step;
+      epoch_loss += l * static_cast<double>(idx.size());
+      epoch_rows += static_cast<int64_t>(idx.size());
+      log.scalar(m.name + "/train_loss", step, l);
+      log.scalar(m.name + "/step_seconds", step, secs);
+      if (progress.due(step == total)) {
+        double rate = static_cast<double>(step) / run_clock.seconds();
+        fmt::print("{} epoch {}/{} step {}/{} loss {:.4f} {:.1f} steps/s ETA {}\n", m.name, epoch + 1, c.epochs,
+                   step, total, l, rate, format_seconds(static_cast<double>(total - step) / rate));
+        std::fflush(stdout);
+      }
+    }
+    double train_mse = epoch_loss / static_cast<double>(epoch_rows);
+    double test_mse = evaluate(*m.net, d.test_x, d.test.target, c.batch);
+    log.scalar(m.name + "/train_mse", step, train_mse);
+    log.scalar(m.name + "/test_mse", step, test_mse);
+    bool last = epoch + 1 == c.epochs;
+    bool attn_due = last || (epoch + 1) % c.attention_every == 0;
+    std::string extra;
+    if (m.attn) {
+      PairScore ps = score_attention(m, d, c.batch);
+      log.scalar("attention/pair_score", step, ps.value());
+      m.pair_score = ps.value();
+      extra = fmt::format(" pair-attention {:.3f}", ps.value());
+    }
+    log_samples(log, m, d, step, attn_due);
+    log.flush();
+    fmt::print("{} epoch {}/{}: train mse {:.4f} test mse {:.4f}{}\n", m.name, epoch + 1, c.epochs, train_mse,
+               test_mse, extra);
+    std::fflush(stdout);
+    m.final_train = train_mse;
+    m.final_test = test_mse;
+  }
+  m.ms_per_step = 1000.0 * compute_seconds / static_cast<double>(std::max<int64_t>(step, 1));
+}
+
+}  // namespace
+
+int run_shapes(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
+  Config c;
+  Args a("run shapes",
+         "Trains a CNN and the same CNN with one self-attention layer on the toy shapes task\n"
+         "(each output depends on a partner shape up to ~90 positions away) and logs both to HDF5.");
+  a.choice("model", &c.model, {"cnn", "attention", "both"}, "which model(s) to train")
+      .integer("epochs", &c.epochs, "passes over the training set", 1)
+      .integer("train", &c.train, "training samples", 1)
+      .integer("test", &c.test, "test samples (at least 15 are logged)", kSamples)
+      .integer("batch", &c.batch, "batch size", 1)
+      .real("lr", &c.lr, "Adam learning rate", 0.0, 1e300, true)
+      .choice("variant", &c.variant, {"pairs", "location"}, "average the two triangles / two boxes, or left / right pairs")
+      .flag("positional", &c.positional, "append 7 binary positional channels to the input")
+      .flag("scaled", &c.scaled, "scale attention scores by 1/sqrt(d_k) (the reference does not)")
+      .integer("seed", &c.seed, "seed for data and initialisation", 0)
+      .integer("threads", &c.threads, "threads for every backend", 1, 1024)
+      .integer("attention-every", &c.attention_every, "log attention maps every N epochs (and at the end)", 1)
+      .text("out", &c.out, "HDF5 log file");
+  if (!a.parse(args)) return 0;
+
+  // Everything that can be refused is checked before any work.
+  prepare_output_path(c.out);
+  kernel::set_num_threads(static_cast<int>(c.threads));
+
+  Stopwatch total_clock;
+  Data d;
+  {
+    data::ShapesOptions so;
+    so.group_by_location = c.variant == "location";
+    so.positional = c.positional;
+    Generator g(static_cast<uint64_t>(c.seed));
+    Stopwatch sw;
+    d.train = data::generate_shapes(c.train, g, so);
+    d.test = data::generate_shapes(c.test, g, so);
+    data::Standardizer st;
+    st.fit(d.train.input);
+    d.train_x = st.apply(d.train.input);
+    d.test_x = st.apply(d.test.input);
+    fmt::print("data: {} train + {} test samples ({} variant{}) in {}\n", c.train, c.test, c.variant,
+               c.positional ? ", positional channels" : "", format_seconds(sw.seconds()));
+  }
+  const int64_t C = d.train_x.size(1);
+
+  std::vector<ModelRun> runs;
+  // Each model's initialisation comes from its own seeded generator, so the
+  // CNN is the same whether or not the attention model is trained too.
+  if (c.model != "attention") {
+    Generator g(static_cast<uint64_t>(c.seed) * 1000 + 1);
+    runs.push_back({"cnn", make_shapes_cnn(C, &g), nullptr});
+  }
+  if (c.model != "cnn") {
+    Generator g(static_cast<uint64_t>(c.seed) * 1000 + 2);
+    auto net = make_shapes_attention(C, c.scaled, &g);
+    runs.push_back({"attention", net, std::dynamic_pointer_cast<nn::SelfAttention>((*net)[4])});
+  }
+
+  RunLog log = RunLog::create(c.out);
+  write_run_metadata(log, "shapes", command_line, a);
+  log.write_tensor("samples/input", kernel::narrow(d.test.input, 0, 0, kSamples));
+  log.write_tensor("samples/input_standardised", kernel::narrow(d.test_x, 0, 0, kSamples));
+  log.write_tensor("samples/target", kernel::narrow(d.test.target, 0, 0, kSamples));
+  log.write_tensor("samples/centres", kernel::narrow(d.test.centres, 0, 0, kSamples));
+  log.write_tensor("samples/widths", kernel::narrow(d.test.widths, 0, 0, kSamples));
+  log.write_tensor("samples/heights", kernel::narrow(d.test.heights, 0, 0, kSamples));
+  log.write_tensor("samples/kinds", kernel::narrow(d.test.kinds, 0, 0, kSamples));
+  log.write_tensor("samples/partner", kernel::narrow(d.test.partner, 0, 0, kSamples));
+  for (auto& m : runs) {
+    log.write_tensor("models/" + m.name + "/nb_parameters", Tensor::scalar(static_cast<double>(m.net->num_parameters()), DType::i64));
+    log.set_attr("summary", m.net->summary(), "models/" + m.name);
+    std::string params;
+    for (auto& [n, p] : m.net->named_parameters()) params += n + " " + shape_str(p.shape()) + "\n";
+    log.set_attr("parameters", params, "models/" + m.name);
+    for (const char* metric : {"train_loss", "step_seconds", "train_mse", "test_mse"})
+      log.declare_scalar(m.name + "/" + metric);
+    log.declare_series(m.name + "/output", {kSamples, 1, d.test_x.size(2)});
+    if (m.attn) {
+      log.declare_scalar("attention/pair_score");
+      log.declare_series("attention/maps", {kSamples, d.test_x.size(2), d.test_x.size(2)});
+    }
+  }
+  log.begin();
+  fmt::print("logging to {}\n", c.out);
+
+  for (auto& m : runs) {
+    fmt::print("{}\n", m.net->summary());
+    train_model(m, c, d, log);
+  }
+  log.close();
+
+  fmt::print("\n{:<10} {:>11} {:>10} {:>10} {:>15} {:>9}\n", "model", "parameters", "train mse", "test mse",
+             "pair-attention", "ms/step");
+  for (auto& m : runs)
+    fmt::print("{:<10} {:>11} {:>10.4f} {:>10.4f} {:>15} {:>9.1f}\n", m.name, m.net->num_parameters(), m.final_train,
+               m.final_test, m.attn ? fmt::format("{:.3f}", m.pair_score) : std::string("-"), m.ms_per_step);
+  fmt::print("\nlog: {} (total {})\n", c.out, format_seconds(total_clock.seconds()));
+  return 0;
+}
+
+}  // namespace heed::experiments

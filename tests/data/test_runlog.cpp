@@ -1,0 +1,142 @@
+// tests/data/test_runlog.cpp: the HDF5 run log: schema, appends, reading while
+// the writer runs, surviving kill -9, resuming.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "data/h5.h"
+#include "data/runlog.h"
+#include "test_util.h"
+
+using namespace heed;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("heed-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+int64_t rows(const h5::File& f, const std::string& ds) { return f.dataset_shape(ds)[0]; }
+
+}  // namespace
+
+TEST_CASE("runlog: metrics, series, attributes and fixed datasets read back") {
+  std::string path = temp_path("basic.h5");
+  {
+    RunLog log = RunLog::create(path);
+    log.set_attr("experiment", std::string("unit"));
+    log.set_attr("seed", int64_t{7});
+    log.set_attr("lr", 0.001);
+    log.declare_scalar("model/train_loss");
+    log.declare_series("attention/maps", {2, 3});
+    log.write_tensor("samples/input", Tensor::from({1, 2, 3}, {3}));
+    log.begin();
+    for (int64_t s = 1; s <= 5; ++s) log.scalar("model/train_loss", s, 1.0 / static_cast<double>(s));
+    log.series("attention/maps", 5, Tensor::from({1, 2, 3, 4, 5, 6}, {2, 3}));
+    log.close();
+  }
+  h5::File f(path, h5::File::Mode::read);
+  CHECK(h5::attr_str(f.get_attr("/", "experiment")) == "unit");
+  CHECK(std::get<int64_t>(f.get_attr("/", "seed")) == 7);
+  CHECK(std::get<double>(f.get_attr("/", "lr")) == 0.001);
+  Tensor m = f.read_tensor("metrics/model/train_loss");
+  REQUIRE(m.shape() == Shape{5, 3});
+  CHECK(m.at({0, 0}) == 1.0);
+  CHECK(m.at({4, 0}) == 5.0);
+  CHECK(m.at({4, 1}) == 0.2);
+  CHECK(m.at({4, 2}) >= 0.0);  // wall seconds
+  CHECK(f.read_tensor("series/attention/maps/values").shape() == Shape{1, 2, 3});
+  CHECK(f.read_tensor("series/attention/maps/step").to_vector<int64_t>() == std::vector<int64_t>{5});
+  CHECK(f.read_tensor("samples/input").to_vector<float>() == std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE("runlog: misuse is refused with a message naming the problem") {
+  std::string path = temp_path("misuse.h5");
+  RunLog log = RunLog::create(path);
+  log.declare_scalar("a");
+  log.declare_series("s", {2});
+  test::check_error([&] { log.scalar("a", 1, 1.0); }, {"scalar", "needs", "begin()"});
+  log.begin();
+  test::check_error([&] { log.declare_scalar("b"); }, {"declare_scalar", "before begin()"});
+  test::check_error([&] { log.scalar("nope", 1, 1.0); }, {"metric 'nope' was not declared"});
+  test::check_error([&] { log.series("s", 1, Tensor::zeros({3})); }, {"series 's'", "[2]", "[3]"});
+  test::check_error([] { RunLog::create("/nonexistent-dir/x/y.h5"); }, {"cannot create", "/nonexistent-dir/x/y.h5"});
+  test::check_error([] { h5::File("/nonexistent.h5", h5::File::Mode::read); }, {"cannot open", "/nonexistent.h5"});
+}
+
+TEST_CASE("runlog: a reader sees flushed rows while the writer runs, and they survive kill -9") {
+  std::string path = temp_path("live.h5");
+  int ready[2], go[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The writer: 10 rows, flush, report; 10 more, flush, report; then hang
+    // until killed (never closes the file).
+    RunLog::Options opt;
+    opt.flush_seconds = 1e9;
+    opt.flush_rows = 1000000;
+    RunLog log = RunLog::create(path, opt);
+    log.declare_scalar("loss");
+    log.begin();
+    char c = 0;
+    for (int phase = 0; phase < 2; ++phase) {
+      for (int i = 0; i < 10; ++i) log.scalar("loss", phase * 10 + i + 1, 0.5);
+      log.flush();
+      if (write(ready[1], "x", 1) != 1) _exit(3);
+      if (phase == 0 && read(go[0], &c, 1) != 1) _exit(4);
+    }
+    for (int i = 0; i < 5; ++i) log.scalar("loss", 100 + i, 0.5);  // written, never flushed
+    pause();
+    _exit(0);
+  }
+  char c = 0;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  {
+    h5::File live(path, h5::File::Mode::read_swmr);  // the writer is still running
+    CHECK(rows(live, "metrics/loss") == 10);
+  }
+  REQUIRE(write(go[1], "x", 1) == 1);
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  {
+    h5::File live(path, h5::File::Mode::read_swmr);
+    CHECK(rows(live, "metrics/loss") == 20);
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  h5::File after(path, h5::File::Mode::read_swmr);
+  Tensor m = after.read_tensor("metrics/loss");
+  REQUIRE(m.size(0) >= 20);  // every flushed row survived
+  for (int64_t i = 0; i < 20; ++i) CHECK(m.at({i, 0}) == static_cast<double>(i + 1));
+}
+
+TEST_CASE("runlog: resume drops rows written after the checkpoint step and appends after them") {
+  std::string path = temp_path("resume.h5");
+  {
+    RunLog log = RunLog::create(path);
+    log.declare_scalar("loss");
+    log.declare_series("maps", {2});
+    log.begin();
+    for (int64_t s = 1; s <= 10; ++s) log.scalar("loss", s, static_cast<double>(s));
+    log.series("maps", 4, Tensor::zeros({2}));
+    log.series("maps", 8, Tensor::ones({2}));
+  }
+  {
+    RunLog log = RunLog::resume(path, 6);
+    for (int64_t s = 7; s <= 8; ++s) log.scalar("loss", s, 100.0 + static_cast<double>(s));
+  }
+  h5::File f(path, h5::File::Mode::read);
+  Tensor m = f.read_tensor("metrics/loss");
+  REQUIRE(m.size(0) == 8);
+  CHECK(m.at({5, 1}) == 6.0);
+  CHECK(m.at({6, 1}) == 107.0);
+  CHECK(f.read_tensor("series/maps/step").to_vector<int64_t>() == std::vector<int64_t>{4});
+  test::check_error([&] { RunLog::resume(temp_path("basic-missing.h5"), 0); }, {"cannot open"});
+}

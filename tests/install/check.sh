@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# tests/install/check.sh SOURCE_DIR BUILD_DIR CXX_COMPILER BUILD_TYPE [OPENBLAS_LIB]
+#
+# Proves that an installed heed works for another project: `cmake --install`s
+# the build tree BUILD_DIR into a fresh prefix, builds tests/install (a separate
+# project using find_package(heed) and heed::heed) against it, runs it, and
+# checks what it prints. With OPENBLAS_LIB (the OpenBLAS heed was built with),
+# also checks that the consumer loads that very library at run time.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source_dir="$1" build_dir="$2" cxx="$3" build_type="$4" openblas="${5:-}"
+
+work="$build_dir/tests/install-check"
+prefix="$work/prefix"
+rm -rf "$work"
+mkdir -p "$work"
+
+fail() { printf 'install check: FAILED: %s\n' "$*" >&2; exit 1; }
+
+echo "== cmake --install $build_dir --prefix $prefix"
+cmake --install "$build_dir" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
+[[ -f $prefix/include/heed/heed.h ]] || fail "include/heed/heed.h not installed"
+[[ -f $prefix/include/heed/core/tensor.h ]] || fail "include/heed/core/tensor.h not installed"
+config="$(find "$prefix" -name heedConfig.cmake)"
+[[ -n $config ]] || fail "heedConfig.cmake not installed"
+# An installed package must not point back into the source or build tree.
+if grep -rlF -e "$source_dir/" -e "$build_dir/" "$(dirname "$config")"; then
+  fail "the installed CMake package refers to the source or build tree (files above)"
+fi
+
+echo "== configure and build tests/install against it"
+cmake -S "$here" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE="$build_type" >"$work/configure.log" ||
+  { cat "$work/configure.log"; fail "configuring the consumer project"; }
+cmake --build "$work/build" -j2 >"$work/build.log" || { cat "$work/build.log"; fail "building the consumer project"; }
+
+echo "== run it"
+exe="$work/build/heed_consumer"
+out="$("$exe")" || fail "the consumer exited with $?"
+printf '%s\n' "$out"
+grep -qx 'numel 6' <<<"$out" || fail "expected 'numel 6'"
+grep -qx 'matmul sum 24' <<<"$out" || fail "expected 'matmul sum 24'"
+grep -qx 'conv1d sum 6' <<<"$out" || fail "expected 'conv1d sum 6'"
+
+if [[ $openblas == */openblas-openmp/* ]]; then
+  # The OpenMP build of OpenBLAS is not the system default (the pthread one
+  # is): the consumer finds it only through the RPATH heed's package gives it.
+  echo "== ldd: libopenblas.so.0 must resolve to $openblas"
+  loaded="$(ldd "$exe" | awk '$1 == "libopenblas.so.0" { print $3 }')"
+  echo "libopenblas.so.0 => $loaded"
+  [[ -n $loaded && $(readlink -f "$loaded") == $(readlink -f "$openblas") ]] ||
+    fail "the consumer loads '$loaded', not $openblas"
+  grep -q 'threading=OpenMP' <<<"$out" || fail "OpenBLAS does not report OpenMP threading"
+fi
+echo "install check: OK"
