@@ -3,7 +3,15 @@
 
 #include <hdf5.h>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <fstream>
 #include <mutex>
+
+extern char** environ;
 
 #include "core/error.h"
 #include "core/kernels.h"
@@ -62,6 +70,34 @@ herr_t visit_cb(hid_t group, const char* name, const H5L_info_t*, void* data) {
   return 0;
 }
 
+bool looks_like_hdf5(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char sig[8] = {};
+  in.read(sig, 8);
+  return in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+}
+
+// Runs `h5clear -s --increment path` (no shell): -s clears the "open for
+// writing" mark, --increment moves the recorded end of file past the data a
+// SWMR writer appended (without it the last rows read as unreadable).
+// False when the tool is missing or fails.
+bool clear_status_flags(const std::string& path) {
+  if (!looks_like_hdf5(path)) return false;
+  pid_t pid = 0;
+  std::string tool = "h5clear", flag = "-s", inc = "--increment";
+  char* argv[] = {tool.data(), flag.data(), inc.data(), const_cast<char*>(path.c_str()), nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  int rc = posix_spawnp(&pid, "h5clear", &fa, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return false;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 }  // namespace
 
 File::File(const std::string& path, Mode mode) : path_(path) {
@@ -73,12 +109,17 @@ File::File(const std::string& path, Mode mode) : path_(path) {
     case Mode::create: id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl); break;
     case Mode::read: id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); break;
     case Mode::read_swmr: id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl); break;
-    case Mode::append: id_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl); break;
+    case Mode::append:
+      id_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
+      // A writer killed in SWMR mode leaves the superblock marked "open for
+      // writing"; HDF5's own h5clear resets that mark (the data is intact).
+      if (id_ < 0 && clear_status_flags(path)) id_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
+      break;
   }
   if (id_ < 0) {
     if (mode == Mode::create) fail("cannot create HDF5 file '{}' (is the directory writable?)", path);
     fail("cannot open '{}' as an HDF5 file (missing, not HDF5, truncated, or still open for writing; "
-         "a file left by a killed writer may need `h5clear -s`)",
+         "a file left by a killed writer may need `h5clear -s --increment`)",
          path);
   }
 }

@@ -99,6 +99,7 @@ bool Args::parse(const std::vector<std::string>& args) {
     }
     const Opt* o = find(name);
     if (!o) fail("{}: unknown option '--{}' (see --help)", command_, name);
+    given_.push_back(name);
     if (o->is_flag) {
       if (has_value) fail("{}: --{} is a flag and takes no value", command_, name);
       o->set("");
@@ -111,6 +112,22 @@ bool Args::parse(const std::vector<std::string>& args) {
     o->set(value);
   }
   return true;
+}
+
+bool Args::given(const std::string& name) const {
+  for (const auto& g : given_)
+    if (g == name) return true;
+  return false;
+}
+
+void Args::assign(const std::string& name, const std::string& value) {
+  const Opt* o = find(name);
+  if (!o) fail("{}: unknown option '--{}'", command_, name);
+  if (o->is_flag) {
+    if (value == "true") o->set("");
+    return;
+  }
+  o->set(value);
 }
 
 std::string Args::help() const {

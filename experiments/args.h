@@ -26,6 +26,11 @@ class Args {
   // asked for (help is printed); throws heed::Error on a bad option.
   bool parse(const std::vector<std::string>& args);
   std::string help() const;
+  // Whether the option appeared on the command line (not just its default).
+  bool given(const std::string& name) const;
+  // Sets an option from text as if it had been given (used to restore a
+  // checkpoint's configuration); throws like parse() on a bad value.
+  void assign(const std::string& name, const std::string& value);
   // The options as "name=value" pairs, for logging the full config.
   std::vector<std::pair<std::string, std::string>> values() const;
 
@@ -39,6 +44,7 @@ class Args {
   const Opt* find(const std::string& name) const;
   std::string command_, summary_;
   std::vector<Opt> opts_;
+  std::vector<std::string> given_;
 };
 
 }  // namespace heed::experiments

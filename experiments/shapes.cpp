@@ -3,10 +3,13 @@
 // same data with the same protocol, everything logged to one HDF5 file.
 #include "experiments/shapes.h"
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <memory>
 
 #include "data/batch.h"
+#include "data/checkpoint.h"
 #include "data/runlog.h"
 #include "data/shapes.h"
 #include "experiments/args.h"
@@ -36,6 +39,10 @@ struct Config {
   int64_t threads = 2;
   int64_t attention_every = 1;
   std::string out = "runs/shapes.h5";
+  std::string checkpoint;  // default: <out without .h5>.ckpt.h5
+  int64_t checkpoint_every = 250;
+  std::string resume;
+  int64_t stop_after = 0;
 };
 
 struct Data {
@@ -99,65 +106,156 @@ void log_samples(RunLog& log, ModelRun& m, const Data& d, int64_t step, bool wit
   m.net->train();
 }
 
-void train_model(ModelRun& m, const Config& c, const Data& d, RunLog& log) {
-  optim::Adam opt(m.net->named_parameters(), optim::AdamOptions().lr(c.lr));
-  data::BatchSampler sampler(d.train_x.size(0), data::BatchSamplerOptions{c.batch, false, false, 0});
-  const int64_t steps_per_epoch = sampler.batches_per_epoch();
-  const int64_t total = steps_per_epoch * c.epochs;
-  Progress progress;
-  Stopwatch run_clock;
-  double compute_seconds = 0;
+// Ctrl-C: the first one finishes the current step, writes a checkpoint and
+// flushes the log; a second one exits at once.
+std::atomic<bool> g_stop{false};
+extern "C" void on_sigint(int) {
+  if (g_stop.exchange(true)) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+
+struct Trainer {
+  const Config& c;
+  const Data& d;
+  std::vector<ModelRun>& runs;
+  RunLog& log;
+  data::BatchSampler sampler;
+  std::vector<std::unique_ptr<optim::Adam>> opts;
+  // Per model: loss summed over the current epoch (weighted by rows), rows,
+  // and seconds spent in forward + backward + update.
+  std::vector<double> epoch_loss, compute_seconds;
+  int64_t epoch_rows = 0;
   int64_t step = 0;
-  std::vector<int64_t> idx;
-  fmt::print("\n== {} ({} parameters) ==\n", m.name, m.net->num_parameters());
-  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
-    double epoch_loss = 0;
-    int64_t epoch_rows = 0;
-    for (int64_t b = 0; b < steps_per_epoch; ++b) {
-      idx = sampler.next_batch();
-      Tensor x = data::slice_batch(d.train_x, idx), y = data::slice_batch(d.train.target, idx);
-      Stopwatch sw;
-      opt.zero_grad();
-      Tensor loss = mse_loss(m.net->forward(x), y);
-      backward(loss);
-      opt.step();
-      double secs = sw.seconds();
-      compute_seconds += secs;
-      double l = loss.item();
-      ++step;
-      epoch_loss += l * static_cast<double>(idx.size());
-      epoch_rows += static_cast<int64_t>(idx.size());
-      log.scalar(m.name + "/train_loss", step, l);
-      log.scalar(m.name + "/step_seconds", step, secs);
-      if (progress.due(step == total)) {
-        double rate = static_cast<double>(step) / run_clock.seconds();
-        fmt::print("{} epoch {}/{} step {}/{} loss {:.4f} {:.1f} steps/s ETA {}\n", m.name, epoch + 1, c.epochs,
-                   step, total, l, rate, format_seconds(static_cast<double>(total - step) / rate));
-        std::fflush(stdout);
-      }
+
+  Trainer(const Config& c_, const Data& d_, std::vector<ModelRun>& r, RunLog& l)
+      : c(c_), d(d_), runs(r), log(l), sampler(d_.train_x.size(0), data::BatchSamplerOptions{c_.batch, false, false, 0}),
+        epoch_loss(r.size(), 0.0), compute_seconds(r.size(), 0.0) {
+    for (auto& m : runs) opts.push_back(std::make_unique<optim::Adam>(m.net->named_parameters(), optim::AdamOptions().lr(c.lr)));
+  }
+
+  int64_t steps_per_epoch() const { return sampler.batches_per_epoch(); }
+  int64_t total_steps() const { return steps_per_epoch() * c.epochs; }
+
+  Checkpoint checkpoint(const Args& a) const {
+    Checkpoint ck;
+    ck.experiment = "shapes";
+    for (const auto& [k, v] : a.values()) ck.config[k] = v;
+    ck.counters["step"] = step;
+    ck.counters["epoch_rows"] = epoch_rows;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      ck.put("model/" + runs[i].name, runs[i].net->state_dict());
+      ck.put("optim/" + runs[i].name, opts[i]->state_dict());
+      // Doubles stored bit for bit, so the epoch's running MSE resumes exactly.
+      ck.tensors["acc/" + runs[i].name] = Tensor::from_f64({epoch_loss[i], compute_seconds[i]}, {2});
     }
-    double train_mse = epoch_loss / static_cast<double>(epoch_rows);
-    double test_mse = evaluate(*m.net, d.test_x, d.test.target, c.batch);
-    log.scalar(m.name + "/train_mse", step, train_mse);
-    log.scalar(m.name + "/test_mse", step, test_mse);
+    ck.tensors["sampler/state"] = sampler.state_tensor();
+    ck.tensors["rng/default"] = default_generator().state_tensor();
+    return ck;
+  }
+
+  void restore(const Checkpoint& ck) {
+    step = ck.counter("step");
+    epoch_rows = ck.counter("epoch_rows");
+    if (step < 0 || step > total_steps())
+      fail("checkpoint: step {} is outside this run's 0..{} steps", step, total_steps());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      runs[i].net->load_state_dict(ck.get("model/" + runs[i].name));
+      opts[i]->load_state_dict(ck.get("optim/" + runs[i].name));
+      auto it = ck.tensors.find("acc/" + runs[i].name);
+      if (it == ck.tensors.end() || it->second.shape() != Shape{2})
+        fail("checkpoint: 'acc/{}' is missing or not of shape [2]", runs[i].name);
+      auto acc = it->second.to_vector<double>();
+      epoch_loss[i] = acc[0];
+      compute_seconds[i] = acc[1];
+    }
+    auto s = ck.tensors.find("sampler/state");
+    if (s == ck.tensors.end()) fail("checkpoint: 'sampler/state' is missing");
+    sampler.set_state_tensor(s->second);
+    auto g = ck.tensors.find("rng/default");
+    if (g != ck.tensors.end()) default_generator().set_state_tensor(g->second);
+  }
+
+  void end_of_epoch(int64_t epoch) {
     bool last = epoch + 1 == c.epochs;
     bool attn_due = last || (epoch + 1) % c.attention_every == 0;
-    std::string extra;
-    if (m.attn) {
-      PairScore ps = score_attention(m, d, c.batch);
-      log.scalar("attention/pair_score", step, ps.value());
-      m.pair_score = ps.value();
-      extra = fmt::format(" pair-attention {:.3f}", ps.value());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      ModelRun& m = runs[i];
+      double train_mse = epoch_loss[i] / static_cast<double>(epoch_rows);
+      double test_mse = evaluate(*m.net, d.test_x, d.test.target, c.batch);
+      log.scalar(m.name + "/train_mse", step, train_mse);
+      log.scalar(m.name + "/test_mse", step, test_mse);
+      std::string extra;
+      if (m.attn) {
+        PairScore ps = score_attention(m, d, c.batch);
+        log.scalar("attention/pair_score", step, ps.value());
+        m.pair_score = ps.value();
+        extra = fmt::format(" pair-attention {:.3f}", ps.value());
+      }
+      log_samples(log, m, d, step, attn_due);
+      fmt::print("{} epoch {}/{}: train mse {:.4f} test mse {:.4f}{}\n", m.name, epoch + 1, c.epochs, train_mse,
+                 test_mse, extra);
+      m.final_train = train_mse;
+      m.final_test = test_mse;
+      epoch_loss[i] = 0;
     }
-    log_samples(log, m, d, step, attn_due);
+    epoch_rows = 0;
     log.flush();
-    fmt::print("{} epoch {}/{}: train mse {:.4f} test mse {:.4f}{}\n", m.name, epoch + 1, c.epochs, train_mse,
-               test_mse, extra);
     std::fflush(stdout);
-    m.final_train = train_mse;
-    m.final_test = test_mse;
   }
-  m.ms_per_step = 1000.0 * compute_seconds / static_cast<double>(std::max<int64_t>(step, 1));
+
+  // Returns true when the run was stopped early (Ctrl-C or --stop-after).
+  bool run(const Args& a, const std::string& ckpt_path) {
+    const int64_t total = total_steps(), start = step;
+    Progress progress;
+    Stopwatch clock;
+    std::vector<int64_t> idx;
+    while (step < total) {
+      idx = sampler.next_batch();
+      Tensor x = data::slice_batch(d.train_x, idx), y = data::slice_batch(d.train.target, idx);
+      ++step;
+      std::string losses;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        ModelRun& m = runs[i];
+        Stopwatch sw;
+        opts[i]->zero_grad();
+        Tensor loss = mse_loss(m.net->forward(x), y);
+        backward(loss);
+        opts[i]->step();
+        double secs = sw.seconds();
+        compute_seconds[i] += secs;
+        double l = loss.item();
+        epoch_loss[i] += l * static_cast<double>(idx.size());
+        log.scalar(m.name + "/train_loss", step, l);
+        log.scalar(m.name + "/step_seconds", step, secs);
+        losses += fmt::format(" {} {:.4f}", m.name, l);
+      }
+      epoch_rows += static_cast<int64_t>(idx.size());
+      const int64_t epoch = (step - 1) / steps_per_epoch();
+      if (progress.due(step == total)) {
+        double rate = static_cast<double>(step - start) / clock.seconds();
+        fmt::print("epoch {}/{} step {}/{} loss{} | {:.1f} steps/s ETA {}\n", epoch + 1, c.epochs, step, total,
+                   losses, rate, format_seconds(static_cast<double>(total - step) / rate));
+        std::fflush(stdout);
+      }
+      if (step % steps_per_epoch() == 0) end_of_epoch(epoch);
+      bool stop = g_stop.load() || (c.stop_after > 0 && step == c.stop_after);
+      if (stop || (c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == total) {
+        log.flush();
+        save_checkpoint(ckpt_path, checkpoint(a));
+      }
+      if (stop && step < total) return true;
+    }
+    for (size_t i = 0; i < runs.size(); ++i)
+      runs[i].ms_per_step = 1000.0 * compute_seconds[i] / static_cast<double>(std::max<int64_t>(step, 1));
+    return false;
+  }
+};
+
+std::string default_checkpoint_path(const std::string& out) {
+  std::string base = out.size() > 3 && out.substr(out.size() - 3) == ".h5" ? out.substr(0, out.size() - 3) : out;
+  return base + ".ckpt.h5";
 }
 
 }  // namespace
@@ -179,11 +277,34 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
       .integer("seed", &c.seed, "seed for data and initialisation", 0)
       .integer("threads", &c.threads, "threads for every backend", 1, 1024)
       .integer("attention-every", &c.attention_every, "log attention maps every N epochs (and at the end)", 1)
-      .text("out", &c.out, "HDF5 log file");
+      .text("out", &c.out, "HDF5 log file")
+      .text("checkpoint", &c.checkpoint, "checkpoint file (default: the log's name with .ckpt.h5)")
+      .integer("checkpoint-every", &c.checkpoint_every, "write a checkpoint every N steps (0: only at the end)", 0)
+      .text("resume", &c.resume, "continue the run saved in this checkpoint (appends to its log)")
+      .integer("stop-after", &c.stop_after, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0);
   if (!a.parse(args)) return 0;
 
+  // Resuming continues the same run: its configuration comes from the
+  // checkpoint, and an option given now that contradicts it is an error.
+  Checkpoint resume_ck;
+  if (!c.resume.empty()) {
+    resume_ck = load_checkpoint(c.resume, "shapes");
+    for (const auto& [k, v] : resume_ck.config) {
+      if (k == "resume" || k == "threads" || k == "checkpoint-every" || k == "stop-after" || k == "checkpoint") continue;
+      std::string mine;
+      for (const auto& [n, val] : a.values())
+        if (n == k) mine = val;
+      if (a.given(k) && mine != v)
+        fail("run shapes: --{} {} contradicts the checkpoint's {} (a resumed run keeps its configuration)", k, mine, v);
+      a.assign(k, v);
+    }
+    if (!a.given("checkpoint")) c.checkpoint = c.resume;
+  }
+  if (c.checkpoint.empty()) c.checkpoint = default_checkpoint_path(c.out);
+
   // Everything that can be refused is checked before any work.
-  prepare_output_path(c.out);
+  if (c.resume.empty()) prepare_output_path(c.out);
+  prepare_output_path(c.checkpoint);
   kernel::set_num_threads(static_cast<int>(c.threads));
 
   Stopwatch total_clock;
@@ -218,38 +339,58 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
     runs.push_back({"attention", net, std::dynamic_pointer_cast<nn::SelfAttention>((*net)[4])});
   }
 
-  RunLog log = RunLog::create(c.out);
-  write_run_metadata(log, "shapes", command_line, a);
-  log.write_tensor("samples/input", kernel::narrow(d.test.input, 0, 0, kSamples));
-  log.write_tensor("samples/input_standardised", kernel::narrow(d.test_x, 0, 0, kSamples));
-  log.write_tensor("samples/target", kernel::narrow(d.test.target, 0, 0, kSamples));
-  log.write_tensor("samples/centres", kernel::narrow(d.test.centres, 0, 0, kSamples));
-  log.write_tensor("samples/widths", kernel::narrow(d.test.widths, 0, 0, kSamples));
-  log.write_tensor("samples/heights", kernel::narrow(d.test.heights, 0, 0, kSamples));
-  log.write_tensor("samples/kinds", kernel::narrow(d.test.kinds, 0, 0, kSamples));
-  log.write_tensor("samples/partner", kernel::narrow(d.test.partner, 0, 0, kSamples));
-  for (auto& m : runs) {
-    log.write_tensor("models/" + m.name + "/nb_parameters", Tensor::scalar(static_cast<double>(m.net->num_parameters()), DType::i64));
-    log.set_attr("summary", m.net->summary(), "models/" + m.name);
-    std::string params;
-    for (auto& [n, p] : m.net->named_parameters()) params += n + " " + shape_str(p.shape()) + "\n";
-    log.set_attr("parameters", params, "models/" + m.name);
-    for (const char* metric : {"train_loss", "step_seconds", "train_mse", "test_mse"})
-      log.declare_scalar(m.name + "/" + metric);
-    log.declare_series(m.name + "/output", {kSamples, 1, d.test_x.size(2)});
-    if (m.attn) {
-      log.declare_scalar("attention/pair_score");
-      log.declare_series("attention/maps", {kSamples, d.test_x.size(2), d.test_x.size(2)});
+  std::unique_ptr<RunLog> log;
+  if (c.resume.empty()) {
+    log = std::make_unique<RunLog>(RunLog::create(c.out));
+    write_run_metadata(*log, "shapes", command_line, a);
+    log->write_tensor("samples/input", kernel::narrow(d.test.input, 0, 0, kSamples));
+    log->write_tensor("samples/input_standardised", kernel::narrow(d.test_x, 0, 0, kSamples));
+    log->write_tensor("samples/target", kernel::narrow(d.test.target, 0, 0, kSamples));
+    log->write_tensor("samples/centres", kernel::narrow(d.test.centres, 0, 0, kSamples));
+    log->write_tensor("samples/widths", kernel::narrow(d.test.widths, 0, 0, kSamples));
+    log->write_tensor("samples/heights", kernel::narrow(d.test.heights, 0, 0, kSamples));
+    log->write_tensor("samples/kinds", kernel::narrow(d.test.kinds, 0, 0, kSamples));
+    log->write_tensor("samples/partner", kernel::narrow(d.test.partner, 0, 0, kSamples));
+    for (auto& m : runs) {
+      log->write_tensor("models/" + m.name + "/nb_parameters",
+                        Tensor::scalar(static_cast<double>(m.net->num_parameters()), DType::i64));
+      log->set_attr("summary", m.net->summary(), "models/" + m.name);
+      std::string params;
+      for (auto& [n, p] : m.net->named_parameters()) params += n + " " + shape_str(p.shape()) + "\n";
+      log->set_attr("parameters", params, "models/" + m.name);
+      for (const char* metric : {"train_loss", "step_seconds", "train_mse", "test_mse"})
+        log->declare_scalar(m.name + "/" + metric);
+      log->declare_series(m.name + "/output", {kSamples, 1, d.test_x.size(2)});
+      if (m.attn) {
+        log->declare_scalar("attention/pair_score");
+        log->declare_series("attention/maps", {kSamples, d.test_x.size(2), d.test_x.size(2)});
+      }
     }
+    log->begin();
   }
-  log.begin();
-  fmt::print("logging to {}\n", c.out);
 
-  for (auto& m : runs) {
-    fmt::print("{}\n", m.net->summary());
-    train_model(m, c, d, log);
+  if (!c.resume.empty()) log = std::make_unique<RunLog>(RunLog::resume(c.out, resume_ck.counter("step")));
+  Trainer trainer(c, d, runs, *log);
+  if (!c.resume.empty()) {
+    trainer.restore(resume_ck);
+    fmt::print("resumed from {} at step {}/{}\n", c.resume, trainer.step, trainer.total_steps());
   }
-  log.close();
+  fmt::print("logging to {}, checkpoints to {}\n", c.out, c.checkpoint);
+  for (auto& m : runs) fmt::print("{}\n", m.net->summary());
+
+  g_stop = false;
+  auto previous = std::signal(SIGINT, on_sigint);
+  bool stopped = trainer.run(a, c.checkpoint);
+  std::signal(SIGINT, previous);
+  log->close();
+
+  if (stopped) {
+    std::string cmd = "heed run shapes --resume " + c.checkpoint;
+    if (c.out != "runs/shapes.h5") cmd += " --out " + c.out;
+    fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {}\n", trainer.step,
+               trainer.total_steps(), cmd);
+    return 130;
+  }
 
   fmt::print("\n{:<10} {:>11} {:>10} {:>10} {:>15} {:>9}\n", "model", "parameters", "train mse", "test mse",
              "pair-attention", "ms/step");

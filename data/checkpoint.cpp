@@ -1,0 +1,121 @@
+// data/checkpoint.cpp
+#include "data/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/kernels.h"
+#include "data/h5.h"
+
+namespace heed {
+
+namespace {
+constexpr int64_t kFormat = 1;
+
+// CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320). HDF5 checksums its
+// metadata but not raw data, so each tensor carries its own.
+uint32_t crc32(const void* data, size_t n) {
+  static uint32_t table[256] = {0};
+  static bool init = [] {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      table[i] = c;
+    }
+    return true;
+  }();
+  (void)init;
+  uint32_t c = 0xFFFFFFFFu;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+uint32_t tensor_crc(const Tensor& t0) {
+  Tensor t = kernel::contiguous(t0);
+  return crc32(t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+}  // namespace
+
+void Checkpoint::put(const std::string& prefix, const std::map<std::string, Tensor>& state) {
+  for (const auto& [k, t] : state) tensors[prefix + "/" + k] = t;
+}
+
+std::map<std::string, Tensor> Checkpoint::get(const std::string& prefix) const {
+  std::map<std::string, Tensor> out;
+  std::string p = prefix + "/";
+  for (const auto& [k, t] : tensors)
+    if (k.compare(0, p.size(), p) == 0) out.emplace(k.substr(p.size()), t);
+  return out;
+}
+
+int64_t Checkpoint::counter(const std::string& name) const {
+  auto it = counters.find(name);
+  if (it == counters.end()) fail("checkpoint: counter '{}' is missing", name);
+  return it->second;
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& ck) {
+  namespace fs = std::filesystem;
+  std::string tmp = path + ".tmp";
+  {
+    h5::File f(tmp, h5::File::Mode::create);
+    f.set_attr("/", "heed_checkpoint_format", kFormat);
+    f.set_attr("/", "experiment", ck.experiment);
+    for (const auto& [k, v] : ck.config) f.set_attr("/", "config." + k, v);
+    for (const auto& [k, v] : ck.counters) f.set_attr("/", "counter." + k, v);
+    for (const auto& [k, t] : ck.tensors) {
+      f.write_tensor("tensors/" + k, t);
+      f.set_attr("tensors/" + k, "crc32", static_cast<int64_t>(tensor_crc(t)));
+    }
+    f.flush();
+  }
+  fsync_path(tmp, false);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) fail("checkpoint: could not move '{}' to '{}': {}", tmp, path, ec.message());
+  fs::path dir = fs::path(path).parent_path();
+  fsync_path(dir.empty() ? "." : dir.string(), true);
+}
+
+Checkpoint load_checkpoint(const std::string& path, const std::string& expected_experiment) {
+  if (!std::filesystem::exists(path)) fail("checkpoint '{}' does not exist", path);
+  h5::File f(path, h5::File::Mode::read);
+  if (!f.has_attr("/", "heed_checkpoint_format"))
+    fail("'{}' is not a heed checkpoint (no heed_checkpoint_format attribute; a run log?)", path);
+  Checkpoint ck;
+  ck.experiment = h5::attr_str(f.get_attr("/", "experiment"));
+  if (ck.experiment != expected_experiment)
+    fail("checkpoint '{}' is from the '{}' experiment, expected '{}'", path, ck.experiment, expected_experiment);
+  for (const auto& [name, value] : f.attrs("/")) {
+    if (name.rfind("config.", 0) == 0) ck.config[name.substr(7)] = h5::attr_str(value);
+    if (name.rfind("counter.", 0) == 0) {
+      if (!std::holds_alternative<int64_t>(value)) fail("checkpoint '{}': counter '{}' is not an integer", path, name);
+      ck.counters[name.substr(8)] = std::get<int64_t>(value);
+    }
+  }
+  if (f.exists("tensors"))
+    for (const std::string& k : f.list_datasets("tensors")) {
+      Tensor t = f.read_tensor("tensors/" + k);
+      if (!f.has_attr("tensors/" + k, "crc32"))
+        fail("checkpoint '{}': tensor '{}' has no checksum (not written by heed, or damaged)", path, k);
+      int64_t want = std::get<int64_t>(f.get_attr("tensors/" + k, "crc32"));
+      if (static_cast<int64_t>(tensor_crc(t)) != want)
+        fail("checkpoint '{}' is corrupt: tensor '{}' (shape {}) fails its checksum", path, k, shape_str(t.shape()));
+      ck.tensors[k] = t;
+    }
+  return ck;
+}
+
+}  // namespace heed

@@ -1,0 +1,47 @@
+// data/checkpoint.h: a training run's complete state in one HDF5 file, so a
+// killed run continues as if nothing had happened.
+//
+// Layout (docs/checkpoint-format.md):
+//   /                     attributes: heed_checkpoint_format, experiment,
+//                         config.<option> (text), counter.<name> (int64)
+//   /tensors/<key>        one dataset per tensor; keys are paths such as
+//                         "model/attention/4.conv_q.weight" (dotted parameter
+//                         names under a model), "optim/attention/<param>/exp_avg",
+//                         "rng/data", "sampler/state"
+//
+// The file only knows names and tensors: modules and optimisers turn
+// themselves into state dicts and back (STYLE.md, principle 13).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace heed {
+
+struct Checkpoint {
+  std::string experiment;
+  std::map<std::string, std::string> config;
+  std::map<std::string, int64_t> counters;
+  std::map<std::string, Tensor> tensors;
+
+  // Adds every entry of a state dict under prefix + "/" + name.
+  void put(const std::string& prefix, const std::map<std::string, Tensor>& state);
+  // The entries under prefix + "/", with the prefix removed.
+  std::map<std::string, Tensor> get(const std::string& prefix) const;
+  int64_t counter(const std::string& name) const;  // throws naming the missing counter
+};
+
+// Writes atomically: a temporary file beside path is written, flushed to disk
+// (fsync) and renamed over path, so a crash mid-write never destroys the
+// previous checkpoint.
+void save_checkpoint(const std::string& path, const Checkpoint& ck);
+
+// Reads a checkpoint; a missing, truncated or corrupt file, a file that is not
+// a heed checkpoint, or one from another experiment is refused with an error
+// that names the problem. Shapes are checked by whoever loads the pieces
+// (Module::load_state_dict, Optimizer::load_state_dict).
+Checkpoint load_checkpoint(const std::string& path, const std::string& expected_experiment);
+
+}  // namespace heed
