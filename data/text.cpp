@@ -1,0 +1,192 @@
+// data/text.cpp
+#include "data/text.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace heed::data {
+
+std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& source) {
+  std::vector<uint32_t> out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  auto bad = [&](size_t at) {
+    fail("{}: invalid UTF-8 at byte offset {} (byte 0x{:02x}); heed reads text as UTF-8", source, at,
+         static_cast<unsigned>(p[at]));
+  };
+  while (i < n) {
+    unsigned char c = p[i];
+    uint32_t cp;
+    int len;
+    if (c < 0x80) { cp = c; len = 1; }
+    else if ((c & 0xE0) == 0xC0) { cp = c & 0x1F; len = 2; }
+    else if ((c & 0xF0) == 0xE0) { cp = c & 0x0F; len = 3; }
+    else if ((c & 0xF8) == 0xF0) { cp = c & 0x07; len = 4; }
+    else bad(i);
+    if (i + static_cast<size_t>(len) > n) bad(i);
+    for (int k = 1; k < len; ++k) {
+      unsigned char cc = p[i + static_cast<size_t>(k)];
+      if ((cc & 0xC0) != 0x80) bad(i + static_cast<size_t>(k));
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      bad(i);
+    out.push_back(cp);
+    i += static_cast<size_t>(len);
+  }
+  return out;
+}
+
+std::string encode_utf8(const std::vector<uint32_t>& cps) {
+  std::string s;
+  for (uint32_t cp : cps) {
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      s += static_cast<char>(0xE0 | (cp >> 12));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      s += static_cast<char>(0xF0 | (cp >> 18));
+      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  return s;
+}
+
+std::string load_text(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(path)) fail("text file '{}' does not exist", path);
+  if (fs::is_directory(path)) fail("'{}' is a directory, expected a text file", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read text file '{}'", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.empty()) fail("text file '{}' is empty", path);
+  decode_utf8(s, path);  // validates, naming the offset
+  return s;
+}
+
+std::string kjv_text(const std::string& cache_path) {
+  namespace fs = std::filesystem;
+  if (fs::exists(cache_path) && fs::file_size(cache_path) > 0) return load_text(cache_path);
+  FILE* pipe = popen("bible \"gen1:1-rev22:21\" 2>/dev/null", "r");
+  if (!pipe) fail("cannot run 'bible' (install the bible-kjv package, or pass --text FILE)");
+  std::string s;
+  char buf[1 << 16];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) s.append(buf, got);
+  int rc = pclose(pipe);
+  if (rc != 0 || s.size() < 1000000)
+    fail("'bible \"gen1:1-rev22:21\"' failed or printed too little ({} bytes); install the bible-kjv package "
+         "(./heed does) or pass --text FILE",
+         s.size());
+  if (fs::path(cache_path).has_parent_path()) fs::create_directories(fs::path(cache_path).parent_path());
+  std::string tmp = cache_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << s;
+  }
+  fs::rename(tmp, cache_path);
+  return s;
+}
+
+CharTokenizer CharTokenizer::from_text(const std::string& text) {
+  std::vector<uint32_t> cps = decode_utf8(text);
+  std::sort(cps.begin(), cps.end());
+  cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+  CharTokenizer t;
+  t.chars_ = cps;
+  uint32_t top = cps.empty() ? 0 : cps.back();
+  t.lookup_.assign(static_cast<size_t>(top) + 1, -1);
+  for (size_t i = 0; i < cps.size(); ++i) t.lookup_[cps[i]] = static_cast<int64_t>(i);
+  return t;
+}
+
+CharTokenizer CharTokenizer::from_tensor(const Tensor& codepoints) {
+  check_dtype(codepoints, DType::i64, "CharTokenizer::from_tensor");
+  std::vector<int64_t> v = codepoints.to_vector<int64_t>();
+  std::vector<uint32_t> cps;
+  for (int64_t x : v) {
+    if (x < 0 || x > 0x10FFFF) fail("CharTokenizer: {} is not a Unicode code point", x);
+    if (!cps.empty() && static_cast<uint32_t>(x) <= cps.back())
+      fail("CharTokenizer: saved vocabulary is not sorted and distinct at code point {}", x);
+    cps.push_back(static_cast<uint32_t>(x));
+  }
+  return from_text(encode_utf8(cps));
+}
+
+Tensor CharTokenizer::to_tensor() const {
+  std::vector<int64_t> v(chars_.begin(), chars_.end());
+  return Tensor::from_i64(v, {static_cast<int64_t>(v.size())});
+}
+
+std::vector<int64_t> CharTokenizer::encode(const std::string& text) const {
+  std::vector<uint32_t> cps = decode_utf8(text);
+  std::vector<int64_t> ids(cps.size());
+  for (size_t i = 0; i < cps.size(); ++i) {
+    int64_t id = cps[i] < lookup_.size() ? lookup_[cps[i]] : -1;
+    if (id < 0)
+      fail("CharTokenizer: character '{}' (U+{:04X}) at position {} is not in the vocabulary of {} characters",
+           encode_utf8({cps[i]}), cps[i], i, chars_.size());
+    ids[i] = id;
+  }
+  return ids;
+}
+
+std::string CharTokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::vector<uint32_t> cps;
+  cps.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (id < 0 || id >= vocab_size()) fail("CharTokenizer: id {} out of range (expected 0..{})", id, vocab_size() - 1);
+    cps.push_back(chars_[static_cast<size_t>(id)]);
+  }
+  return encode_utf8(cps);
+}
+
+TextSplit split_tokens(const std::vector<int64_t>& ids, double train_fraction) {
+  if (!(train_fraction > 0 && train_fraction < 1)) fail("split_tokens: fraction {} must be in (0, 1)", train_fraction);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t ntrain = static_cast<int64_t>(static_cast<double>(n) * train_fraction);
+  TextSplit s;
+  s.train = Tensor::from_i64(std::vector<int64_t>(ids.begin(), ids.begin() + ntrain), {ntrain});
+  s.val = Tensor::from_i64(std::vector<int64_t>(ids.begin() + ntrain, ids.end()), {n - ntrain});
+  return s;
+}
+
+void random_windows(const Tensor& stream, int64_t B, int64_t T, Generator& g, Tensor& x, Tensor& y) {
+  check_dtype(stream, DType::i64, "random_windows");
+  const int64_t n = stream.numel();
+  if (B < 1 || T < 1) fail("random_windows: batch {} and context {} must be positive", B, T);
+  if (n < T + 1)
+    fail("random_windows: the text has {} tokens, fewer than one context window of {} + 1 (use a longer text or a "
+         "shorter --context)",
+         n, T);
+  x = Tensor::empty({B, T}, DType::i64);
+  y = Tensor::empty({B, T}, DType::i64);
+  const int64_t* s = stream.data<int64_t>();
+  int64_t* px = x.data<int64_t>();
+  int64_t* py = y.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t start = g.randint(0, n - T);  // the window [start, start + T] fits
+    std::copy(s + start, s + start + T, px + b * T);
+    std::copy(s + start + 1, s + start + T + 1, py + b * T);
+  }
+}
+
+}  // namespace heed::data

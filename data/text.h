@@ -1,0 +1,62 @@
+// data/text.h: character-level text for language models: a corpus loader that
+// validates UTF-8, a tokenizer whose vocabulary is built from the corpus
+// (and saved with the model), a 90/10 split and seeded random windows.
+//
+// Tokens are Unicode code points, so a multi-byte character is one token.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "core/tensor.h"
+
+namespace heed::data {
+
+// Reads a UTF-8 text file. Missing, unreadable, empty or invalid UTF-8 files
+// are refused with an error naming the path (and the byte offset of the first
+// invalid sequence).
+std::string load_text(const std::string& path);
+// Decodes UTF-8 into code points; throws naming the byte offset on bad input.
+std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& source = "text");
+std::string encode_utf8(const std::vector<uint32_t>& cps);
+
+// The default corpus: the King James Bible from Debian's bible-kjv package,
+// cached at cache_path after the first extraction.
+std::string kjv_text(const std::string& cache_path);
+
+class CharTokenizer {
+ public:
+  CharTokenizer() = default;
+  // Vocabulary = the distinct code points of text, sorted.
+  static CharTokenizer from_text(const std::string& text);
+  // From / to an int64 tensor of code points (how checkpoints store it).
+  static CharTokenizer from_tensor(const Tensor& codepoints);
+  Tensor to_tensor() const;
+
+  int64_t vocab_size() const { return static_cast<int64_t>(chars_.size()); }
+  // Text -> ids; a character outside the vocabulary is an error naming it
+  // (and its position).
+  std::vector<int64_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+  const std::vector<uint32_t>& chars() const { return chars_; }
+
+ private:
+  std::vector<uint32_t> chars_;  // id -> code point
+  std::vector<int64_t> lookup_;  // code point -> id (or -1), dense up to the largest code point
+};
+
+// A token stream split into train (first 90%) and validation (last 10%).
+struct TextSplit {
+  Tensor train;  // int64 [n_train]
+  Tensor val;    // int64 [n_val]
+};
+TextSplit split_tokens(const std::vector<int64_t>& ids, double train_fraction = 0.9);
+
+// B random windows of T+1 tokens: x = first T, y = the next-token targets.
+// Start positions come from g, so batches are reproducible from its state.
+// The stream must hold at least T+1 tokens (else an error naming T and the length).
+void random_windows(const Tensor& stream, int64_t B, int64_t T, Generator& g, Tensor& x, Tensor& y);
+
+}  // namespace heed::data

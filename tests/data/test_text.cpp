@@ -1,0 +1,68 @@
+// tests/data/test_text.cpp: corpus loading, the character tokenizer, splits
+// and context windows.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/text.h"
+#include "test_util.h"
+
+using namespace heed;
+using namespace heed::data;
+
+namespace {
+std::string write_file(const std::string& name, const std::string& content) {
+  auto d = std::filesystem::temp_directory_path() / ("heed-text-" + std::to_string(getpid()));
+  std::filesystem::create_directories(d);
+  std::string p = (d / name).string();
+  std::ofstream(p, std::ios::binary) << content;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("text: the tokenizer's vocabulary is the corpus's distinct characters, and round-trips") {
+  std::string text = "héllo wörld — ∑ 🙂";
+  CharTokenizer t = CharTokenizer::from_text(text);
+  CHECK(t.vocab_size() == 12);  // h é l o ' ' w ö r d — ∑ 🙂
+  auto ids = t.encode(text);
+  CHECK(static_cast<int64_t>(ids.size()) == 17);  // code points, not bytes
+  CHECK(t.decode(ids) == text);
+  CharTokenizer u = CharTokenizer::from_tensor(t.to_tensor());
+  CHECK(u.encode(text) == ids);
+  test::check_error([&] { t.encode("hox"); }, {"'x'", "position 2", "not in the vocabulary"});
+  test::check_error([&] { t.decode({99}); }, {"id 99", "0..11"});
+}
+
+TEST_CASE("text: loading refuses missing, empty and invalid UTF-8 files, naming the path and offset") {
+  test::check_error([] { load_text("/nonexistent/corpus.txt"); }, {"/nonexistent/corpus.txt", "does not exist"});
+  std::string empty = write_file("empty.txt", "");
+  test::check_error([&] { load_text(empty); }, {"empty.txt", "empty"});
+  std::string bad = write_file("bad.txt", std::string("abc\xC3(def", 8));
+  test::check_error([&] { load_text(bad); }, {"bad.txt", "invalid UTF-8", "byte offset 4"});
+  std::string overlong = write_file("overlong.txt", std::string("ok\xC0\xAF", 4));
+  test::check_error([&] { load_text(overlong); }, {"invalid UTF-8", "byte offset 2"});
+  std::string good = write_file("good.txt", "In the beginning");
+  CHECK(load_text(good) == "In the beginning");
+}
+
+TEST_CASE("text: 90/10 split and reproducible windows whose targets are the next tokens") {
+  std::vector<int64_t> ids(1000);
+  for (int64_t i = 0; i < 1000; ++i) ids[i] = i % 50;
+  TextSplit s = split_tokens(ids);
+  CHECK(s.train.numel() == 900);
+  CHECK(s.val.numel() == 100);
+  CHECK(s.val.to_vector<int64_t>()[0] == ids[900]);
+  Generator g1(5), g2(5);
+  Tensor x1, y1, x2, y2;
+  random_windows(s.train, 4, 16, g1, x1, y1);
+  random_windows(s.train, 4, 16, g2, x2, y2);
+  CHECK(x1.shape() == Shape{4, 16});
+  CHECK(x1.to_vector<int64_t>() == x2.to_vector<int64_t>());
+  auto x = x1.to_vector<int64_t>(), y = y1.to_vector<int64_t>();
+  for (int b = 0; b < 4; ++b)
+    for (int t = 0; t < 16; ++t) CHECK(y[b * 16 + t] == (x[b * 16 + t] + 1) % 50);
+  Tensor shortx, shorty;
+  test::check_error([&] { random_windows(Tensor::from_i64({1, 2, 3}, {3}), 1, 8, g1, shortx, shorty); },
+                    {"3 tokens", "context window of 8"});
+}
