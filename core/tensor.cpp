@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/kernels.h"
 
@@ -45,21 +46,20 @@ Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
-Storage::Storage(size_t n) : bytes(n) {
-  // Round up: aligned_alloc needs a multiple of the alignment; never 0 bytes.
-  size_t rounded = ((n + 63) / 64) * 64;
-  if (rounded == 0) rounded = 64;
-  data = std::aligned_alloc(64, rounded);
-  if (!data) fail("out of memory allocating {} bytes", n);
-}
+Storage::Storage(size_t n) : bytes(n) { data = alloc::allocate(n); }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() { alloc::release(data, bytes); }
 
 int64_t normalize_dim(int64_t d, int64_t rank, const char* op) {
   int64_t lo = -std::max<int64_t>(rank, 1), hi = std::max<int64_t>(rank, 1) - 1;
   if (d < lo || d > hi)
     fail("{}: dim {} out of range for a tensor of rank {} (expected {}..{})", op, d, rank, lo, hi);
   return d < 0 ? d + std::max<int64_t>(rank, 1) : d;
+}
+
+void check_has_dims(const Tensor& t, const char* op) {
+  check_defined(t, op);
+  if (t.dim() == 0) fail("{}: expected a tensor of rank >= 1, got shape []", op);
 }
 
 void check_defined(const Tensor& t, const char* op) {
@@ -141,8 +141,14 @@ Tensor Tensor::view_of(const Tensor& base, const Shape& shape, const Shape& stri
 }
 
 // ---- metadata ----
-int64_t Tensor::size(int64_t d) const { return impl_->shape[normalize_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl_->strides[normalize_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  check_has_dims(*this, "size");
+  return impl_->shape[normalize_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  check_has_dims(*this, "stride");
+  return impl_->strides[normalize_dim(d, dim(), "stride")];
+}
 
 bool Tensor::is_contiguous() const {
   // No elements, no layout: like PyTorch, an empty tensor is contiguous

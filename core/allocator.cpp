@@ -1,0 +1,112 @@
+// core/allocator.cpp
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+
+namespace heed::alloc {
+namespace {
+
+// Blocks are binned by size rounded up to 64 bytes: training repeats the
+// same shapes, so exact bins are reused fully without the 2x waste of
+// power-of-two bins.
+constexpr size_t kAlign = 64;
+constexpr int64_t kMaxCachedBytes = int64_t{4} << 30;
+
+size_t round_up(size_t n) { return n == 0 ? kAlign : ((n + kAlign - 1) / kAlign) * kAlign; }
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free;
+  Stats s;
+  bool enabled;
+  Cache() {
+#ifdef HEED_SANITIZE_BUILD
+    enabled = false;
+#else
+    const char* env = std::getenv("HEED_NO_CACHE");
+    enabled = !(env && env[0] == '1');
+#endif
+  }
+  ~Cache() {
+    for (auto& [n, v] : free)
+      for (void* p : v) std::free(p);
+  }
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: tensors may outlive static destruction
+  return *c;
+}
+
+}  // namespace
+
+void* allocate(size_t bytes) {
+  size_t n = round_up(bytes);
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.enabled) {
+      auto it = c.free.find(n);
+      if (it != c.free.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        c.s.cache_hits++;
+        c.s.bytes_cached -= static_cast<int64_t>(n);
+        c.s.bytes_in_use += static_cast<int64_t>(n);
+        c.s.peak_bytes_in_use = std::max(c.s.peak_bytes_in_use, c.s.bytes_in_use);
+        return p;
+      }
+    }
+    c.s.system_allocs++;
+    c.s.bytes_in_use += static_cast<int64_t>(n);
+    c.s.peak_bytes_in_use = std::max(c.s.peak_bytes_in_use, c.s.bytes_in_use);
+  }
+  void* p = std::aligned_alloc(kAlign, n);
+  if (!p) fail("out of memory allocating {} bytes", bytes);
+  return p;
+}
+
+void release(void* p, size_t bytes) {
+  if (!p) return;
+  size_t n = round_up(bytes);
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.s.bytes_in_use -= static_cast<int64_t>(n);
+    if (c.enabled && c.s.bytes_cached + static_cast<int64_t>(n) <= kMaxCachedBytes) {
+      c.free[n].push_back(p);
+      c.s.bytes_cached += static_cast<int64_t>(n);
+      return;
+    }
+  }
+  std::free(p);
+}
+
+Stats stats() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  return cache().s;
+}
+
+void reset_counters() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  cache().s.system_allocs = 0;
+  cache().s.cache_hits = 0;
+}
+
+void empty_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (auto& [n, v] : c.free)
+    for (void* p : v) std::free(p);
+  c.free.clear();
+  c.s.bytes_cached = 0;
+}
+
+bool caching_enabled() { return cache().enabled; }
+
+}  // namespace heed::alloc

@@ -1,0 +1,42 @@
+// tests/core/test_allocator.cpp: the caching allocator.
+#include "core/allocator.h"
+#include "test_util.h"
+
+using namespace heed;
+
+TEST_CASE("allocator: after one warm-up step a training step takes no new memory from the system") {
+  if (!alloc::caching_enabled()) return;  // sanitized builds hand every block back (see allocator.h)
+  Generator g(1);
+  nn::Sequential net{std::make_shared<nn::Conv1d>(nn::Conv1dOptions(2, 8, 3).padding(1).generator(&g)),
+                     std::make_shared<nn::ReLU>(),
+                     std::make_shared<nn::SelfAttention>(nn::SelfAttentionOptions(8, 8, 4).generator(&g)),
+                     std::make_shared<nn::Conv1d>(nn::Conv1dOptions(8, 1, 3).padding(1).generator(&g))};
+  optim::Adam opt(net.named_parameters(), optim::AdamOptions().lr(1e-3));
+  Tensor x = test::det_tensor({4, 2, 16}, 1), y = test::det_tensor({4, 1, 16}, 2);
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = mse_loss(net.forward(x), y);
+    backward(loss);
+    opt.step();
+    return loss.item();
+  };
+  step();
+  step();
+  alloc::reset_counters();
+  step();
+  alloc::Stats s = alloc::stats();
+  CHECK(s.system_allocs == 0);
+  CHECK(s.cache_hits > 10);
+}
+
+TEST_CASE("allocator: freed blocks are reused and the gauges balance") {
+  if (!alloc::caching_enabled()) return;
+  alloc::Stats before = alloc::stats();
+  { Tensor a = Tensor::empty({1000}); }
+  alloc::reset_counters();
+  { Tensor b = Tensor::empty({1000}); }
+  alloc::Stats after = alloc::stats();
+  CHECK(after.system_allocs == 0);
+  CHECK(after.cache_hits == 1);
+  CHECK(after.bytes_in_use == before.bytes_in_use);
+}
