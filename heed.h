@@ -15,6 +15,8 @@
 #include "layers/basic.h"
 #include "layers/self_attention.h"
 #include "layers/positional.h"
+#include "layers/attention.h"
+#include "layers/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/sgd.h"
 #include "optim/adam.h"

@@ -60,6 +60,11 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1, int64_t padding = 0,
               int64_t dilation = 1);
 
+// ---- normalisation (autograd/layernorm.cpp) ----
+// Layer normalisation over the last dim: x [.., D], weight and bias [D] (either
+// may be undefined: scale 1, shift 0) -> [.., D]; biased variance, as PyTorch.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
 // ---- shape (autograd/shape.cpp): views where possible ----
 Tensor reshape(const Tensor& t, const Shape& shape);  // one -1 allowed
 Tensor view(const Tensor& t, const Shape& shape);     // throws if a copy would be needed

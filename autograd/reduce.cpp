@@ -13,7 +13,7 @@ namespace {
 // g (reduced, keepdim or not) viewed with the reduced dims as size 1.
 Tensor keepdim_view(const Tensor& g, const Shape& in, const std::vector<int64_t>& dims) {
   Shape s = in;
-  if (dims.empty()) {
+  if (dims.empty() || in.empty()) {  // all dims, or a scalar (whose dims 0 and -1 are no dim at all)
     for (auto& d : s) d = 1;
   } else {
     for (int64_t d : dims) s[normalize_dim(d, static_cast<int64_t>(in.size()), "reduce")] = 1;
@@ -21,7 +21,7 @@ Tensor keepdim_view(const Tensor& g, const Shape& in, const std::vector<int64_t>
   return k::reshape(g, s);
 }
 int64_t reduced_count(const Shape& in, const std::vector<int64_t>& dims) {
-  if (dims.empty()) return shape_numel(in);
+  if (dims.empty() || in.empty()) return shape_numel(in);
   int64_t n = 1;
   std::vector<bool> seen(in.size(), false);
   for (int64_t d : dims) {

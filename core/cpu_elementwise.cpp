@@ -125,6 +125,10 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   Shape s = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = Tensor::empty(s, a.dtype());
   if (out.numel() == 0) return out;
+  // Integer division by zero is undefined behaviour (SIGFPE on x86), not inf.
+  if (op == Binary::div && a.dtype() == DType::i64 &&
+      sum(binary(Binary::eq, b, Tensor::scalar(0.0, DType::i64)), {}).item() != 0)
+    fail("div: integer division by zero (divisor of shape {} holds a 0)", shape_str(b.shape()));
   HEED_DISPATCH_ALL(a.dtype(), name, binary_into<T>(op, out, a, b));
   return out;
 }

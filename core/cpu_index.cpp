@@ -51,7 +51,7 @@ void scatter_add(const T* src, T* dst, const int64_t* pi, int64_t outer, int64_t
 }  // namespace
 
 Tensor index_select(const Tensor& t0, int64_t dim, const Tensor& idx0) {
-  check_defined(t0, "index_select");
+  check_has_dims(t0, "index_select");
   dim = normalize_dim(dim, t0.dim(), "index_select");
   check_index(idx0, t0.size(dim), "index_select");
   Tensor t = contiguous(t0), idx = contiguous(idx0);
@@ -67,7 +67,7 @@ Tensor index_select(const Tensor& t0, int64_t dim, const Tensor& idx0) {
 }
 
 void index_add_(const Tensor& dst, int64_t dim, const Tensor& idx0, const Tensor& src0) {
-  check_defined(dst, "index_add_");
+  check_has_dims(dst, "index_add_");
   check_defined(src0, "index_add_");
   dim = normalize_dim(dim, dst.dim(), "index_add_");
   check_index(idx0, dst.size(dim), "index_add_");
@@ -90,6 +90,7 @@ Tensor concat(const std::vector<Tensor>& ts, int64_t dim) {
   if (ts.empty()) fail("concat: expected at least one tensor");
   for (const Tensor& t : ts) check_defined(t, "concat");
   const Tensor& first = ts[0];
+  check_has_dims(first, "concat");
   dim = normalize_dim(dim, first.dim(), "concat");
   Shape os = first.shape();
   os[dim] = 0;

@@ -121,9 +121,12 @@ Tensor matmul_impl(Tensor a, Tensor b, const Shape& batch) {
     }
   };
   // Many small products: one GEMM per thread (OpenBLAS runs single-threaded
-  // inside a parallel region). Few large ones: let OpenBLAS split each.
+  // inside a parallel region). Few large ones: let OpenBLAS split each. A
+  // batch with little work in all stays on one thread: a parallel region costs
+  // more than it saves there, and far more when the cores are busy (attention
+  // heads at generation time, gradient checks).
   const bool small = M * N * K < (1 << 18);
-#pragma omp parallel for schedule(static) if (small && nb > 1)
+#pragma omp parallel for schedule(static) if (small && nb > 1 && nb * M * N * K > kParallelGrain)
   for (int64_t i = 0; i < nb; ++i) {
     int64_t oa, ob;
     batch_offsets(i, oa, ob);

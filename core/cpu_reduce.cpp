@@ -194,6 +194,7 @@ Tensor sum_to(const Tensor& t, const Shape& shape) {
 Tensor argmax(const Tensor& t, int64_t dim, bool keepdim) {
   check_defined(t, "argmax");
   dim = normalize_dim(dim, t.dim(), "argmax");
+  if (t.dim() == 0) return Tensor::zeros({}, DType::i64);  // a scalar is its own maximum
   Tensor x = contiguous(t);
   int64_t n = x.shape()[dim];
   if (n == 0) fail("argmax: dim {} is empty", dim);

@@ -106,6 +106,7 @@ Tensor transpose(const Tensor& t, int64_t d0, int64_t d1) {
   int64_t r = t.dim();
   d0 = normalize_dim(d0, r, "transpose");
   d1 = normalize_dim(d1, r, "transpose");
+  if (r == 0) return Tensor::view_of(t, {}, {}, t.offset());  // a scalar's only "dim" swapped with itself
   Shape s = t.shape(), st = t.strides();
   std::swap(s[d0], s[d1]);
   std::swap(st[d0], st[d1]);
@@ -113,7 +114,7 @@ Tensor transpose(const Tensor& t, int64_t d0, int64_t d1) {
 }
 
 Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
-  check_defined(t, "narrow");
+  check_has_dims(t, "narrow");
   dim = normalize_dim(dim, t.dim(), "narrow");
   int64_t n = t.shape()[dim];
   const int64_t given = start;
@@ -165,6 +166,7 @@ Tensor unsqueeze(const Tensor& t, int64_t dim) {
 Tensor squeeze(const Tensor& t, int64_t dim) {
   check_defined(t, "squeeze");
   dim = normalize_dim(dim, t.dim(), "squeeze");
+  if (t.dim() == 0) return Tensor::view_of(t, {}, {}, t.offset());  // nothing to squeeze, like PyTorch
   if (t.shape()[dim] != 1)
     fail("squeeze: dim {} has size {}, expected 1 (shape {})", dim, t.shape()[dim], shape_str(t.shape()));
   Shape s = t.shape(), st = t.strides();

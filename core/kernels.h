@@ -107,6 +107,28 @@ Tensor conv1d_backward_data(const Tensor& gy, const Tensor& w, const Shape& x_sh
 Tensor conv1d_backward_weights(const Tensor& gy, const Tensor& x, const Shape& w_shape, const Conv1dGeom& g,
                                Tensor* gb);
 
+// ---- layer normalisation over the last dim (Ba, Kiros, Hinton 2016) ----
+// x [.., D] seen as R = numel / D rows, w and b [D]:
+//   y = (x - mean) / sqrt(var + eps) * w + b,  mean and biased var over D.
+// The forward returns each row's mean and var [R] for the backward (the
+// statistics oneDNN's forward_training saves). float32 runs on oneDNN
+// (primitives cached by shape), float64 on a direct loop, which the float64
+// gradient checks exercise and which the tests compare oneDNN against.
+struct LayerNormResult {
+  Tensor y;     // [.., D]
+  Tensor mean;  // [R]
+  Tensor var;   // [R]
+};
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps);
+struct LayerNormGrads {
+  Tensor x;  // dL/dx [.., D]
+  Tensor w;  // dL/dw [D]
+  Tensor b;  // dL/db [D]
+};
+// All three gradients from gy [.., D] and what the forward saved.
+LayerNormGrads layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                   const Tensor& var, double eps);
+
 // ---- softmax family (over one dim) ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);

@@ -141,6 +141,11 @@ class Tensor {
 // "<op>: dim D out of range for a tensor of rank R (expected -R..R-1)".
 int64_t normalize_dim(int64_t d, int64_t rank, const char* op);
 
+// normalize_dim lets a rank-0 tensor take dim 0 or -1 (reducing a scalar over
+// "its" dim is the identity). Ops that index a dim's size or stride call this
+// first; it throws "<op>: expected a tensor of rank >= 1, got shape []".
+void check_has_dims(const Tensor& t, const char* op);
+
 // Throws an error naming op when t is undefined.
 void check_defined(const Tensor& t, const char* op);
 

@@ -151,7 +151,6 @@ struct Trainer {
       ck.tensors["acc/" + runs[i].name] = Tensor::from_f64({epoch_loss[i], compute_seconds[i]}, {2});
     }
     ck.tensors["sampler/state"] = sampler.state_tensor();
-    ck.tensors["rng/default"] = default_generator().state_tensor();
     return ck;
   }
 
@@ -173,8 +172,8 @@ struct Trainer {
     auto s = ck.tensors.find("sampler/state");
     if (s == ck.tensors.end()) fail("checkpoint: 'sampler/state' is missing");
     sampler.set_state_tensor(s->second);
-    auto g = ck.tensors.find("rng/default");
-    if (g != ck.tensors.end()) default_generator().set_state_tensor(g->second);
+    // Nothing else is random here: data and initial weights come from
+    // generators seeded by --seed, rebuilt identically on resume.
   }
 
   void end_of_epoch(int64_t epoch) {

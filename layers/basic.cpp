@@ -68,6 +68,50 @@ std::string Conv1d::extra_repr() const {
   return s;
 }
 
+// ---- LayerNorm ----
+LayerNorm::LayerNorm(const LayerNormOptions& o) : Module("LayerNorm"), options(o) {
+  if (o.dim_ <= 0) fail("LayerNorm: the normalised dim must be positive, got {}", o.dim_);
+  if (!(o.eps_ > 0)) fail("LayerNorm: eps must be positive, got {}", o.eps_);
+  weight = register_parameter("weight", Tensor::ones({o.dim_}));
+  bias = register_parameter("bias", Tensor::zeros({o.dim_}));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  check_defined(x, "LayerNorm");
+  if (x.dim() < 1 || x.size(-1) != options.dim_)
+    fail("LayerNorm({}): expected input [.., {}], got {}", extra_repr(), options.dim_, shape_str(x.shape()));
+  return layer_norm(x, weight, bias, options.eps_);
+}
+
+std::string LayerNorm::extra_repr() const {
+  return fmt::format("({},), eps={}, elementwise_affine=True", options.dim_, options.eps_);
+}
+
+// ---- Embedding ----
+Embedding::Embedding(const EmbeddingOptions& o) : Module("Embedding"), options(o) {
+  if (o.num_ <= 0 || o.dim_ <= 0)
+    fail("Embedding: table size and dim must be positive, got num={} dim={}", o.num_, o.dim_);
+  weight = register_parameter("weight", Tensor::empty({o.num_, o.dim_}));
+  kernel::normal_(weight, 0.0, 1.0, init_generator(o.gen_));
+}
+
+Tensor Embedding::forward(const Tensor& ids) {
+  check_defined(ids, "Embedding");
+  if (ids.dtype() != DType::i64)
+    fail("Embedding({}): expected int64 ids, got {} of shape {}", extra_repr(), dtype_name(ids.dtype()),
+         shape_str(ids.shape()));
+  return embedding(weight, ids);
+}
+
+std::string Embedding::extra_repr() const { return fmt::format("{}, {}", options.num_, options.dim_); }
+
+// ---- Dropout ----
+Dropout::Dropout(double p_, Generator* g) : Module("Dropout"), p(p_), gen(g) {
+  if (!(p >= 0.0 && p <= 1.0)) fail("Dropout: probability {} out of range (expected 0 <= p <= 1)", p);
+}
+
+std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
+
 // ---- Sequential ----
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> mods) : Module("Sequential") {
   for (auto& m : mods) push_back(m);

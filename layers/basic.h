@@ -1,7 +1,9 @@
-// layers/basic.h: Linear, Conv1d, activations and Sequential.
+// layers/basic.h: Linear, Conv1d, LayerNorm, Embedding, Dropout, activations
+// and Sequential.
 //
 // Shapes (legend in core/tensor.h): Linear maps [.., In] -> [.., Out];
-// Conv1d maps [N, C, T] -> [N, O, T'].
+// Conv1d maps [N, C, T] -> [N, O, T']; LayerNorm maps [.., D] -> [.., D];
+// Embedding maps int64 ids [..] -> [.., D].
 #pragma once
 
 #include <memory>
@@ -55,6 +57,55 @@ class Conv1d : public Module {
   Tensor weight;  // [O, C, K]
   Tensor bias;    // [O] or undefined
   Conv1dOptions options;
+};
+
+struct LayerNormOptions {
+  explicit LayerNormOptions(int64_t dim) : dim_(dim) {}
+  LayerNormOptions& eps(double e) { eps_ = e; return *this; }
+  int64_t dim_;
+  double eps_ = 1e-5;
+};
+
+// Normalises over the last dim, then scales and shifts per feature.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(const LayerNormOptions& o);
+  explicit LayerNorm(int64_t dim) : LayerNorm(LayerNormOptions(dim)) {}
+  Tensor forward(const Tensor& x) override;  // [.., D] -> [.., D]
+  std::string extra_repr() const override;
+  Tensor weight;  // [D], initialised to 1
+  Tensor bias;    // [D], initialised to 0
+  LayerNormOptions options;
+};
+
+struct EmbeddingOptions {
+  EmbeddingOptions(int64_t num, int64_t dim) : num_(num), dim_(dim) {}
+  EmbeddingOptions& generator(Generator* g) { gen_ = g; return *this; }
+  int64_t num_, dim_;
+  Generator* gen_ = nullptr;
+};
+
+// A lookup table: int64 ids [..] -> rows of weight [.., D]. Initialised
+// N(0, 1) like PyTorch.
+class Embedding : public Module {
+ public:
+  explicit Embedding(const EmbeddingOptions& o);
+  Embedding(int64_t num, int64_t dim) : Embedding(EmbeddingOptions(num, dim)) {}
+  Tensor forward(const Tensor& ids) override;
+  std::string extra_repr() const override;
+  Tensor weight;  // [V, D]
+  EmbeddingOptions options;
+};
+
+// Inverted dropout while training (is_training()), the identity in eval mode.
+// Masks come from gen, or the default generator when null.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override { return dropout(x, p, is_training(), gen); }
+  std::string extra_repr() const override;
+  double p;
+  Generator* gen;
 };
 
 class ReLU : public Module {

@@ -1,9 +1,13 @@
-// layers/positional.h: fixed (not learned) positional encodings.
+// layers/positional.h: positional encodings, fixed and learned.
+//
+// (The toy shapes task's binary encoding, bit channels concatenated to a
+// channels-first signal, is data::positional_encoding in data/shapes.h.)
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "layers/module.h"
 
 namespace heed {
 
@@ -21,3 +25,33 @@ namespace heed {
 Tensor sinusoidal_encoding(int64_t T, int64_t D);
 
 }  // namespace heed
+
+namespace heed::nn {
+
+// Adds sinusoidal_encoding(max_len, D) to x [N, T, D] (any T <= max_len).
+// The table is a buffer ("pe" [max_len, D]): saved with the model, not trained.
+class SinusoidalPositionalEncoding : public Module {
+ public:
+  SinusoidalPositionalEncoding(int64_t max_len, int64_t dim);
+  Tensor forward(const Tensor& x) override { return forward(x, 0); }
+  // Positions start .. start + T - 1 (generation with a cache continues at
+  // the cache's length).
+  Tensor forward(const Tensor& x, int64_t start);
+  std::string extra_repr() const override;
+  Tensor pe;  // [T_max, D]
+  int64_t max_len, dim;
+};
+
+// Adds a learned row per position to x [N, T, D]: weight [T_max, D],
+// initialised N(0, 1) like an Embedding.
+class LearnedPositionalEmbedding : public Module {
+ public:
+  LearnedPositionalEmbedding(int64_t max_len, int64_t dim, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override { return forward(x, 0); }
+  Tensor forward(const Tensor& x, int64_t start);
+  std::string extra_repr() const override;
+  Tensor weight;  // [T_max, D]
+  int64_t max_len, dim;
+};
+
+}  // namespace heed::nn

@@ -108,6 +108,12 @@ std::vector<Case> cases() {
       {"conv1d stride pad dilation no bias", {{1, 2, 12}, {3, 2, 3}},
        [](V x) { return conv1d(x[0], x[1], Tensor(), 3, 1, 2); }},
       {"conv1d nc input", {{2, 9, 3}, {4, 3, 3}, {4}}, [](V x) { return conv1d(transpose(x[0], 1, 2), x[1], x[2], 1, 1); }},
+      // layer normalisation (the float64 path: a direct loop; oneDNN's float32
+      // path is compared against it in tests/autograd/test_layernorm.cpp)
+      {"layer_norm", {{3, 5}, {5}, {5}}, [](V x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"layer_norm 3d eps", {{2, 3, 4}, {4}, {4}}, [](V x) { return layer_norm(x[0], x[1], x[2], 0.1); }},
+      {"layer_norm nc", {{4, 3}, {4}, {4}}, [](V x) { return layer_norm(T(x[0]), x[1], x[2]); }},
+      {"layer_norm no affine", {{3, 6}}, [](V x) { return layer_norm(x[0], Tensor(), Tensor()); }},
       // shape
       {"reshape", {{3, 4}}, [](V x) { return reshape(x[0], {2, -1}) * reshape(x[0], {2, 6}); }},
       {"reshape nc (copies)", {{4, 3}}, [](V x) { return reshape(T(x[0]), {12}); }},
@@ -141,6 +147,7 @@ std::vector<Case> cases() {
       {"sum dims keepdim", {{2, 3, 4}}, [](V x) { return sum(x[0], {0, 2}, true); }},
       {"sum nc", {{4, 3}}, [](V x) { return sum(T(x[0]), {1}); }},
       {"sum nc expanded", {{3, 1}}, [](V x) { return sum(expand(x[0], {3, 5}), {0}); }},
+      {"sum mean max of a scalar over dim 0", {{}}, [](V x) { return sum(x[0], {0}) * mean(x[0], {-1}, true) + max(x[0], {0}); }},
       {"mean all", {{3, 4}}, [](V x) { return mean(x[0]); }},
       {"mean dim keepdim", {{2, 3, 4}}, [](V x) { return mean(x[0], {-1}, true); }},
       {"max dim", {{3, 5}}, [](V x) { return max(x[0], {1}); }},

@@ -262,6 +262,29 @@ TEST_CASE("factories: shapes, dtypes, values and contiguous strides") {
   test::check_error([&] { f.at({3, 0}); }, {"at", "index 3", "0..2"});
 }
 
+TEST_CASE("rank-0 tensors: transpose and squeeze are views, argmax is 0, dim-indexing ops throw") {
+  Tensor s = Tensor::scalar(3.0);
+  Tensor t = k::transpose(s, 0, -1);
+  CHECK(t.dim() == 0);
+  CHECK(t.shares_storage(s));
+  CHECK(k::squeeze(s, 0).dim() == 0);
+  CHECK(k::squeeze(s, -1).item() == 3.0);
+  Tensor am = k::argmax(s, 0);
+  CHECK(am.dim() == 0);
+  CHECK(am.dtype() == DType::i64);
+  CHECK(am.item() == 0.0);
+  CHECK(k::unsqueeze(s, 0).shape() == Shape{1});
+  CHECK(k::softmax(s, 0).item() == 1.0);
+  // Ops that need a dim's size name themselves instead of reading past the shape.
+  test::check_error([&] { s.size(0); }, {"size", "rank >= 1", "[]"});
+  test::check_error([&] { s.stride(-1); }, {"stride", "rank >= 1"});
+  test::check_error([&] { k::narrow(s, 0, 0, 1); }, {"narrow", "rank >= 1"});
+  test::check_error([&] { k::index_select(s, 0, Tensor::from_i64({0}, {1})); }, {"index_select", "rank >= 1"});
+  test::check_error([&] { k::index_add_(s, 0, Tensor::from_i64({0}, {1}), s); }, {"index_add_", "rank >= 1"});
+  test::check_error([&] { k::concat({s, s}, 0); }, {"concat", "rank >= 1"});
+  test::check_error([&] { k::transpose(s, 0, 1); }, {"transpose", "dim 1", "-1..0"});
+}
+
 // ---- element-wise ----
 
 TEST_CASE("binary ops broadcast NumPy-style") {
@@ -325,6 +348,12 @@ TEST_CASE("int64 arithmetic stays in int64 (exact beyond 2^53, truncating divisi
         std::vector<int64_t>{3, -3, 0, int64_t{1} << 52});
   CHECK(k::binary(k::Binary::gt, a, b).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 1, 1});
   CHECK(k::sum(a, {}).to_vector<int64_t>() == std::vector<int64_t>{3 + (int64_t{1} << 53) + 1});
+  // Integer division by zero has no inf to give: it throws (rather than trapping).
+  test::check_error([&] { k::binary(k::Binary::div, a, Tensor::from_i64({1, 0, 1, 1}, {4})); },
+                    {"div", "division by zero"});
+  test::check_error([&] { k::binary_scalar(k::Binary::div, a, 0.0); }, {"div", "division by zero"});
+  CHECK(k::binary_scalar(k::Binary::div, a, 0.0, /*scalar_first=*/true).to_vector<int64_t>() ==
+        std::vector<int64_t>{0, 0, 0, 0});
 }
 
 TEST_CASE("comparisons give 1 or 0 in the operands' dtype") {

@@ -1,0 +1,230 @@
+// core/dnnl_layernorm.cpp: layer normalisation over the last dim on oneDNN
+// (2.6 API: op::desc, then op::primitive_desc), plus a direct loop.
+//
+//   mean = sum_d x[r, d] / D,   var = sum_d (x[r, d] - mean)^2 / D
+//   xhat = (x - mean) * rstd,   rstd = 1 / sqrt(var + eps)
+//   y    = xhat * w + b
+// Backward (as in llm.c's layernorm_backward), with dn = gy * w:
+//   gx = rstd * (dn - mean_d(dn) - xhat * mean_d(dn * xhat))
+//   gw = sum_r gy * xhat,   gb = sum_r gy
+//
+// oneDNN 2.6 quirk: with use_scale | use_shift the backward primitive fails to
+// execute ("could not execute a primitive") unless DNNL_ARG_SHIFT is passed
+// too, although the gradient does not depend on the shift.
+#include <dnnl.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace heed::kernel {
+namespace {
+
+void check_ln(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  check_defined(x, "layer_norm");
+  check_defined(w, "layer_norm");
+  check_defined(b, "layer_norm");
+  if (x.dim() < 1 || x.size(-1) < 1)
+    fail("layer_norm: expected input [.., D] with D >= 1, got {}", shape_str(x.shape()));
+  const int64_t D = x.size(-1);
+  if (w.shape() != Shape{D} || b.shape() != Shape{D})
+    fail("layer_norm: input {} needs weight and bias of shape [{}], got {} and {}", shape_str(x.shape()), D,
+         shape_str(w.shape()), shape_str(b.shape()));
+  if (!x.is_floating() || w.dtype() != x.dtype() || b.dtype() != x.dtype())
+    fail("layer_norm: dtypes must be one floating type, got input {}, weight {}, bias {}", dtype_name(x.dtype()),
+         dtype_name(w.dtype()), dtype_name(b.dtype()));
+  if (!(eps > 0)) fail("layer_norm: expected eps > 0, got {}", eps);
+}
+
+// ---- direct loops: one row per iteration, each row by one thread ----
+template <class T>
+void loop_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* var, int64_t R, int64_t D, double eps) {
+#pragma omp parallel for schedule(static) if (R * D > kParallelGrain)
+  for (int64_t r = 0; r < R; ++r) {
+    const T* xr = x + r * D;
+    T* yr = y + r * D;
+    // Two passes (mean, then squared deviations): no cancellation for rows
+    // with a large mean, unlike E[x^2] - E[x]^2.
+    T s = 0;
+    for (int64_t d = 0; d < D; ++d) s += xr[d];
+    const T m = s / static_cast<T>(D);
+    T v = 0;
+    for (int64_t d = 0; d < D; ++d) v += (xr[d] - m) * (xr[d] - m);
+    v /= static_cast<T>(D);
+    const T rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(v) + eps));
+    for (int64_t d = 0; d < D; ++d) yr[d] = (xr[d] - m) * rstd * w[d] + b[d];
+    mean[r] = m;
+    var[r] = v;
+  }
+}
+
+// gw and gb sum over rows. To stay deterministic for any thread count, rows
+// are summed in fixed blocks of kRowBlock into partials [blocks, D], which are
+// then added in block order.
+constexpr int64_t kRowBlock = 64;
+
+template <class T>
+void loop_backward(const T* gy, const T* x, const T* w, const T* mean, const T* var, T* gx, T* gw, T* gb, int64_t R,
+                   int64_t D, double eps) {
+  const int64_t blocks = (R + kRowBlock - 1) / kRowBlock;
+  std::vector<T> pw(static_cast<size_t>(blocks * D), T(0)), pb(static_cast<size_t>(blocks * D), T(0));  // [blocks, D]
+#pragma omp parallel for schedule(static) if (R * D > kParallelGrain)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    T* pwb = pw.data() + blk * D;
+    T* pbb = pb.data() + blk * D;
+    const int64_t r1 = std::min(R, (blk + 1) * kRowBlock);
+    for (int64_t r = blk * kRowBlock; r < r1; ++r) {
+      const T* xr = x + r * D;
+      const T* gr = gy + r * D;
+      T* gxr = gx + r * D;
+      const T m = mean[r];
+      const T rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var[r]) + eps));
+      T s_dn = 0, s_dnx = 0;  // sum_d dn, sum_d dn * xhat
+      for (int64_t d = 0; d < D; ++d) {
+        const T xhat = (xr[d] - m) * rstd;
+        const T dn = gr[d] * w[d];
+        s_dn += dn;
+        s_dnx += dn * xhat;
+        pwb[d] += gr[d] * xhat;
+        pbb[d] += gr[d];
+      }
+      s_dn /= static_cast<T>(D);
+      s_dnx /= static_cast<T>(D);
+      for (int64_t d = 0; d < D; ++d) {
+        const T xhat = (xr[d] - m) * rstd;
+        gxr[d] = rstd * (gr[d] * w[d] - s_dn - xhat * s_dnx);
+      }
+    }
+  }
+  for (int64_t d = 0; d < D; ++d) {
+    T sw = 0, sb = 0;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      sw += pw[static_cast<size_t>(blk * D + d)];
+      sb += pb[static_cast<size_t>(blk * D + d)];
+    }
+    gw[d] = sw;
+    gb[d] = sb;
+  }
+}
+
+// ---- oneDNN ----
+using dnnl::memory;
+
+struct LnPrims {
+  memory::desc data, stat, scale;  // [R, D] ab, [R] a, [D] a
+  dnnl::layer_normalization_forward fwd;
+  dnnl::layer_normalization_backward bwd;
+};
+
+struct Dnnl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{eng};
+  std::mutex mu;
+  std::map<std::tuple<int64_t, int64_t, float>, std::shared_ptr<LnPrims>> cache;  // (R, D, eps)
+};
+
+Dnnl& dnnl_ctx() {
+  static Dnnl d;
+  return d;
+}
+
+std::shared_ptr<LnPrims> prims_for(int64_t R, int64_t D, float eps) {
+  Dnnl& d = dnnl_ctx();
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto key = std::make_tuple(R, D, eps);
+  auto it = d.cache.find(key);
+  if (it != d.cache.end()) return it->second;
+
+  using dt = memory::data_type;
+  using tag = memory::format_tag;
+  auto p = std::make_shared<LnPrims>();
+  p->data = memory::desc({R, D}, dt::f32, tag::ab);
+  p->stat = memory::desc({R}, dt::f32, tag::a);
+  p->scale = memory::desc({D}, dt::f32, tag::a);
+  const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  dnnl::layer_normalization_forward::desc fwd_d(dnnl::prop_kind::forward_training, p->data, p->stat, eps, flags);
+  dnnl::layer_normalization_forward::primitive_desc fwd_pd(fwd_d, d.eng);
+  dnnl::layer_normalization_backward::desc bwd_d(dnnl::prop_kind::backward, p->data, p->data, p->stat, eps, flags);
+  dnnl::layer_normalization_backward::primitive_desc bwd_pd(bwd_d, d.eng, fwd_pd);
+  // heed passes its own buffers; a layout or workspace oneDNN wanted on top
+  // of them would be silently ignored, so refuse it instead.
+  if (fwd_pd.workspace_desc().get_size() != 0 || bwd_pd.workspace_desc().get_size() != 0 ||
+      fwd_pd.weights_desc() != p->scale || fwd_pd.mean_desc() != p->stat || bwd_pd.diff_weights_desc() != p->scale)
+    fail("layer_norm: oneDNN chose an unexpected memory layout for [{}, {}]", R, D);
+  p->fwd = dnnl::layer_normalization_forward(fwd_pd);
+  p->bwd = dnnl::layer_normalization_backward(bwd_pd);
+  d.cache.emplace(key, p);
+  return p;
+}
+
+memory mem(const memory::desc& md, const Tensor& t) { return memory(md, dnnl_ctx().eng, t.raw_data()); }
+
+}  // namespace
+
+LayerNormResult layer_norm_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, double eps) {
+  check_ln(x0, w0, b0, eps);
+  Tensor x = contiguous(x0), w = contiguous(w0), b = contiguous(b0);
+  const int64_t D = x.size(-1), R = x.numel() / D;
+  LayerNormResult res{Tensor::empty(x.shape(), x.dtype()), Tensor::empty({R}, x.dtype()),
+                      Tensor::empty({R}, x.dtype())};
+  if (R == 0) return res;
+  if (x.dtype() == DType::f64) {
+    loop_forward<double>(x.data<double>(), w.data<double>(), b.data<double>(), res.y.data<double>(),
+                         res.mean.data<double>(), res.var.data<double>(), R, D, eps);
+    return res;
+  }
+  auto p = prims_for(R, D, static_cast<float>(eps));
+  p->fwd.execute(dnnl_ctx().stream, {{DNNL_ARG_SRC, mem(p->data, x)},
+                                     {DNNL_ARG_SCALE, mem(p->scale, w)},
+                                     {DNNL_ARG_SHIFT, mem(p->scale, b)},
+                                     {DNNL_ARG_DST, mem(p->data, res.y)},
+                                     {DNNL_ARG_MEAN, mem(p->stat, res.mean)},
+                                     {DNNL_ARG_VARIANCE, mem(p->stat, res.var)}});
+  dnnl_ctx().stream.wait();
+  return res;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& gy0, const Tensor& x0, const Tensor& w0, const Tensor& mean0,
+                                   const Tensor& var0, double eps) {
+  check_ln(x0, w0, w0, eps);
+  check_defined(gy0, "layer_norm backward");
+  if (gy0.shape() != x0.shape() || gy0.dtype() != x0.dtype())
+    fail("layer_norm backward: gradient {} {} does not match input {} {}", shape_str(gy0.shape()),
+         dtype_name(gy0.dtype()), shape_str(x0.shape()), dtype_name(x0.dtype()));
+  Tensor gy = contiguous(gy0), x = contiguous(x0), w = contiguous(w0), mean = contiguous(mean0),
+         var = contiguous(var0);
+  const int64_t D = x.size(-1), R = x.numel() / D;
+  if (mean.shape() != Shape{R} || var.shape() != Shape{R})
+    fail("layer_norm backward: expected saved statistics of shape [{}], got {} and {}", R, shape_str(mean.shape()),
+         shape_str(var.shape()));
+  LayerNormGrads g{Tensor::empty(x.shape(), x.dtype()), Tensor::zeros({D}, x.dtype()), Tensor::zeros({D}, x.dtype())};
+  if (R == 0) return g;
+  if (x.dtype() == DType::f64) {
+    loop_backward<double>(gy.data<double>(), x.data<double>(), w.data<double>(), mean.data<double>(),
+                          var.data<double>(), g.x.data<double>(), g.w.data<double>(), g.b.data<double>(), R, D, eps);
+    return g;
+  }
+  auto p = prims_for(R, D, static_cast<float>(eps));
+  // The shift does not enter the gradient and its values are not read, but
+  // oneDNN 2.6 insists on the argument: any [D] buffer will do.
+  p->bwd.execute(dnnl_ctx().stream, {{DNNL_ARG_SRC, mem(p->data, x)},
+                                     {DNNL_ARG_DIFF_DST, mem(p->data, gy)},
+                                     {DNNL_ARG_MEAN, mem(p->stat, mean)},
+                                     {DNNL_ARG_VARIANCE, mem(p->stat, var)},
+                                     {DNNL_ARG_SCALE, mem(p->scale, w)},
+                                     {DNNL_ARG_SHIFT, mem(p->scale, w)},
+                                     {DNNL_ARG_DIFF_SRC, mem(p->data, g.x)},
+                                     {DNNL_ARG_DIFF_SCALE, mem(p->scale, g.w)},
+                                     {DNNL_ARG_DIFF_SHIFT, mem(p->scale, g.b)}});
+  dnnl_ctx().stream.wait();
+  return g;
+}
+
+}  // namespace heed::kernel

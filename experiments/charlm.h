@@ -1,0 +1,27 @@
+// experiments/charlm.h: `heed run charlm` and `heed sample`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "layers/transformer.h"
+
+namespace heed::experiments {
+
+struct SampleOptions {
+  int64_t tokens = 400;
+  double temperature = 0.8;
+  int64_t top_k = 0;  // 0: all
+  int64_t seed = 0;
+  bool use_cache = true;  // false: recompute the whole window for every token
+};
+
+// Continues prompt (token ids) by o.tokens sampled tokens; returns the new ones.
+// With or without the cache, the same seed gives the same tokens (within one
+// context window; past it the window slides and positions restart).
+std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt, const SampleOptions& o);
+
+int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line);
+int run_sample(const std::vector<std::string>& args);
+
+}  // namespace heed::experiments

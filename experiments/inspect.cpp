@@ -1,0 +1,458 @@
+// experiments/inspect.cpp
+//
+// The summary reads the file through heed's HDF5 layer alone and classifies
+// every dataset by the log schema (docs/log-format.md):
+//   metrics/<name>            [n, 3] rows of (step, value, wall_seconds)
+//   series/<name>/{values,step}
+//   a group whose datasets have dotted parameter names ("0.weight",
+//   "blocks.0.attn.qkv.weight"): a model's parameters, as checkpoints hold them
+//   a group of groups with dotted names ("<param>/exp_avg"): per-parameter
+//   optimiser state
+//   anything else: a fixed dataset
+#include "experiments/inspect.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "data/h5.h"
+
+namespace heed::experiments {
+
+namespace {
+
+std::string parent_of(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? std::string() : p.substr(0, s);
+}
+std::string leaf_of(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// "blocks.0.attn.qkv.weight", "0.weight": identifiers joined by dots.
+bool dotted_name(const std::string& s) {
+  if (s.find('.') == std::string::npos || s.front() == '.' || s.back() == '.') return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '.' && s[i + 1] == '.') return false;
+    if (c != '.' && c != '_' && !std::isalnum(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+// Natural order: "2.weight" before "10.weight".
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t i2 = i, j2 = j;
+      while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2]))) ++i2;
+      while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2]))) ++j2;
+      std::string x = a.substr(i, i2 - i), y = b.substr(j, j2 - j);
+      x.erase(0, std::min(x.find_first_not_of('0'), x.size()));
+      y.erase(0, std::min(y.find_first_not_of('0'), y.size()));
+      if (x.size() != y.size()) return x.size() < y.size();
+      if (x != y) return x < y;
+      i = i2;
+      j = j2;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string num(double v) { return fmt::format("{:.6g}", v); }
+
+// One line of text for an attribute value; multi-line text becomes a count.
+std::string attr_line(const h5::Attr& a, bool* multiline = nullptr) {
+  std::string s = h5::attr_str(a);
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  bool multi = s.find('\n') != std::string::npos;
+  if (multiline) *multiline = multi;
+  if (!multi) return s;
+  return fmt::format("({} lines; --full prints them)", std::count(s.begin(), s.end(), '\n') + 1);
+}
+
+bool has_hdf5_signature(const std::string& path) {
+  // The superblock sits at 0, 512, 1024, 2048, ... (after an optional user block).
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  if (ec) return false;
+  for (uintmax_t at = 0; at + 8 <= size; at = at == 0 ? 512 : at * 2) {
+    char sig[8] = {};
+    in.seekg(static_cast<std::streamoff>(at));
+    in.read(sig, 8);
+    if (in.gcount() == 8 && std::string(sig, 8) == std::string("\x89HDF\r\n\x1a\n", 8)) return true;
+  }
+  return false;
+}
+
+// SWMR reader first (works while a run appends, and on a log whose writer
+// was killed), then a plain reader (files written without the latest format).
+h5::File open_for_reading(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("inspect: '{}' does not exist", path);
+  if (fs::is_directory(path, ec)) fail("inspect: '{}' is a directory, expected an HDF5 file", path);
+  try {
+    return h5::File(path, h5::File::Mode::read_swmr);
+  } catch (const Error&) {
+  }
+  try {
+    return h5::File(path, h5::File::Mode::read);
+  } catch (const Error&) {
+  }
+  if (!has_hdf5_signature(path)) fail("inspect: '{}' is not an HDF5 file (no HDF5 signature)", path);
+  fail("inspect: '{}' is an HDF5 file that cannot be opened: truncated or damaged, or open in a writer "
+       "that is not in SWMR mode",
+       path);
+}
+
+struct Metric {
+  std::string name;
+  int64_t rows = 0;
+  double first_step = 0, last_step = 0, first = NAN, last = NAN, min = NAN, min_step = 0, last_wall = NAN;
+};
+
+struct Series {
+  std::string name;
+  int64_t rows = 0;
+  Shape item;
+  int64_t first_step = 0, last_step = 0;
+};
+
+struct Fixed {
+  std::string path;
+  Shape shape;
+  std::string dtype, value;
+};
+
+struct ParamGroup {
+  std::string group;
+  std::vector<std::pair<std::string, Shape>> params;  // natural order
+};
+
+struct StateGroup {
+  std::string group;
+  std::set<std::string> params, keys;
+  int64_t values = 0;
+};
+
+Metric read_metric(const h5::File& f, const std::string& path) {
+  Metric m;
+  m.name = path.substr(8);
+  std::vector<double> r = f.read_tensor(path).to_vector<double>();  // [n, 3]
+  m.rows = static_cast<int64_t>(r.size() / 3);
+  if (m.rows == 0) return m;
+  m.first_step = r[0];
+  m.first = r[1];
+  m.last_step = r[3 * (m.rows - 1)];
+  m.last = r[3 * (m.rows - 1) + 1];
+  m.last_wall = r[3 * (m.rows - 1) + 2];
+  for (int64_t i = 0; i < m.rows; ++i) {
+    double v = r[3 * i + 1];
+    if (!std::isnan(v) && (std::isnan(m.min) || v < m.min)) {
+      m.min = v;
+      m.min_step = r[3 * i];
+    }
+  }
+  return m;
+}
+
+Fixed read_fixed(const h5::File& f, const std::string& path) {
+  Fixed d;
+  d.path = path;
+  d.shape = f.dataset_shape(path);
+  // Values are read only to learn the dtype and show small tensors.
+  if (shape_numel(d.shape) > (int64_t{1} << 24)) return d;
+  Tensor t;
+  try {
+    t = f.read_tensor(path);
+  } catch (const Error&) {
+    d.dtype = "(not numeric)";
+    return d;
+  }
+  d.dtype = dtype_name(t.dtype());
+  if (t.numel() >= 1 && t.numel() <= 4) {
+    std::vector<std::string> vs;
+    if (t.dtype() == DType::i64)
+      for (int64_t v : t.to_vector<int64_t>()) vs.push_back(std::to_string(v));
+    else
+      for (double v : t.to_vector<double>()) vs.push_back(num(v));
+    d.value = t.dim() == 0 ? vs[0] : "[" + fmt::format("{}", fmt::join(vs, ", ")) + "]";
+  }
+  return d;
+}
+
+}  // namespace
+
+std::string inspect_file(const std::string& path, const InspectOptions& opt) {
+  h5::File f = open_for_reading(path);
+  std::string out;
+  auto line = [&out](const std::string& s) { out += s + "\n"; };
+
+  // ---- what the file is, and its root attributes ----
+  std::map<std::string, h5::Attr> root = f.attrs("/");
+  auto root_str = [&root](const std::string& k) { return root.count(k) ? h5::attr_str(root.at(k)) : std::string(); };
+  std::string kind = root.count("heed_log_format")          ? "heed run log, format " + root_str("heed_log_format")
+                     : root.count("heed_checkpoint_format") ? "heed checkpoint, format " + root_str("heed_checkpoint_format")
+                                                            : "HDF5 file (not a heed log or checkpoint)";
+  line(fmt::format("{}: {}", path, kind));
+  if (root.count("experiment")) line(fmt::format("experiment: {}", root_str("experiment")));
+
+  // Root attributes: plain ones first (in a reading order), then the dotted
+  // families grouped: config.<option>, counter.<name>, ...
+  const std::vector<std::string> order{"command_line", "start_time", "heed_version", "git_commit", "threads",
+                                       "cpu",          "backends"};
+  std::vector<std::pair<std::string, std::string>> plain;
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> families;
+  std::set<std::string> skip{"experiment", "heed_log_format", "heed_checkpoint_format"};
+  for (const auto& k : order)
+    if (root.count(k)) plain.emplace_back(k, attr_line(root.at(k)));
+  for (const auto& [k, v] : root) {
+    if (skip.count(k) || std::find(order.begin(), order.end(), k) != order.end()) continue;
+    auto dot = k.find('.');
+    if (dot != std::string::npos && dot > 0 && dot + 1 < k.size())
+      families[k.substr(0, dot)].emplace_back(k.substr(dot + 1), attr_line(v));
+    else
+      plain.emplace_back(k, attr_line(v));
+  }
+  if (root.count("start_unix_time") && std::holds_alternative<double>(root.at("start_unix_time"))) {
+    // Shown as a date in start_time already; keep the raw number readable.
+    for (auto& [k, v] : plain)
+      if (k == "start_unix_time") v = fmt::format("{:.3f}", std::get<double>(root.at(k)));
+  }
+  size_t w = 0;
+  for (const auto& [k, v] : plain) w = std::max(w, k.size());
+  for (const auto& [k, v] : plain) line(fmt::format("  {:<{}}  {}", k, w, v));
+  for (const auto& [family, items] : families) {
+    line("");
+    line(fmt::format("{}:", family == "counter" ? "counters" : family));
+    size_t fw = 0;
+    for (const auto& [k, v] : items) fw = std::max(fw, k.size());
+    for (const auto& [k, v] : items) line(fmt::format("  {:<{}}  {}", k, fw, v.empty() ? "\"\"" : v));
+  }
+
+  // ---- classify every dataset ----
+  std::vector<std::string> paths = f.list_datasets("/");
+  std::sort(paths.begin(), paths.end(), natural_less);
+  std::set<std::string> param_groups, state_groups;
+  for (const auto& p : paths) {
+    std::string parent = parent_of(p);
+    if (dotted_name(leaf_of(p)) && !starts_with(p, "metrics/") && !starts_with(p, "series/"))
+      param_groups.insert(parent);
+    else if (!parent.empty() && dotted_name(leaf_of(parent)) && !starts_with(p, "metrics/") &&
+             !starts_with(p, "series/"))
+      state_groups.insert(parent_of(parent));
+  }
+  std::vector<Metric> metrics;
+  std::vector<Series> series;
+  std::vector<Fixed> fixed;
+  std::map<std::string, ParamGroup> params;
+  std::map<std::string, StateGroup> states;
+  for (const auto& p : paths) {
+    std::string parent = parent_of(p);
+    Shape shape = f.dataset_shape(p);
+    if (starts_with(p, "metrics/") && shape.size() == 2 && shape[1] == 3) {
+      metrics.push_back(read_metric(f, p));
+    } else if (starts_with(p, "series/") && ends_with(p, "/values") && !shape.empty() &&
+               f.exists(parent + "/step")) {
+      Series s;
+      s.name = parent.substr(7);
+      std::vector<int64_t> steps = f.read_tensor(parent + "/step").to_vector<int64_t>();
+      // A live writer appends the step before the values: count what both hold.
+      s.rows = std::min<int64_t>(shape[0], static_cast<int64_t>(steps.size()));
+      s.item = Shape(shape.begin() + 1, shape.end());
+      if (s.rows > 0) {
+        s.first_step = steps[0];
+        s.last_step = steps[static_cast<size_t>(s.rows - 1)];
+      }
+      series.push_back(s);
+    } else if (starts_with(p, "series/") && ends_with(p, "/step") && f.exists(parent + "/values")) {
+      continue;  // shown with its values
+    } else if (param_groups.count(parent)) {
+      ParamGroup& g = params[parent];
+      g.group = parent;
+      g.params.emplace_back(leaf_of(p), shape);
+    } else if (!parent.empty() && state_groups.count(parent_of(parent)) && dotted_name(leaf_of(parent))) {
+      StateGroup& g = states[parent_of(parent)];
+      g.group = parent_of(parent);
+      g.params.insert(leaf_of(parent));
+      g.keys.insert(leaf_of(p));
+      g.values += shape_numel(shape);
+    } else {
+      fixed.push_back(read_fixed(f, p));
+    }
+  }
+
+  // ---- metrics ----
+  if (!metrics.empty()) {
+    double last_wall = NAN;
+    for (const auto& m : metrics)
+      if (!std::isnan(m.last_wall) && (std::isnan(last_wall) || m.last_wall > last_wall)) last_wall = m.last_wall;
+    line("");
+    line(fmt::format("metrics ({}; rows of step, value, wall_seconds{}):", metrics.size(),
+                     std::isnan(last_wall) ? "" : fmt::format("; last row {:.1f} s after the start", last_wall)));
+    size_t nw = 4;
+    for (const auto& m : metrics) nw = std::max(nw, m.name.size());
+    line(fmt::format("  {:<{}}  {:>6}  {:>13}  {:>11}  {:>11}  {:>11}  {}", "name", nw, "rows", "steps", "first",
+                     "last", "min", "at step"));
+    for (const auto& m : metrics) {
+      if (m.rows == 0) {
+        line(fmt::format("  {:<{}}  {:>6}", m.name, nw, 0));
+        continue;
+      }
+      std::string steps = fmt::format("{}..{}", num(m.first_step), num(m.last_step));
+      line(fmt::format("  {:<{}}  {:>6}  {:>13}  {:>11}  {:>11}  {:>11}  {}", m.name, nw, m.rows, steps, num(m.first),
+                       num(m.last), std::isnan(m.min) ? "nan" : num(m.min),
+                       std::isnan(m.min) ? "-" : num(m.min_step)));
+    }
+  }
+
+  // ---- series ----
+  if (!series.empty()) {
+    line("");
+    line(fmt::format("series ({}; one tensor per logged step):", series.size()));
+    size_t nw = 4;
+    for (const auto& s : series) nw = std::max(nw, s.name.size());
+    line(fmt::format("  {:<{}}  {:>6}  {:<18}  {}", "name", nw, "rows", "item shape", "steps"));
+    for (const auto& s : series)
+      line(fmt::format("  {:<{}}  {:>6}  {:<18}  {}", s.name, nw, s.rows, shape_str(s.item),
+                       s.rows > 0 ? fmt::format("{}..{}", s.first_step, s.last_step) : std::string("-")));
+  }
+
+  // ---- fixed datasets ----
+  if (!fixed.empty()) {
+    line("");
+    line(fmt::format("datasets ({}):", fixed.size()));
+    size_t nw = 4, sw = 5;
+    for (const auto& d : fixed) {
+      nw = std::max(nw, d.path.size());
+      sw = std::max(sw, shape_str(d.shape).size());
+    }
+    for (const auto& d : fixed) {
+      std::string s = fmt::format("  {:<{}}  {:<{}}  {:<7}", d.path, nw, shape_str(d.shape), sw, d.dtype);
+      if (!d.value.empty()) s += "  " + d.value;
+      while (!s.empty() && s.back() == ' ') s.pop_back();
+      line(s);
+    }
+  }
+
+  // ---- parameters ----
+  for (auto& [name, g] : params) {
+    int64_t total = 0;
+    size_t nw = 4, sw = 5;
+    for (const auto& [n, s] : g.params) {
+      total += shape_numel(s);
+      nw = std::max(nw, n.size());
+      sw = std::max(sw, shape_str(s).size());
+    }
+    line("");
+    line(fmt::format("parameters in {}: {} tensors, {} values", name, g.params.size(), with_commas(total)));
+    for (const auto& [n, s] : g.params)
+      line(fmt::format("  {:<{}}  {:<{}}  {:>10}", n, nw, shape_str(s), sw, with_commas(shape_numel(s))));
+  }
+  for (const auto& [name, g] : states) {
+    std::vector<std::string> keys(g.keys.begin(), g.keys.end());
+    line("");
+    line(fmt::format("per-parameter state in {}: {} parameters x {{{}}}, {} values", name, g.params.size(),
+                     fmt::join(keys, ", "), with_commas(g.values)));
+  }
+
+  // ---- attributes of other objects (model summaries, ...) ----
+  std::set<std::string> groups;
+  for (const auto& p : paths)
+    for (std::string q = parent_of(p); !q.empty(); q = parent_of(q)) groups.insert(q);
+  std::vector<std::string> objects(groups.begin(), groups.end());
+  objects.insert(objects.end(), paths.begin(), paths.end());
+  std::sort(objects.begin(), objects.end(), natural_less);
+  std::vector<std::string> attr_lines;
+  for (const auto& o : objects) {
+    for (const auto& [k, v] : f.attrs(o)) {
+      // The metrics' "columns" is the schema's own, shown in the header above.
+      if (starts_with(o, "metrics/") && k == "columns") continue;
+      bool multi = false;
+      std::string one = attr_line(v, &multi);
+      attr_lines.push_back(fmt::format("  {} @{}: {}", o, k, multi && opt.full ? "" : one));
+      if (multi && opt.full) {
+        std::string s = h5::attr_str(v);
+        while (!s.empty() && s.back() == '\n') s.pop_back();
+        size_t at = 0;
+        while (at <= s.size()) {
+          size_t nl = s.find('\n', at);
+          attr_lines.push_back("      " + s.substr(at, nl == std::string::npos ? std::string::npos : nl - at));
+          if (nl == std::string::npos) break;
+          at = nl + 1;
+        }
+      }
+    }
+  }
+  if (!attr_lines.empty()) {
+    line("");
+    line("attributes:");
+    for (auto& l : attr_lines) {
+      while (!l.empty() && l.back() == ' ') l.pop_back();
+      line(l);
+    }
+  }
+  return out;
+}
+
+int run_inspect(const std::vector<std::string>& args) {
+  const char* help =
+      "usage: heed inspect FILE.h5 [--full]\n"
+      "\n"
+      "Prints a summary of a run log or a checkpoint: the experiment and its configuration,\n"
+      "each metric (rows, steps, first, last, minimum and the step where it was reached),\n"
+      "each series (rows, item shape, steps), the fixed datasets and the groups of named\n"
+      "parameters. Works on a log whose run is still writing it. Layout: docs/log-format.md.\n"
+      "\n"
+      "options:\n"
+      "  --full    print multi-line attributes (model summaries) in full\n"
+      "  --help    show this help\n";
+  InspectOptions opt;
+  std::string file;
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") {
+      fmt::print("{}", help);
+      return 0;
+    }
+    if (a == "--full") {
+      opt.full = true;
+    } else if (starts_with(a, "-")) {
+      fail("inspect: unknown option '{}' (see heed inspect --help)", a);
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      fail("inspect: expects one file, got '{}' and '{}'", file, a);
+    }
+  }
+  if (file.empty()) fail("inspect: expects a file: heed inspect FILE.h5 (see --help)");
+  fmt::print("{}", inspect_file(file, opt));
+  return 0;
+}
+
+}  // namespace heed::experiments

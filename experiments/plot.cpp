@@ -1,0 +1,201 @@
+// experiments/plot.cpp
+#include "experiments/plot.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+extern char** environ;
+
+namespace heed::experiments {
+
+namespace {
+
+constexpr const char* kScript = "experiments/plot/heed_plot.py";
+
+// The interpreter that sees Debian's python3-* packages (a python3 earlier on
+// PATH may be another installation without them). HEED_PYTHON overrides it.
+std::string python_path() {
+  const char* env = std::getenv("HEED_PYTHON");
+  return env && *env ? env : "/usr/bin/python3";
+}
+
+// The script in the source tree this program was built from, else beside the
+// executable's build directory (build/heed -> experiments/plot/ one level up).
+std::string script_path() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+#ifdef HEED_SOURCE_DIR
+  candidates.push_back(fs::path(HEED_SOURCE_DIR) / kScript);
+#endif
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path().parent_path() / kScript);
+    candidates.push_back(exe.parent_path() / "heed_plot.py");
+  }
+  for (const auto& c : candidates)
+    if (fs::is_regular_file(c, ec)) return c.string();
+  std::string tried;
+  for (const auto& c : candidates) tried += (tried.empty() ? "" : ", ") + c.string();
+  fail("plot: cannot find the plotting script heed_plot.py (looked at: {})", tried);
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+struct Output {
+  int status = -1;  // exit code, or -1 when killed by a signal
+  std::string out, err;
+};
+
+// Runs argv[0] with stdout and stderr captured (no shell).
+Output run_captured(const std::vector<std::string>& argv) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0) fail("plot: cannot create a pipe");
+  if (pipe(err_pipe) != 0) {
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    fail("plot: cannot create a pipe");
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
+  posix_spawn_file_actions_addclose(&fa, err_pipe[0]);
+  std::vector<char*> args;
+  std::vector<std::string> copy = argv;
+  for (auto& a : copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  Output o;
+  if (rc != 0) {
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    fail("plot: cannot run {}: {}", argv[0], std::strerror(rc));
+  }
+  // Read both pipes until both close (one full pipe must not block the other).
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&o.out, &o.err};
+  int open_fds = 2;
+  char buf[4096];
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (auto& p : fds)
+    if (p.fd >= 0) close(p.fd);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) fail("plot: lost track of {}", argv[0]);
+  o.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+}  // namespace
+
+std::string default_plot_dir(const std::string& log_path) {
+  std::string base = log_path;
+  if (base.size() > 3 && base.compare(base.size() - 3, 3, ".h5") == 0) base.resize(base.size() - 3);
+  return base + "_plots";
+}
+
+std::vector<std::string> plot_log(const std::string& log_path, const std::string& out_dir, bool echo) {
+  std::string python = python_path();
+  if (access(python.c_str(), X_OK) != 0)
+    fail("plot: needs {} (Debian packages python3, python3-h5py, python3-matplotlib: "
+         "apt-get install python3-h5py python3-matplotlib)",
+         python);
+  // Checked here too so the common mistake costs no Python start-up.
+  std::error_code ec;
+  if (!std::filesystem::exists(log_path, ec)) fail("plot: '{}' does not exist", log_path);
+  std::string dir = out_dir.empty() ? default_plot_dir(log_path) : out_dir;
+  Output o = run_captured({python, script_path(), log_path, "-o", dir});
+  // The script exits 2 on a problem it explains in one message (a missing
+  // file, a missing Python module); anything else is a bug worth its traceback.
+  if (o.status == 2) fail("{}", trim(o.err));
+  if (o.status != 0)
+    fail("plot: the plotting script failed on '{}' ({}):\n{}", log_path,
+         o.status < 0 ? std::string("killed") : fmt::format("exit status {}", o.status), trim(o.err));
+  if (!o.err.empty()) fmt::print(stderr, "{}\n", trim(o.err));  // warnings
+  std::vector<std::string> files;
+  size_t at = 0;
+  while (at < o.out.size()) {
+    size_t nl = o.out.find('\n', at);
+    std::string l = o.out.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    if (!l.empty()) files.push_back(l);
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  if (echo)
+    for (const auto& f : files) fmt::print("{}\n", f);
+  return files;
+}
+
+int run_plot(const std::vector<std::string>& args) {
+  const char* help =
+      "usage: heed plot FILE.h5 [-o DIR]\n"
+      "\n"
+      "Draws a run log as PNG figures and prints each file it writes: loss curves, and per\n"
+      "experiment its samples and attention maps (shapes) or its probe text's attention\n"
+      "(charlm). Works on a log whose run is still writing it. Needs /usr/bin/python3 with\n"
+      "python3-h5py and python3-matplotlib (set HEED_PYTHON to use another interpreter).\n"
+      "\n"
+      "options:\n"
+      "  -o, --out DIR    where to write the figures (default: FILE without .h5, plus _plots)\n"
+      "  --help           show this help\n";
+  std::string file, dir;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      fmt::print("{}", help);
+      return 0;
+    }
+    if (a == "-o" || a == "--out") {
+      if (i + 1 >= args.size() || args[i + 1].empty()) fail("plot: {} expects a directory", a);
+      dir = args[++i];
+    } else if (a.rfind("--out=", 0) == 0) {
+      dir = a.substr(6);
+    } else if (a.rfind("-", 0) == 0) {
+      fail("plot: unknown option '{}' (see heed plot --help)", a);
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      fail("plot: expects one file, got '{}' and '{}'", file, a);
+    }
+  }
+  if (file.empty()) fail("plot: expects a file: heed plot FILE.h5 [-o DIR] (see --help)");
+  plot_log(file, dir);
+  return 0;
+}
+
+}  // namespace heed::experiments

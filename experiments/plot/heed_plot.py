@@ -1,0 +1,603 @@
+#!/usr/bin/python3
+"""heed_plot.py: draws a heed run log (docs/log-format.md) as PNG figures.
+
+    /usr/bin/python3 experiments/plot/heed_plot.py runs/demo.h5 [-o DIR]
+
+`heed plot` runs this script; it can also be run directly. It needs Debian's
+python3-h5py and python3-matplotlib, so run it with /usr/bin/python3 (a
+python3 earlier on PATH may not see them). The log is opened as a SWMR
+reader, so a run that is still writing can be drawn at any time. Every file
+written is printed on its own line, and nothing else goes to stdout.
+
+What is drawn depends on the log's `experiment` attribute:
+  shapes   losses.png (training loss per step, train and test MSE per epoch,
+           one colour per model), pair_score.png, sample_<i>.png (input,
+           target and each model's output) and attention_<i>.png (the
+           attention map with the shapes marked) for the first 6 samples
+  charlm   losses.png (train/val loss, learning rate, gradient norm,
+           tokens per second) and attention_layer<L>.png (one heatmap per head
+           for the probe text)
+  other    metrics.png, every metric of the log
+A dataset that is missing (a CNN-only run has no attention maps) is skipped.
+
+Figures are saved at a fixed size (FIG_DPI times the sizes below, no tight
+cropping) so the tests know each PNG's pixel size.
+
+Exit status: 0 done; 2 a problem explained in one message on stderr (a
+missing file, not a heed log, a missing Python module).
+"""
+
+import math
+import os
+import re
+import sys
+
+FIG_DPI = 100
+# Figure sizes in inches (pixels = 100 x inches).
+SIZE_LOSSES = (12, 4.5)        # shapes: 1200 x 450
+SIZE_PAIR_SCORE = (6, 4)       # 600 x 400
+SIZE_SAMPLE = (10, 4.5)        # 1000 x 450
+SIZE_ATTENTION = (7, 8)        # 700 x 800
+SIZE_LM_LOSSES = (12, 8)       # charlm: 1200 x 800
+LM_HEAD_SIZE = (4, 4.5)        # charlm attention: 400 x 450 pixels per head, up to 4 heads a row
+SIZE_METRIC_ROW = (12, 3.5)    # other experiments: 1200 x 350 per row of 3 metrics
+N_SAMPLES = 6
+
+MODEL_COLOURS = {"cnn": "tab:blue", "attention": "tab:red"}
+OTHER_COLOURS = ["tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:cyan"]
+KIND_STYLE = {0: ("^", "tab:orange", "triangle"), 1: ("s", "tab:green", "box")}
+
+
+def die(message):
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
+def import_modules():
+    missing = []
+    for module, package in (("numpy", "python3-numpy"), ("h5py", "python3-h5py"),
+                            ("matplotlib", "python3-matplotlib")):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append((module, package))
+    if missing:
+        die("plot: {} cannot import {}: install the Debian package{} {} (apt-get install {})".format(
+            sys.executable, ", ".join(m for m, _ in missing), "s" if len(missing) > 1 else "",
+            ", ".join(p for _, p in missing), " ".join(p for _, p in missing)))
+    import matplotlib
+    matplotlib.use("Agg")
+
+
+# ---- reading the log ---------------------------------------------------------
+
+def open_log(path):
+    import h5py
+    if not os.path.exists(path):
+        die(f"plot: '{path}' does not exist")
+    if os.path.isdir(path):
+        die(f"plot: '{path}' is a directory, expected an HDF5 run log")
+    try:
+        return h5py.File(path, "r", libver="latest", swmr=True)
+    except OSError:
+        pass
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        die(f"plot: cannot open '{path}' as an HDF5 file (not HDF5, truncated, or open in a writer "
+            f"that is not in SWMR mode): {e}")
+
+
+def text_attr(obj, name, default=None):
+    if obj is None or name not in obj.attrs:
+        return default
+    v = obj.attrs[name]
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if hasattr(v, "item"):
+        v = v.item()
+        if isinstance(v, bytes):
+            return v.decode("utf-8", "replace")
+    return str(v)
+
+
+def dataset(f, path):
+    import h5py
+    ds = f.get(path)
+    if not isinstance(ds, h5py.Dataset):
+        return None
+    try:
+        ds.refresh()  # a SWMR reader sees rows appended since the file was opened
+    except Exception:
+        pass
+    return ds
+
+
+def metric(f, name):
+    """metrics/<name> as an array of rows (step, value, wall_seconds), or None."""
+    ds = dataset(f, "metrics/" + name)
+    if ds is None or ds.ndim != 2 or ds.shape[1] != 3 or ds.shape[0] == 0:
+        return None
+    return ds[()]
+
+
+def series_last(f, name):
+    """(step, tensor) of the last row of series/<name>, or None."""
+    values, steps = dataset(f, f"series/{name}/values"), dataset(f, f"series/{name}/step")
+    if values is None or steps is None:
+        return None
+    n = min(values.shape[0], steps.shape[0])  # a live writer appends the step first
+    if n == 0:
+        return None
+    return int(steps[n - 1]), values[n - 1]
+
+
+def fixed(f, path):
+    ds = dataset(f, path)
+    return None if ds is None else ds[()]
+
+
+# ---- drawing helpers -----------------------------------------------------------
+
+def new_figure(size):
+    import matplotlib.pyplot as plt
+    return plt.figure(figsize=size, dpi=FIG_DPI, layout="constrained")
+
+
+def save(fig, out_dir, name, written):
+    import matplotlib.pyplot as plt
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=FIG_DPI)
+    plt.close(fig)
+    written.append(path)
+    print(path, flush=True)
+
+
+def smooth(values):
+    """Centred moving average over ~n/40 rows (narrower at the ends), so the
+    smoothed curve does not lag behind the raw one as an EMA would."""
+    import numpy as np
+    v = np.asarray(values, dtype=np.float64)
+    n = len(v)
+    half = max(0, n // 80)
+    if half == 0:
+        return v
+    c = np.concatenate([[0.0], np.cumsum(v)])
+    i = np.arange(n)
+    lo, hi = np.maximum(0, i - half), np.minimum(n, i + half + 1)
+    return (c[hi] - c[lo]) / (hi - lo)
+
+
+def log_y_if_positive(ax, arrays):
+    """Log scale when every value is positive, with plain-number tick labels
+    (also at 2x and 5x when the data spans few decades)."""
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    vals = [np.asarray(a) for a in arrays if a is not None and len(a)]
+    if not vals or not all(np.nanmin(v) > 0 for v in vals):
+        return False
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    lo, hi = min(np.nanmin(v) for v in vals), max(np.nanmax(v) for v in vals)
+    if hi / lo < 1e3:
+        ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(plain)
+    else:
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    return True
+
+
+def not_logged(ax, what):
+    ax.text(0.5, 0.5, f"{what}: not logged", ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def model_colour(name, i):
+    return MODEL_COLOURS.get(name, OTHER_COLOURS[i % len(OTHER_COLOURS)])
+
+
+# ---- the shapes experiment -------------------------------------------------------
+
+def shapes_models(f):
+    """Models with a metrics/<model>/ group, CNN first."""
+    import h5py
+    g = f.get("metrics")
+    if not isinstance(g, h5py.Group):
+        return []
+    names = [k for k in g.keys() if isinstance(g[k], h5py.Group) and "train_loss" in g[k]]
+    order = {"cnn": 0, "attention": 1}
+    return sorted(names, key=lambda n: (order.get(n, 2), n))
+
+
+def steps_per_epoch(f):
+    try:
+        train, batch = int(text_attr(f, "config.train")), int(text_attr(f, "config.batch"))
+        return math.ceil(train / batch) if batch > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def shapes_losses(f, models, out_dir, written):
+    fig = new_figure(SIZE_LOSSES)
+    ax_step, ax_epoch = fig.subplots(1, 2)
+    spe = steps_per_epoch(f)
+    plotted_step, plotted_epoch = [], []
+    for i, m in enumerate(models):
+        colour = model_colour(m, i)
+        tl = metric(f, f"{m}/train_loss")
+        if tl is not None:
+            ax_step.plot(tl[:, 0], tl[:, 1], color=colour, alpha=0.25, lw=0.8)
+            ax_step.plot(tl[:, 0], smooth(tl[:, 1]), color=colour, lw=1.8, label=m)
+            plotted_step.append(tl[:, 1])
+        for suffix, style, marker in (("train_mse", "--", "o"), ("test_mse", "-", "s")):
+            r = metric(f, f"{m}/{suffix}")
+            if r is None:
+                continue
+            x = r[:, 0] / spe if spe else r[:, 0]
+            ax_epoch.plot(x, r[:, 1], ls=style, marker=marker, ms=4, color=colour,
+                          label=f"{m} {suffix.split('_')[0]}")
+            plotted_epoch.append(r[:, 1])
+    if plotted_step:
+        log = log_y_if_positive(ax_step, plotted_step)
+        ax_step.set_xlabel("step")
+        ax_step.set_ylabel("MSE loss" + (" (log scale)" if log else ""))
+        ax_step.set_title("training loss per step (light: raw, dark: smoothed)")
+        ax_step.legend()
+        ax_step.grid(True, which="both", alpha=0.3)
+    else:
+        not_logged(ax_step, "training loss")
+    if plotted_epoch:
+        log = log_y_if_positive(ax_epoch, plotted_epoch)
+        ax_epoch.set_xlabel("epoch" if spe else "step")
+        ax_epoch.set_ylabel("MSE" + (" (log scale)" if log else ""))
+        ax_epoch.set_title("MSE per epoch: train (dashed), test (solid)")
+        ax_epoch.legend()
+        ax_epoch.grid(True, which="both", alpha=0.3)
+    else:
+        not_logged(ax_epoch, "MSE per epoch")
+    fig.suptitle(f"{os.path.basename(f.filename)}: shapes, {', '.join(models) or 'no models'}")
+    save(fig, out_dir, "losses.png", written)
+
+
+def shapes_pair_score(f, out_dir, written):
+    r = metric(f, "attention/pair_score")
+    if r is None:
+        return
+    fig = new_figure(SIZE_PAIR_SCORE)
+    ax = fig.subplots()
+    ax.plot(r[:, 0], r[:, 1], "-o", ms=4, color=MODEL_COLOURS["attention"])
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("attention mass on the partner shape")
+    ax.set_title("pair-attention score (1: each shape attends only to its partner)", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    save(fig, out_dir, "pair_score.png", written)
+
+
+class Shapes:
+    """Geometry of one logged sample: centres, widths, kinds, partners."""
+
+    def __init__(self, f, i):
+        self.centres = fixed(f, "samples/centres")
+        self.kinds = fixed(f, "samples/kinds")
+        self.partner = fixed(f, "samples/partner")
+        ok = all(a is not None and len(a) > i for a in (self.centres, self.kinds, self.partner))
+        if ok:
+            self.centres, self.kinds, self.partner = self.centres[i], self.kinds[i], self.partner[i]
+        else:
+            self.centres = self.kinds = self.partner = []
+
+    def __iter__(self):
+        for s in range(len(self.centres)):
+            yield s, float(self.centres[s]), int(self.kinds[s]), int(self.partner[s])
+
+    def draw_on_signal(self, ax, y0, depth_unit, length):
+        """Markers at the centres on the line y = y0, partners linked by arcs below it."""
+        from matplotlib.patches import Arc
+        for s, c, k, p in self:
+            marker, colour, _ = KIND_STYLE.get(k, ("o", "0.3", "shape"))
+            ax.plot([c], [y0], marker=marker, color=colour, ms=8, mec="k", mew=0.6, ls="none", zorder=5)
+            if 0 <= p < len(self.centres) and s < p:
+                cp = float(self.centres[p])
+                depth = depth_unit * (0.6 + 1.4 * abs(cp - c) / length)
+                ax.add_patch(Arc(((c + cp) / 2, y0), abs(cp - c), 2 * depth, theta1=180, theta2=360,
+                                 color=colour, lw=1.3))
+        return y0 - depth_unit * 2.2  # the lowest point drawn
+
+
+def kind_legend_handles(extra=()):
+    from matplotlib.lines import Line2D
+    handles = [Line2D([], [], marker=m, color=c, mec="k", mew=0.6, ls="none", ms=8, label=name)
+               for m, c, name in KIND_STYLE.values()]
+    return handles + list(extra)
+
+
+def shapes_sample(f, i, models, out_dir, written):
+    import numpy as np
+    inp, tgt = fixed(f, "samples/input"), fixed(f, "samples/target")
+    if inp is None or len(inp) <= i:
+        return
+    length = inp.shape[-1]
+    x = np.arange(length)
+    fig = new_figure(SIZE_SAMPLE)
+    ax = fig.subplots()
+    curves = [inp[i, 0]]
+    ax.plot(x, inp[i, 0], color="0.6", lw=1.0, label="input")
+    if tgt is not None and len(tgt) > i:
+        ax.plot(x, tgt[i, 0], color="k", lw=1.4, ls="--", label="target")
+        curves.append(tgt[i, 0])
+    steps = []
+    for j, m in enumerate(models):
+        last = series_last(f, f"{m}/output")
+        if last is None or len(last[1]) <= i:
+            continue
+        step, out = last
+        ax.plot(x, out[i, 0], color=model_colour(m, j), lw=1.6, label=f"{m} output")
+        curves.append(out[i, 0])
+        steps.append(step)
+    top = max(float(np.max(c)) for c in curves)
+    unit = 0.07 * max(top, 1.0)
+    bottom = Shapes(f, i).draw_on_signal(ax, -unit, unit, length)
+    ax.set_ylim(bottom - 0.5 * unit, top + unit)
+    ax.set_xlim(-0.5, length - 0.5)
+    ax.set_xlabel("position")
+    ax.set_ylabel("height")
+    when = f"outputs at step {max(steps)}" if steps else "no outputs logged"
+    ax.set_title(f"test sample {i}: input, target and {when} (arcs link the shapes averaged together)")
+    ax.legend(handles=ax.get_legend_handles_labels()[0] + kind_legend_handles(), loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize=9)
+    ax.grid(True, alpha=0.3)
+    save(fig, out_dir, f"sample_{i}.png", written)
+
+
+def shapes_attention(f, i, out_dir, written):
+    import numpy as np
+    from matplotlib.lines import Line2D
+    last = series_last(f, "attention/maps")
+    if last is None or len(last[1]) <= i:
+        return
+    step, maps = last
+    a = np.asarray(maps[i], dtype=np.float64)  # [T, T]: row = query, column = key
+    length = a.shape[-1]
+    inp = fixed(f, "samples/input")
+    shapes = Shapes(f, i)
+
+    fig = new_figure(SIZE_ATTENTION)
+    grid = fig.add_gridspec(2, 2, height_ratios=[1, 4.2], width_ratios=[24, 1])
+    ax_in, ax, cax = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
+    fig.add_subplot(grid[0, 1]).axis("off")
+
+    # The input above the key axis, with the partner links.
+    if inp is not None and len(inp) > i:
+        ax_in.plot(np.arange(length), inp[i, 0], color="0.4", lw=1.0)
+        top = float(np.max(inp[i, 0]))
+        unit = 0.12 * max(top, 1.0)
+        bottom = shapes.draw_on_signal(ax_in, -unit, unit, length)
+        ax_in.set_ylim(bottom - 0.3 * unit, top + 4 * unit)  # headroom for the legend
+    ax_in.set_xlim(-0.5, length - 0.5)
+    ax_in.set_ylabel("input")
+    ax_in.set_title(f"test sample {i}: attention at step {step}")
+    ax_in.tick_params(labelbottom=False)
+
+    im = ax.imshow(a, origin="upper", cmap="viridis", vmin=0.0, vmax=max(float(a.max()), 1e-12),
+                   interpolation="nearest", aspect="auto")
+    fig.colorbar(im, cax=cax, label="attention weight (each row sums to 1)")
+    edge = length - 0.5
+    for s, c, k, p in shapes:
+        marker, colour, _ = KIND_STYLE.get(k, ("o", "0.3", "shape"))
+        # The shape's centre on both axes, drawn over the frame.
+        ax.plot([c], [edge], marker=marker, color=colour, ms=9, mec="k", mew=0.6, clip_on=False, zorder=6)
+        ax.plot([-0.5], [c], marker=marker, color=colour, ms=9, mec="k", mew=0.6, clip_on=False, zorder=6)
+        if 0 <= p < len(shapes.centres):
+            # Where this shape's queries should look: the partner's centre.
+            cp = float(shapes.centres[p])
+            ax.plot([-0.5, cp], [c, c], color=colour, lw=0.9, ls=":", zorder=4)
+            ax.plot([cp, cp], [c, edge], color=colour, lw=0.9, ls=":", zorder=4)
+            ax.plot([cp], [c], marker="o", mfc="none", mec="white", mew=1.5, ms=13, zorder=5)
+    ax.set_xlim(-0.5, edge)
+    ax.set_ylim(edge, -0.5)
+    ax.tick_params(pad=9)
+    ax.set_xlabel("key position (column): where the query looks")
+    ax.set_ylabel("query position (row)")
+    partner_cell = Line2D([], [], marker="o", mfc="none", mec="0.2", mew=1.5, ms=10, ls="none",
+                          label="partner (query row, key column)")
+    ax_in.legend(handles=kind_legend_handles([partner_cell]), loc="upper left", fontsize=8, ncol=3,
+                 framealpha=0.85)
+    save(fig, out_dir, f"attention_{i}.png", written)
+
+
+def plot_shapes(f, out_dir, written):
+    models = shapes_models(f)
+    shapes_losses(f, models, out_dir, written)
+    shapes_pair_score(f, out_dir, written)
+    inp = fixed(f, "samples/input")
+    n = min(N_SAMPLES, len(inp)) if inp is not None else 0
+    for i in range(n):
+        shapes_sample(f, i, models, out_dir, written)
+    for i in range(n):
+        shapes_attention(f, i, out_dir, written)
+
+
+# ---- language models (experiment "charlm") ------------------------------------------
+
+def lm_losses(f, out_dir, written):
+    fig = new_figure(SIZE_LM_LOSSES)
+    (ax_loss, ax_lr), (ax_grad, ax_tok) = fig.subplots(2, 2)
+    train, val = metric(f, "train_loss"), metric(f, "val_loss")
+    if train is None and val is None:
+        not_logged(ax_loss, "loss")
+    else:
+        if train is not None:
+            ax_loss.plot(train[:, 0], train[:, 1], color="tab:blue", alpha=0.25, lw=0.8)
+            ax_loss.plot(train[:, 0], smooth(train[:, 1]), color="tab:blue", lw=1.8, label="train (smoothed)")
+        if val is not None:
+            ax_loss.plot(val[:, 0], val[:, 1], "-o", ms=4, color="tab:red", label="validation")
+        log = log_y_if_positive(ax_loss, [r[:, 1] if r is not None else None for r in (train, val)])
+        ax_loss.set_ylabel("cross-entropy (nats per character)" + (", log scale" if log else ""))
+        ax_loss.set_title("loss")
+        ax_loss.legend()
+    # The learning rate is a schedule, not a measurement: drawn as it is.
+    for ax, name, title, ylabel, log, noisy in (
+            (ax_lr, "lr", "learning rate", "learning rate", False, False),
+            (ax_grad, "grad_norm", "gradient norm (before clipping)", "L2 norm", True, True),
+            (ax_tok, "tokens_per_second", "throughput", "tokens per second", False, True)):
+        r = metric(f, name)
+        if r is None:
+            not_logged(ax, title)
+            continue
+        smoothed = noisy and len(r) > 50
+        ax.plot(r[:, 0], r[:, 1], color="0.4" if smoothed else "k", alpha=0.35 if smoothed else 1.0,
+                lw=0.8 if smoothed else 1.5)
+        if smoothed:
+            ax.plot(r[:, 0], smooth(r[:, 1]), color="k", lw=1.5)
+        if log:
+            log_y_if_positive(ax, [r[:, 1]])
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+    for ax in (ax_loss, ax_lr, ax_grad, ax_tok):
+        if ax.has_data():
+            ax.set_xlabel("step")
+            ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(f"{os.path.basename(f.filename)}: character language model")
+    save(fig, out_dir, "losses.png", written)
+
+
+def lm_layers(f):
+    import h5py
+    g = f.get("series/attention")
+    if not isinstance(g, h5py.Group):
+        return []
+    layers = []
+    for k in g.keys():
+        m = re.fullmatch(r"layer(\d+)", k)
+        if m and isinstance(g[k], h5py.Group) and "maps" in g[k]:
+            layers.append(int(m.group(1)))
+    return sorted(layers)
+
+
+def probe_label(ch):
+    return {" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5"}.get(ch, ch)
+
+
+def lm_attention(f, layer, out_dir, written):
+    import numpy as np
+    last = series_last(f, f"attention/layer{layer}/maps")
+    if last is None:
+        return
+    step, maps = last
+    maps = np.asarray(maps, dtype=np.float64)  # [H, T, T]
+    heads, t = maps.shape[0], maps.shape[-1]
+    probe = text_attr(f.get("series/attention"), "probe_text") or text_attr(f, "probe_text") or ""
+    ncols = min(heads, 4)
+    nrows = math.ceil(heads / ncols)
+    fig = new_figure((LM_HEAD_SIZE[0] * ncols, LM_HEAD_SIZE[1] * nrows))
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    labels = [probe_label(c) for c in probe] if len(probe) == t and t <= 48 else None
+    # One colour scale for every head of the layer, set by rows 1.. : row 0 of
+    # a causal map is always 1 and would wash out the rest.
+    vmax = max(float(maps[:, 1:].max() if t > 1 else maps.max()), 1e-12)
+    im = None
+    for h, ax in enumerate(axes):
+        if h >= heads:
+            ax.axis("off")
+            continue
+        im = ax.imshow(maps[h], origin="upper", cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest")
+        ax.set_title(f"head {h}")
+        if labels:
+            ax.set_xticks(range(t), labels, fontsize=7, fontfamily="monospace")
+            ax.set_yticks(range(t), labels, fontsize=7, fontfamily="monospace")
+        if h % ncols == 0:
+            ax.set_ylabel("query (row)")
+        if h // ncols == nrows - 1 or h + ncols >= heads:
+            ax.set_xlabel("key (column)")
+    fig.colorbar(im, ax=list(axes), shrink=0.9, extend="max" if vmax < 1 else "neither",
+                 label="attention weight (rows sum to 1)")
+    shown = probe if len(probe) <= 60 else probe[:57] + "..."
+    fig.suptitle(f"layer {layer} attention at step {step}" + (f": {shown!r}" if probe else ""))
+    save(fig, out_dir, f"attention_layer{layer}.png", written)
+
+
+def plot_charlm(f, out_dir, written):
+    lm_losses(f, out_dir, written)
+    for layer in lm_layers(f):
+        lm_attention(f, layer, out_dir, written)
+
+
+# ---- any other log ---------------------------------------------------------------
+
+def all_metrics(f):
+    import h5py
+    names = []
+    g = f.get("metrics")
+    if isinstance(g, h5py.Group):
+        g.visit(lambda n: names.append(n) if isinstance(g[n], h5py.Dataset) else None)
+    return sorted(n for n in names if metric(f, n) is not None)
+
+
+def plot_metrics(f, out_dir, written):
+    names = all_metrics(f)
+    if not names:
+        return
+    ncols = 3
+    nrows = math.ceil(len(names) / ncols)
+    fig = new_figure((SIZE_METRIC_ROW[0], SIZE_METRIC_ROW[1] * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, name in zip(axes, names):
+        r = metric(f, name)
+        ax.plot(r[:, 0], r[:, 1], color="tab:blue", alpha=0.35 if len(r) > 50 else 1.0, lw=0.8)
+        if len(r) > 50:
+            ax.plot(r[:, 0], smooth(r[:, 1]), color="tab:blue", lw=1.5)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+    for ax in axes[len(names):]:
+        ax.axis("off")
+    fig.suptitle(f"{os.path.basename(f.filename)}: {text_attr(f, 'experiment', 'metrics')}")
+    save(fig, out_dir, "metrics.png", written)
+
+
+# ---- main --------------------------------------------------------------------------
+
+def default_out_dir(path):
+    return (path[:-3] if path.endswith(".h5") and len(path) > 3 else path) + "_plots"
+
+
+def plot(path, out_dir=None):
+    """Writes the figures of the log at path; returns the files written."""
+    import_modules()
+    f = open_log(path)
+    with f:
+        if "heed_checkpoint_format" in f.attrs:
+            die(f"plot: '{path}' is a checkpoint, not a run log (heed inspect shows what it holds)")
+        out_dir = out_dir or default_out_dir(path)
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as e:
+            die(f"plot: cannot create the directory '{out_dir}': {e.strerror}")
+        written = []
+        experiment = text_attr(f, "experiment", "")
+        if experiment == "shapes":
+            plot_shapes(f, out_dir, written)
+        elif experiment == "charlm":
+            plot_charlm(f, out_dir, written)
+        else:
+            plot_metrics(f, out_dir, written)
+        if not written:
+            print(f"plot: '{path}' holds nothing to draw yet", file=sys.stderr)
+        return written
+
+
+def main(argv):
+    import argparse
+    parser = argparse.ArgumentParser(prog="heed plot", description="Draws a heed run log as PNG figures.")
+    parser.add_argument("file", help="the run log (HDF5)")
+    parser.add_argument("-o", "--out", help="output directory (default: FILE without .h5, plus _plots)")
+    args = parser.parse_args(argv)
+    plot(args.file, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

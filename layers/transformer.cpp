@@ -1,0 +1,214 @@
+// layers/transformer.cpp
+#include "layers/transformer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/random.h"
+
+namespace heed::nn {
+
+namespace {
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::relu: return "relu";
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
+  }
+  return "?";
+}
+
+void check_rate(const char* who, double p) {
+  if (!(p >= 0.0 && p < 1.0)) fail("{}: dropout {} out of range (expected 0 <= p < 1)", who, p);
+}
+
+}  // namespace
+
+// ---- FeedForward ----
+FeedForward::FeedForward(const FeedForwardOptions& o) : Module("FeedForward"), options(o) {
+  if (options.hidden_ == 0) options.hidden_ = 4 * o.dim_;
+  if (o.dim_ <= 0 || options.hidden_ <= 0)
+    fail("FeedForward: dim and hidden must be positive, got dim={} hidden={}", o.dim_, options.hidden_);
+  check_rate("FeedForward", o.dropout_);
+  fc1 = register_module("fc1", std::make_shared<Linear>(
+                                   LinearOptions(o.dim_, options.hidden_).bias(o.bias_).generator(o.gen_)));
+  fc2 = register_module("fc2", std::make_shared<Linear>(
+                                   LinearOptions(options.hidden_, o.dim_).bias(o.bias_).generator(o.gen_)));
+}
+
+Tensor FeedForward::forward(const Tensor& x) {
+  check_defined(x, "FeedForward");
+  if (x.dim() < 1 || x.size(-1) != options.dim_)
+    fail("FeedForward({}): expected input [.., {}], got {}", extra_repr(), options.dim_, shape_str(x.shape()));
+  Tensor h = fc1->forward(x);  // [.., hidden]
+  switch (options.activation_) {
+    case Activation::relu: h = relu(h); break;
+    case Activation::gelu: h = gelu(h, GeluApprox::erf); break;
+    case Activation::gelu_tanh: h = gelu(h, GeluApprox::tanh); break;
+  }
+  return dropout(fc2->forward(h), options.dropout_, is_training());
+}
+
+std::string FeedForward::extra_repr() const {
+  std::string s = fmt::format("dim={}, hidden={}, activation={}, bias={}", options.dim_, options.hidden_,
+                              activation_name(options.activation_), options.bias_ ? "True" : "False");
+  if (options.dropout_ > 0) s += fmt::format(", dropout={}", options.dropout_);
+  return s;
+}
+
+// ---- TransformerBlock ----
+TransformerBlock::TransformerBlock(const TransformerBlockOptions& o) : Module("TransformerBlock"), options(o) {
+  if (o.dim_ <= 0 || o.heads_ <= 0)
+    fail("TransformerBlock: dim and heads must be positive, got dim={} heads={}", o.dim_, o.heads_);
+  check_rate("TransformerBlock", o.dropout_);
+  ln1 = register_module("ln1", std::make_shared<LayerNorm>(LayerNormOptions(o.dim_).eps(o.ln_eps_)));
+  attn = register_module("attn", std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions(o.dim_, o.heads_)
+                                                                          .kv_heads(o.kv_heads_)
+                                                                          .causal(o.causal_)
+                                                                          .bias(o.attn_bias_)
+                                                                          .dropout(o.dropout_)
+                                                                          .generator(o.gen_)));
+  ln2 = register_module("ln2", std::make_shared<LayerNorm>(LayerNormOptions(o.dim_).eps(o.ln_eps_)));
+  ffn = register_module("ffn", std::make_shared<FeedForward>(FeedForwardOptions(o.dim_)
+                                                                 .hidden(o.ffn_hidden_)
+                                                                 .activation(o.activation_)
+                                                                 .bias(o.ffn_bias_)
+                                                                 .dropout(o.dropout_)
+                                                                 .generator(o.gen_)));
+  options.ffn_hidden_ = ffn->options.hidden_;
+  options.kv_heads_ = attn->options.kv_heads_;
+}
+
+std::string TransformerBlock::extra_repr() const {
+  return fmt::format("dim={}, heads={}, {}", options.dim_, options.heads_, options.pre_ln_ ? "pre-LN" : "post-LN");
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) { return block(x, nullptr); }
+
+Tensor TransformerBlock::forward_cached(const Tensor& x_new, KVCache& cache) { return block(x_new, &cache); }
+
+Tensor TransformerBlock::block(const Tensor& x, KVCache* cache) {
+  check_defined(x, "TransformerBlock");
+  if (x.dim() != 3 || x.size(2) != options.dim_)
+    fail("TransformerBlock({}): expected input [N, T, {}], got {}", extra_repr(), options.dim_, shape_str(x.shape()));
+  auto attend = [&](const Tensor& h) {
+    return dropout(cache ? attn->forward_cached(h, *cache) : attn->forward(h), options.dropout_, is_training());
+  };
+  if (options.pre_ln_) {
+    Tensor h = x + attend(ln1->forward(x));
+    return h + ffn->forward(ln2->forward(h));
+  }
+  Tensor h = ln1->forward(x + attend(x));
+  return ln2->forward(h + ffn->forward(h));
+}
+
+// ---- GPT ----
+GPT::GPT(const GPTOptions& o) : Module("GPT"), options(o) {
+  if (o.vocab_ <= 0 || o.dim_ <= 0 || o.layers_ <= 0 || o.heads_ <= 0 || o.context_ <= 0)
+    fail("GPT: vocab, dim, layers, heads and context must be positive, got vocab={} dim={} layers={} heads={} "
+         "context={}",
+         o.vocab_, o.dim_, o.layers_, o.heads_, o.context_);
+  check_rate("GPT", o.dropout_);
+  wte = register_module("wte", std::make_shared<Embedding>(EmbeddingOptions(o.vocab_, o.dim_).generator(o.gen_)));
+  if (o.learned_positions_)
+    wpe = register_module("wpe", std::make_shared<LearnedPositionalEmbedding>(o.context_, o.dim_, o.gen_));
+  else
+    wpe_fixed = register_module("wpe", std::make_shared<SinusoidalPositionalEncoding>(o.context_, o.dim_));
+  auto list = register_module("blocks", std::make_shared<Sequential>());
+  for (int64_t i = 0; i < o.layers_; ++i) {
+    auto b = std::make_shared<TransformerBlock>(TransformerBlockOptions(o.dim_, o.heads_)
+                                                    .pre_ln(o.pre_ln_)
+                                                    .ffn_hidden(o.ffn_hidden_)
+                                                    .activation(o.activation_)
+                                                    .dropout(o.dropout_)
+                                                    .causal(true)
+                                                    .kv_heads(o.kv_heads_)
+                                                    .attn_bias(o.bias_)
+                                                    .ffn_bias(o.bias_)
+                                                    .generator(o.gen_));
+    list->push_back(b);
+    blocks.push_back(b);
+  }
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(o.dim_));
+  if (!o.tie_weights_)
+    lm_head = register_module("lm_head", std::make_shared<Linear>(
+                                             LinearOptions(o.dim_, o.vocab_).bias(false).generator(o.gen_)));
+
+  // GPT-2's initialisation (as nanoGPT writes it), replacing the layers'
+  // PyTorch defaults. The residual projections are scaled down so the
+  // residual stream's variance does not grow with depth.
+  Generator& g = init_generator(o.gen_);
+  const double std0 = 0.02, std_res = 0.02 / std::sqrt(2.0 * static_cast<double>(o.layers_));
+  auto init = [&](const Linear& l, double std) {
+    kernel::normal_(l.weight, 0.0, std, g);
+    if (l.bias.defined()) kernel::fill_(l.bias, 0.0);
+  };
+  kernel::normal_(wte->weight, 0.0, std0, g);
+  if (wpe) kernel::normal_(wpe->weight, 0.0, std0, g);
+  for (auto& b : blocks) {
+    init(*b->attn->q_proj, std0);
+    init(*b->attn->k_proj, std0);
+    init(*b->attn->v_proj, std0);
+    init(*b->attn->out_proj, std_res);
+    init(*b->ffn->fc1, std0);
+    init(*b->ffn->fc2, std_res);
+  }
+  if (lm_head) init(*lm_head, std0);
+}
+
+std::string GPT::extra_repr() const {
+  return fmt::format("vocab={}, dim={}, layers={}, heads={}, context={}, tie_weights={}", options.vocab_,
+                     options.dim_, options.layers_, options.heads_, options.context_,
+                     options.tie_weights_ ? "True" : "False");
+}
+
+Tensor GPT::embed(const Tensor& ids, int64_t start) {
+  check_defined(ids, "GPT");
+  if (ids.dim() != 2 || ids.dtype() != DType::i64)
+    fail("GPT({}): expected int64 token ids [N, T], got {} {}", extra_repr(), dtype_name(ids.dtype()),
+         shape_str(ids.shape()));
+  const int64_t T = ids.size(1);
+  if (start + T > options.context_) {
+    if (start == 0)
+      fail("GPT({}): sequence length T={} exceeds the context of {} positions", extra_repr(), T, options.context_);
+    fail("GPT({}): positions {}..{} (cache length {} + t={}) exceed the context of {} positions", extra_repr(), start,
+         start + T - 1, start, T, options.context_);
+  }
+  Tensor h = wte->forward(ids);  // [N, T, D]
+  h = wpe ? wpe->forward(h, start) : wpe_fixed->forward(h, start);
+  return dropout(h, options.dropout_, is_training());
+}
+
+Tensor GPT::head(const Tensor& h) {
+  Tensor y = ln_f->forward(h);
+  return lm_head ? lm_head->forward(y) : matmul(y, transpose(wte->weight, 0, 1));  // [N, T, V]
+}
+
+Tensor GPT::forward(const Tensor& ids) {
+  Tensor h = embed(ids, 0);
+  for (auto& b : blocks) h = b->forward(h);
+  return head(h);
+}
+
+Tensor GPT::forward_cached(const Tensor& ids_new, GPTCache& cache) {
+  if (cache.layers.empty()) cache.layers.resize(blocks.size());
+  if (cache.layers.size() != blocks.size())
+    fail("GPT({}): the cache holds {} layers, the model has {}", extra_repr(), cache.layers.size(), blocks.size());
+  Tensor h = embed(ids_new, cache.length());
+  for (size_t i = 0; i < blocks.size(); ++i) h = blocks[i]->forward_cached(h, cache.layers[i]);
+  return head(h);
+}
+
+void GPT::keep_attention(bool on) {
+  for (auto& b : blocks) b->attn->keep_attention(on);
+}
+
+std::vector<Tensor> GPT::attention_maps() const {
+  std::vector<Tensor> maps;
+  for (const auto& b : blocks) maps.push_back(b->attn->last_attention());
+  return maps;
+}
+
+}  // namespace heed::nn

@@ -1,0 +1,160 @@
+// layers/transformer.h: the position-wise feed-forward network, the
+// transformer block and a GPT (decoder-only language model).
+//
+//   pre-LN block (default; GPT-2):   x = x + drop(attn(ln1(x)));  x = x + ffn(ln2(x))
+//   post-LN block (Vaswani et al.):  x = ln1(x + drop(attn(x)));  x = ln2(x + ffn(x))
+//   GPT: ids [N, T] -> wte(ids) + wpe(positions) -> drop -> blocks -> ln_f -> lm_head -> logits [N, T, V]
+//
+// Top-level names are nanoGPT's ("wte", "wpe", "ln_f", "lm_head"); inside a
+// block they are heed's own ("blocks.0.ln1.weight", "blocks.0.attn.q_proj.weight",
+// "blocks.0.ffn.fc1.bias"), with separate q/k/v projections where nanoGPT
+// fuses them into one c_attn.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "layers/attention.h"
+#include "layers/basic.h"
+#include "layers/positional.h"
+
+namespace heed::nn {
+
+enum class Activation { relu, gelu, gelu_tanh };  // gelu = exact (erf) GELU
+
+struct FeedForwardOptions {
+  explicit FeedForwardOptions(int64_t dim) : dim_(dim) {}
+  FeedForwardOptions& hidden(int64_t h) { hidden_ = h; return *this; }  // 0 = 4 dim
+  FeedForwardOptions& activation(Activation a) { activation_ = a; return *this; }
+  FeedForwardOptions& bias(bool b) { bias_ = b; return *this; }
+  FeedForwardOptions& dropout(double p) { dropout_ = p; return *this; }  // on the output, while training
+  FeedForwardOptions& generator(Generator* g) { gen_ = g; return *this; }
+  int64_t dim_, hidden_ = 0;
+  Activation activation_ = Activation::gelu;
+  bool bias_ = true;
+  double dropout_ = 0.0;
+  Generator* gen_ = nullptr;
+};
+
+// [.., D] -> fc1 -> activation -> fc2 -> dropout -> [.., D].
+class FeedForward : public Module {
+ public:
+  explicit FeedForward(const FeedForwardOptions& o);
+  explicit FeedForward(int64_t dim) : FeedForward(FeedForwardOptions(dim)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  std::shared_ptr<Linear> fc1;  // D -> hidden
+  std::shared_ptr<Linear> fc2;  // hidden -> D
+  FeedForwardOptions options;   // hidden resolved
+};
+
+struct TransformerBlockOptions {
+  TransformerBlockOptions(int64_t dim, int64_t heads) : dim_(dim), heads_(heads) {}
+  TransformerBlockOptions& pre_ln(bool b) { pre_ln_ = b; return *this; }  // false: post-LN
+  TransformerBlockOptions& ffn_hidden(int64_t h) { ffn_hidden_ = h; return *this; }  // 0 = 4 dim
+  TransformerBlockOptions& activation(Activation a) { activation_ = a; return *this; }
+  // One rate for the attention weights, the attention output and the FFN output.
+  TransformerBlockOptions& dropout(double p) { dropout_ = p; return *this; }
+  TransformerBlockOptions& causal(bool c) { causal_ = c; return *this; }
+  TransformerBlockOptions& kv_heads(int64_t g) { kv_heads_ = g; return *this; }  // 0 = heads
+  TransformerBlockOptions& attn_bias(bool b) { attn_bias_ = b; return *this; }
+  TransformerBlockOptions& ffn_bias(bool b) { ffn_bias_ = b; return *this; }
+  TransformerBlockOptions& ln_eps(double e) { ln_eps_ = e; return *this; }
+  TransformerBlockOptions& generator(Generator* g) { gen_ = g; return *this; }
+  int64_t dim_, heads_;
+  bool pre_ln_ = true;
+  int64_t ffn_hidden_ = 0;
+  Activation activation_ = Activation::gelu;
+  double dropout_ = 0.0;
+  bool causal_ = false;
+  int64_t kv_heads_ = 0;
+  // Defaults give the lectures' block: attention without biases, FFN with.
+  bool attn_bias_ = false, ffn_bias_ = true;
+  double ln_eps_ = 1e-5;
+  Generator* gen_ = nullptr;
+};
+
+// [N, T, D] -> [N, T, D]. Children "ln1", "attn", "ln2", "ffn".
+class TransformerBlock : public Module {
+ public:
+  explicit TransformerBlock(const TransformerBlockOptions& o);
+  TransformerBlock(int64_t dim, int64_t heads) : TransformerBlock(TransformerBlockOptions(dim, heads)) {}
+  Tensor forward(const Tensor& x) override;
+  // Generation step over the next t positions (see MultiHeadAttention).
+  Tensor forward_cached(const Tensor& x_new, KVCache& cache);
+  std::string extra_repr() const override;
+  std::shared_ptr<LayerNorm> ln1, ln2;
+  std::shared_ptr<MultiHeadAttention> attn;
+  std::shared_ptr<FeedForward> ffn;
+  TransformerBlockOptions options;
+
+ private:
+  Tensor block(const Tensor& x, KVCache* cache);
+};
+
+struct GPTOptions {
+  GPTOptions(int64_t vocab, int64_t dim, int64_t layers, int64_t heads, int64_t context)
+      : vocab_(vocab), dim_(dim), layers_(layers), heads_(heads), context_(context) {}
+  // The LM head reuses the token embedding matrix (Press & Wolf 2017).
+  GPTOptions& tie_weights(bool b) { tie_weights_ = b; return *this; }
+  GPTOptions& dropout(double p) { dropout_ = p; return *this; }
+  // false: fixed sinusoidal positions (a buffer) instead of learned ones.
+  GPTOptions& learned_positions(bool b) { learned_positions_ = b; return *this; }
+  GPTOptions& ffn_hidden(int64_t h) { ffn_hidden_ = h; return *this; }  // 0 = 4 dim
+  GPTOptions& activation(Activation a) { activation_ = a; return *this; }
+  GPTOptions& kv_heads(int64_t g) { kv_heads_ = g; return *this; }  // 0 = heads
+  // Biases in the attention and FFN linears (LayerNorms always have theirs).
+  GPTOptions& bias(bool b) { bias_ = b; return *this; }
+  GPTOptions& pre_ln(bool b) { pre_ln_ = b; return *this; }
+  GPTOptions& generator(Generator* g) { gen_ = g; return *this; }
+  int64_t vocab_, dim_, layers_, heads_, context_;
+  bool tie_weights_ = false;
+  double dropout_ = 0.0;
+  bool learned_positions_ = true;
+  int64_t ffn_hidden_ = 0;
+  Activation activation_ = Activation::gelu;
+  int64_t kv_heads_ = 0;
+  bool bias_ = true;
+  bool pre_ln_ = true;
+  Generator* gen_ = nullptr;
+};
+
+// Per-layer key/value caches of a GPT, for generation.
+struct GPTCache {
+  std::vector<KVCache> layers;
+  int64_t length() const { return layers.empty() ? 0 : layers.front().length(); }
+  void clear() { layers.clear(); }
+};
+
+// A decoder-only transformer language model (Radford et al. 2018/2019).
+// Initialised like GPT-2 / nanoGPT: linear and embedding weights N(0, 0.02),
+// the residual projections (attn.out_proj, ffn.fc2) N(0, 0.02 / sqrt(2 layers)),
+// biases 0, LayerNorms 1 and 0.
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTOptions& o);
+  // ids [N, T] int64, T <= context -> logits [N, T, V].
+  Tensor forward(const Tensor& ids) override;
+  // Generation: ids_new [N, t] continue the sequence held by cache (positions
+  // cache.length() ..); returns their logits [N, t, V]. Run under NoGradGuard.
+  Tensor forward_cached(const Tensor& ids_new, GPTCache& cache);
+  std::string extra_repr() const override;
+
+  // Attention weights [N, H, T, T] of every layer's last forward, when kept.
+  void keep_attention(bool on);
+  std::vector<Tensor> attention_maps() const;
+
+  std::shared_ptr<Embedding> wte;                  // [V, D]
+  std::shared_ptr<LearnedPositionalEmbedding> wpe;  // learned positions, or
+  std::shared_ptr<SinusoidalPositionalEncoding> wpe_fixed;  // fixed ones (also named "wpe")
+  std::vector<std::shared_ptr<TransformerBlock>> blocks;    // registered as "blocks.0", "blocks.1", ...
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> lm_head;  // D -> V without bias; null when tied to wte
+  GPTOptions options;
+
+ private:
+  Tensor embed(const Tensor& ids, int64_t start);
+  Tensor head(const Tensor& h);
+};
+
+}  // namespace heed::nn

@@ -1,0 +1,181 @@
+// tests/experiments/test_inspect.cpp: `heed inspect` summarises run logs and
+// checkpoints, works while the writer runs, and refuses bad files by name.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/h5.h"
+#include "data/runlog.h"
+#include "experiments/inspect.h"
+#include "test_util.h"
+
+using namespace heed;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("heed-inspect-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Whether some line of text reads `words` once runs of spaces (the column
+// padding) are collapsed to one: has_line(s, "cnn/train_loss 5 1..5 4").
+bool has_line(const std::string& text, const std::string& words) {
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t nl = text.find('\n', at);
+    std::string line = text.substr(at, nl == std::string::npos ? std::string::npos : nl - at), collapsed;
+    for (char c : line)
+      if (c != ' ' || (!collapsed.empty() && collapsed.back() != ' ')) collapsed += c;
+    while (!collapsed.empty() && collapsed.back() == ' ') collapsed.pop_back();
+    if (collapsed == words) return true;
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  return false;
+}
+
+// The message of the heed::Error that inspect_file throws ("" if none).
+std::string inspect_error(const std::string& path) {
+  try {
+    experiments::inspect_file(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A small log in the shapes experiment's layout.
+void write_small_log(const std::string& path) {
+  RunLog log = RunLog::create(path);
+  log.set_attr("experiment", std::string("shapes"));
+  log.set_attr("command_line", std::string("heed run shapes --epochs 2"));
+  log.set_attr("threads", int64_t{2});
+  log.set_attr("config.epochs", std::string("2"));
+  log.set_attr("config.model", std::string("cnn"));
+  log.declare_scalar("cnn/train_loss");
+  log.declare_scalar("cnn/test_mse");
+  log.declare_series("cnn/output", {3, 1, 10});
+  log.write_tensor("samples/input", Tensor::zeros({3, 1, 10}));
+  log.write_tensor("models/cnn/nb_parameters", Tensor::scalar(62337.0, DType::i64));
+  log.set_attr("summary", std::string("Sequential(\n  (0): Conv1d\n)"), "models/cnn");
+  log.begin();
+  const double losses[] = {4.0, 3.0, 1.5, 2.0, 2.5};
+  for (int64_t s = 1; s <= 5; ++s) log.scalar("cnn/train_loss", s, losses[s - 1]);
+  log.scalar("cnn/test_mse", 5, 2.25);
+  log.series("cnn/output", 3, Tensor::zeros({3, 1, 10}));
+  log.series("cnn/output", 5, Tensor::zeros({3, 1, 10}));
+  log.close();
+}
+
+}  // namespace
+
+TEST_CASE("inspect: a run log shows its experiment, config, metrics with their minimum, series and datasets") {
+  std::string path = temp_path("log.h5");
+  write_small_log(path);
+  std::string s = experiments::inspect_file(path);
+  INFO(s);
+  CHECK(has(s, path + ": heed run log, format 1"));
+  CHECK(has(s, "experiment: shapes"));
+  CHECK(has_line(s, "command_line heed run shapes --epochs 2"));
+  CHECK(has_line(s, "threads 2"));
+  CHECK(has(s, "\nconfig:\n"));
+  CHECK(has_line(s, "epochs 2"));
+  CHECK(has_line(s, "model cnn"));
+  // name, rows, steps, first, last, min, step of the min
+  CHECK(has_line(s, "cnn/train_loss 5 1..5 4 2.5 1.5 3"));
+  CHECK(has_line(s, "cnn/test_mse 1 5..5 2.25 2.25 2.25 5"));
+  // name, rows, item shape, steps
+  CHECK(has_line(s, "cnn/output 2 [3, 1, 10] 3..5"));
+  // path, shape, dtype, value (small tensors)
+  CHECK(has_line(s, "models/cnn/nb_parameters [] int64 62337"));
+  CHECK(has_line(s, "samples/input [3, 1, 10] float32"));
+  CHECK(has_line(s, "models/cnn @summary: (3 lines; --full prints them)"));
+  CHECK_FALSE(has(s, "columns"));  // the metrics' own attribute is not repeated
+
+  std::string full = experiments::inspect_file(path, {.full = true});
+  CHECK(has(full, "models/cnn @summary:\n      Sequential(\n        (0): Conv1d\n      )\n"));
+}
+
+TEST_CASE("inspect: a checkpoint's named parameters are listed with shapes, counts and totals") {
+  std::string path = temp_path("ckpt.h5");
+  {
+    h5::File f(path, h5::File::Mode::create);
+    f.set_attr("/", "heed_checkpoint_format", int64_t{1});
+    f.set_attr("/", "experiment", std::string("shapes"));
+    f.set_attr("/", "config.lr", std::string("0.001"));
+    f.set_attr("/", "counter.step", int64_t{250});
+    // Natural order: 2.weight before 10.weight.
+    f.write_tensor("params/10.weight", Tensor::zeros({1, 64, 5}));
+    f.write_tensor("params/2.weight", Tensor::zeros({64, 1, 5}));
+    f.write_tensor("params/2.bias", Tensor::zeros({64}));
+    f.write_tensor("optim/2.weight/exp_avg", Tensor::zeros({64, 1, 5}));
+    f.write_tensor("optim/2.weight/exp_avg_sq", Tensor::zeros({64, 1, 5}));
+    f.write_tensor("optim/2.bias/exp_avg", Tensor::zeros({64}));
+    f.write_tensor("optim/2.bias/exp_avg_sq", Tensor::zeros({64}));
+    f.write_tensor("optim/step", Tensor::scalar(250.0, DType::i64));
+  }
+  std::string s = experiments::inspect_file(path);
+  INFO(s);
+  CHECK(has(s, ": heed checkpoint, format 1"));
+  CHECK(has(s, "config:\n  lr  0.001\n"));
+  CHECK(has(s, "counters:\n  step  250\n"));
+  CHECK(has_line(s, "parameters in params: 3 tensors, 704 values"));
+  CHECK(has_line(s, "2.bias [64] 64"));
+  CHECK(has_line(s, "2.weight [64, 1, 5] 320"));
+  CHECK(has_line(s, "10.weight [1, 64, 5] 320"));
+  CHECK(s.find("  2.weight ") < s.find("  10.weight "));  // natural order
+  CHECK(has_line(s, "per-parameter state in optim: 2 parameters x {exp_avg, exp_avg_sq}, 768 values"));
+  CHECK(has_line(s, "optim/step [] int64 250"));
+}
+
+TEST_CASE("inspect: a log is readable while its writer runs and after the writer is killed") {
+  std::string path = temp_path("live.h5");
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    RunLog log = RunLog::create(path);
+    log.set_attr("experiment", std::string("live"));
+    log.declare_scalar("loss");
+    log.begin();
+    for (int64_t s = 1; s <= 7; ++s) log.scalar("loss", s, 1.0 / static_cast<double>(s));
+    log.flush();
+    if (write(ready[1], "x", 1) != 1) _exit(3);
+    pause();  // never closes the file
+    _exit(0);
+  }
+  char c = 0;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  std::string live = experiments::inspect_file(path);
+  CHECK(has(live, "experiment: live"));
+  CHECK(has_line(live, "loss 7 1..7 1 0.142857 0.142857 7"));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(has_line(experiments::inspect_file(path), "loss 7 1..7 1 0.142857 0.142857 7"));
+}
+
+TEST_CASE("inspect: a missing, non-HDF5 or truncated file is refused with a message naming it") {
+  std::string missing = temp_path("missing.h5");
+  CHECK(has(inspect_error(missing), "'" + missing + "' does not exist"));
+
+  std::string text = temp_path("notes.txt");
+  std::ofstream(text) << "not a log\n";
+  CHECK(has(inspect_error(text), "'" + text + "' is not an HDF5 file"));
+
+  std::string whole = temp_path("whole.h5"), cut = temp_path("cut.h5");
+  write_small_log(whole);
+  std::filesystem::copy_file(whole, cut, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(cut, std::filesystem::file_size(whole) / 2);
+  std::string e = inspect_error(cut);
+  CHECK(has(e, "'" + cut + "'"));
+  CHECK(has(e, "truncated"));
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""plot.renders: `heed plot` draws every figure of a real shapes log, of a
+CNN-only log and of a language-model log that follows docs/log-format.md, and
+each PNG decodes with the size heed_plot.py gives it.
+
+    /usr/bin/python3 tests/experiments/test_plot_renders.py path/to/heed
+
+Run by CTest (tests/CMakeLists.txt). Needs python3-h5py and python3-matplotlib.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import matplotlib.image
+import numpy as np
+
+HEED = sys.argv[1]
+TMP = tempfile.mkdtemp(prefix="heed-plot-test-")
+failures = []
+
+# Pixel sizes (width, height) that heed_plot.py gives each figure (100 dpi).
+SHAPES_SIZES = {"losses.png": (1200, 450), "pair_score.png": (600, 400)}
+SHAPES_SIZES.update({f"sample_{i}.png": (1000, 450) for i in range(6)})
+SHAPES_SIZES.update({f"attention_{i}.png": (700, 800) for i in range(6)})
+
+
+def run(args, **kw):
+    r = subprocess.run([HEED] + args, capture_output=True, text=True, timeout=120, **kw)
+    return r
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAILED:", what)
+
+
+def check_pngs(out_dir, printed, expected):
+    """expected: file name -> (width, height). printed: the lines heed plot printed."""
+    names = sorted(os.listdir(out_dir))
+    check(names == sorted(expected), f"{out_dir}: files {names}, expected {sorted(expected)}")
+    check(sorted(os.path.basename(p) for p in printed) == sorted(expected),
+          f"{out_dir}: heed plot printed {printed}")
+    for name, (w, h) in expected.items():
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            continue
+        img = matplotlib.image.imread(path)
+        check(img.shape[:2] == (h, w), f"{name}: {img.shape[1]}x{img.shape[0]} pixels, expected {w}x{h}")
+        # Not a blank canvas: a figure has far more than one colour.
+        check(len(np.unique(img.reshape(-1, img.shape[-1]), axis=0)) > 20, f"{name}: looks blank")
+
+
+def plot(log, out_dir=None):
+    args = ["plot", log] + (["-o", out_dir] if out_dir else [])
+    r = run(args)
+    check(r.returncode == 0, f"heed {' '.join(args)} exited {r.returncode}: {r.stderr}")
+    return [l for l in r.stdout.splitlines() if l]
+
+
+try:
+    # ---- a real shapes run: both models, attention maps, pair score ----
+    log = os.path.join(TMP, "x.h5")
+    r = run(["run", "shapes", "--epochs", "1", "--train", "300", "--test", "20", "--batch", "50", "--out", log])
+    check(r.returncode == 0, f"heed run shapes exited {r.returncode}: {r.stderr}")
+    printed = plot(log)  # default directory: x_plots beside the log
+    check_pngs(os.path.join(TMP, "x_plots"), printed, SHAPES_SIZES)
+
+    # ---- the same log without the attention model (as --model cnn writes it) ----
+    cnn = os.path.join(TMP, "cnn.h5")
+    with h5py.File(log, "r", libver="latest", swmr=True) as src, h5py.File(cnn, "w", libver="latest") as dst:
+        for k, v in src.attrs.items():
+            dst.attrs[k] = v
+        dst.attrs["config.model"] = "cnn"
+        for group in ("samples", "models"):
+            src.copy(group, dst)
+        del dst["models/attention"]
+        src.copy("metrics/cnn", dst.require_group("metrics"))
+        src.copy("series/cnn", dst.require_group("series"))
+    printed = plot(cnn, os.path.join(TMP, "cnn_figures"))
+    expected = {k: v for k, v in SHAPES_SIZES.items() if k.startswith(("losses", "sample"))}
+    check_pngs(os.path.join(TMP, "cnn_figures"), printed, expected)
+
+    # ---- a language-model log in the documented schema (docs/log-format.md) ----
+    lm = os.path.join(TMP, "lm.h5")
+    probe = "In the beginning"  # T = 16 characters
+    t, heads, layers, rng = len(probe), 4, 2, np.random.default_rng(0)
+    with h5py.File(lm, "w", libver="latest") as f:
+        f.attrs["experiment"] = "charlm"
+        f.attrs["heed_log_format"] = 1
+        steps = np.arange(1, 201, dtype=np.float64)
+        for name, values in (("train_loss", 4.3 * np.exp(-steps / 80) + 1.2 + 0.05 * rng.standard_normal(200)),
+                             ("lr", np.minimum(steps / 20, 1.0) * 3e-4),
+                             ("grad_norm", 1.0 + rng.random(200)),
+                             ("tokens_per_second", 4000 + 100 * rng.standard_normal(200))):
+            f["metrics/" + name] = np.stack([steps, values, steps * 0.2], axis=1)
+        val_steps = np.arange(50, 201, 50, dtype=np.float64)
+        f["metrics/val_loss"] = np.stack([val_steps, 4.3 * np.exp(-val_steps / 80) + 1.3, val_steps * 0.2], axis=1)
+        for name in f["metrics"]:
+            f["metrics/" + name].attrs["columns"] = "step, value, wall_seconds"
+        for layer in range(layers):
+            scores = rng.standard_normal((2, heads, t, t)) + np.triu(np.full((t, t), -np.inf), 1)
+            maps = np.exp(scores - scores.max(-1, keepdims=True))
+            f[f"series/attention/layer{layer}/maps/values"] = (maps / maps.sum(-1, keepdims=True)).astype(np.float32)
+            f[f"series/attention/layer{layer}/maps/step"] = np.array([100, 200], dtype=np.int64)
+        f["series/attention"].attrs["probe_text"] = probe
+    printed = plot(lm)
+    check_pngs(os.path.join(TMP, "lm_plots"), printed,
+               {"losses.png": (1200, 800), "attention_layer0.png": (1600, 450), "attention_layer1.png": (1600, 450)})
+
+    # ---- clear failures ----
+    r = run(["plot", os.path.join(TMP, "missing.h5")])
+    check(r.returncode == 1 and "missing.h5" in r.stderr and "does not exist" in r.stderr,
+          f"a missing file: exit {r.returncode}, {r.stderr!r}")
+    r = run(["plot", log], env=dict(os.environ, HEED_PYTHON=os.path.join(TMP, "no-python")))
+    check(r.returncode == 1 and "python3-matplotlib" in r.stderr, f"no Python: exit {r.returncode}, {r.stderr!r}")
+finally:
+    shutil.rmtree(TMP, ignore_errors=True)
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("plot.renders: all figures drawn with the expected sizes")

@@ -1,0 +1,214 @@
+// tests/layers/test_transformer.cpp: FeedForward, TransformerBlock and GPT:
+// gradients, structure, the lectures' parameter counts, cached generation
+// and bad input.
+#include <cmath>
+
+#include "layers/module_check.h"
+
+using namespace heed;
+using namespace heed::nn;
+using test::check_module_grads;
+
+using Ins = const std::vector<Tensor>&;
+
+namespace {
+
+std::vector<std::string> names_of(const Module& m) {
+  std::vector<std::string> out;
+  for (auto& [n, p] : m.named_parameters()) out.push_back(n);
+  return out;
+}
+
+// The tiny GPT of the gradient checks.
+GPTOptions tiny_gpt() { return GPTOptions(7, 8, 2, 2, 5); }
+
+Tensor tiny_ids() { return Tensor::from_i64({3, 0, 6, 2, 2, 5, 1, 4}, {2, 4}); }
+
+}  // namespace
+
+TEST_CASE("layers: FeedForward, TransformerBlock and GPT gradients match finite differences (float64)") {
+  Generator g(6);
+  SUBCASE("FeedForward gelu") {
+    FeedForward f(FeedForwardOptions(4).hidden(6).generator(&g));
+    check_module_grads(f, {test::det_tensor({2, 3, 4}, 1)}, [&](Ins in) { return f.forward(in[0]); });
+  }
+  SUBCASE("FeedForward relu without bias") {
+    FeedForward f(FeedForwardOptions(4).activation(Activation::relu).bias(false).generator(&g));
+    check_module_grads(f, {test::det_tensor({3, 4}, 2)}, [&](Ins in) { return f.forward(in[0]); });
+  }
+  SUBCASE("TransformerBlock pre-LN, causal") {
+    TransformerBlock b(TransformerBlockOptions(8, 2).ffn_hidden(12).causal(true).generator(&g));
+    check_module_grads(b, {test::det_tensor({2, 3, 8}, 3)}, [&](Ins in) { return b.forward(in[0]); });
+  }
+  SUBCASE("TransformerBlock post-LN, grouped-query, biases, gelu_tanh") {
+    TransformerBlock b(TransformerBlockOptions(8, 4)
+                           .pre_ln(false)
+                           .kv_heads(2)
+                           .ffn_hidden(12)
+                           .attn_bias(true)
+                           .activation(Activation::gelu_tanh)
+                           .generator(&g));
+    check_module_grads(b, {test::det_tensor({2, 3, 8}, 4)}, [&](Ins in) { return b.forward(in[0]); });
+  }
+  SUBCASE("GPT vocab 7, d 8, 2 layers, 2 heads, context 5, every parameter") {
+    GPT m(tiny_gpt().generator(&g));
+    check_module_grads(m, {tiny_ids()}, [&](Ins in) { return m.forward(in[0]); });
+  }
+  SUBCASE("GPT tied weights, sinusoidal positions") {
+    GPT m(tiny_gpt().tie_weights(true).learned_positions(false).ffn_hidden(8).generator(&g));
+    check_module_grads(m, {tiny_ids()}, [&](Ins in) { return m.forward(in[0]); });
+  }
+}
+
+TEST_CASE("layers: TransformerBlock computes the pre-LN and post-LN residual formulas") {
+  Generator g(7);
+  Tensor x = test::det_tensor({2, 4, 8}, 5);
+  for (bool pre : {true, false}) {
+    INFO("pre_ln " << pre);
+    TransformerBlock b(TransformerBlockOptions(8, 2).pre_ln(pre).causal(true).generator(&g));
+    {
+      autograd::NoGradGuard ng;  // LayerNorms away from 1 / 0
+      for (auto* ln : {b.ln1.get(), b.ln2.get()}) {
+        kernel::copy_(ln->weight, test::det_tensor({8}, 11, 0.5, 1.5));
+        kernel::copy_(ln->bias, test::det_tensor({8}, 12));
+      }
+    }
+    Tensor expect;
+    if (pre) {
+      Tensor h = x + b.attn->forward(b.ln1->forward(x));
+      expect = h + b.ffn->forward(b.ln2->forward(h));
+    } else {
+      Tensor h = b.ln1->forward(x + b.attn->forward(x));
+      expect = b.ln2->forward(h + b.ffn->forward(h));
+    }
+    test::check_close(b.forward(x), expect.to_vector<double>(), 1e-6);
+  }
+}
+
+TEST_CASE("layers: transformer parameter counts match the lectures (example 6)") {
+  // d = 512, 8 heads without biases, FFN 512 -> 2048 -> 512 with biases, two LayerNorms.
+  auto opts = TransformerBlockOptions(512, 8).ffn_hidden(2048);
+  Sequential six;
+  for (int i = 0; i < 6; ++i) six.push_back(std::make_shared<TransformerBlock>(opts));
+  const auto& b = dynamic_cast<const TransformerBlock&>(*six[0]);
+  CHECK(b.attn->num_parameters() == 1048576);
+  CHECK(b.ffn->num_parameters() == 2099712);
+  CHECK(b.ln1->num_parameters() + b.ln2->num_parameters() == 2048);
+  CHECK(b.num_parameters() == 3150336);
+  CHECK(six.num_parameters() == 18902016);
+  CHECK(FeedForward(512).options.hidden_ == 2048);  // hidden defaults to 4 d
+}
+
+TEST_CASE("layers: GPT registers nanoGPT-style names, and tying drops lm_head") {
+  GPT m(tiny_gpt());
+  auto names = names_of(m);
+  const std::vector<std::string> block0{
+      "blocks.0.ln1.weight",          "blocks.0.ln1.bias",          "blocks.0.attn.q_proj.weight",
+      "blocks.0.attn.q_proj.bias",    "blocks.0.attn.k_proj.weight", "blocks.0.attn.k_proj.bias",
+      "blocks.0.attn.v_proj.weight",  "blocks.0.attn.v_proj.bias",   "blocks.0.attn.out_proj.weight",
+      "blocks.0.attn.out_proj.bias",  "blocks.0.ln2.weight",         "blocks.0.ln2.bias",
+      "blocks.0.ffn.fc1.weight",      "blocks.0.ffn.fc1.bias",       "blocks.0.ffn.fc2.weight",
+      "blocks.0.ffn.fc2.bias"};
+  REQUIRE(names.size() == 2 + 2 * block0.size() + 3);
+  CHECK(names[0] == "wte.weight");
+  CHECK(names[1] == "wpe.weight");
+  for (size_t i = 0; i < block0.size(); ++i) CHECK(names[2 + i] == block0[i]);
+  CHECK(names[2 + block0.size()] == "blocks.1.ln1.weight");
+  CHECK(names[names.size() - 3] == "ln_f.weight");
+  CHECK(names[names.size() - 2] == "ln_f.bias");
+  CHECK(names.back() == "lm_head.weight");
+  // wte 7x8, wpe 5x8, per block 4 (64 + 8) attention + (8x32 + 32 + 32x8 + 8) FFN + 32 LN, ln_f 16, head 56.
+  const int64_t block = 4 * 72 + 552 + 32;
+  CHECK(m.num_parameters() == 56 + 40 + 2 * block + 16 + 56);
+
+  GPT tied(tiny_gpt().tie_weights(true).learned_positions(false));
+  CHECK(tied.num_parameters() == 56 + 2 * block + 16);
+  CHECK(tied.named_buffers().at(0).first == "wpe.pe");
+  CHECK(tied.lm_head == nullptr);
+  // The same model untied, with lm_head holding a copy of the embedding
+  // matrix, gives the same logits.
+  GPT untied(tiny_gpt().learned_positions(false));
+  auto sd = tied.state_dict();
+  sd["lm_head.weight"] = tied.wte->weight;
+  untied.load_state_dict(sd);
+  autograd::NoGradGuard ng;
+  Tensor y = tied.forward(tiny_ids());
+  CHECK(y.shape() == Shape{2, 4, 7});
+  test::check_close(y, untied.forward(tiny_ids()).to_vector<double>(), 1e-6);
+}
+
+TEST_CASE("layers: GPT is initialised like GPT-2 (N(0, 0.02), residual projections scaled down)") {
+  Generator g(8);
+  GPT m(GPTOptions(50, 64, 4, 4, 32).generator(&g));
+  auto sd = [](const Tensor& t) {
+    auto v = t.to_vector<double>();
+    double sq = 0;
+    for (double x : v) sq += x * x;
+    return std::sqrt(sq / static_cast<double>(v.size()));
+  };
+  CHECK(std::abs(sd(m.wte->weight) - 0.02) < 0.002);
+  CHECK(std::abs(sd(m.blocks[0]->ffn->fc1->weight) - 0.02) < 0.002);
+  CHECK(std::abs(sd(m.blocks[0]->ffn->fc2->weight) - 0.02 / std::sqrt(8.0)) < 0.001);
+  CHECK(sd(m.blocks[0]->ffn->fc1->bias) == 0.0);
+  CHECK(m.ln_f->weight.to_vector<double>() == std::vector<double>(64, 1.0));
+  Generator g2(8);
+  GPT m2(GPTOptions(50, 64, 4, 4, 32).generator(&g2));
+  for (auto& [n, t] : m.state_dict()) CHECK(m2.state_dict().at(n).to_vector<float>() == t.to_vector<float>());
+}
+
+TEST_CASE("layers: GPT cached generation, token by token, gives forward's logits") {
+  Generator g(9);
+  for (bool learned : {true, false}) {
+    INFO("learned positions " << learned);
+    GPT m(GPTOptions(11, 16, 2, 4, 8).kv_heads(2).learned_positions(learned).dropout(0.1).generator(&g));
+    m.eval();
+    autograd::NoGradGuard ng;
+    Tensor ids = Tensor::from_i64({1, 5, 10, 0, 3, 3, 7, 2, 9, 4, 4, 0, 6, 1}, {2, 7});
+    Tensor full = m.forward(ids);
+    CHECK(full.shape() == Shape{2, 7, 11});
+    GPTCache cache;
+    std::vector<Tensor> steps;
+    for (int64_t t = 0; t < 7; ++t) steps.push_back(m.forward_cached(narrow(ids, 1, t, 1), cache));
+    CHECK(cache.length() == 7);
+    test::check_close(concat(steps, 1), full.to_vector<double>(), 1e-5);
+    // A prompt in one chunk, then single tokens.
+    cache.clear();
+    Tensor a = m.forward_cached(narrow(ids, 1, 0, 4), cache);
+    Tensor b = m.forward_cached(narrow(ids, 1, 4, 3), cache);
+    test::check_close(concat({a, b}, 1), full.to_vector<double>(), 1e-5);
+    test::check_error([&] { m.forward_cached(narrow(ids, 1, 0, 2), cache); },
+                      {"GPT", "positions 7..8", "context of 8"});
+  }
+}
+
+TEST_CASE("layers: GPT hands back every layer's causal attention maps when asked") {
+  GPT m(tiny_gpt());
+  Tensor ids = tiny_ids();
+  m.forward(ids);
+  for (const Tensor& a : m.attention_maps()) CHECK_FALSE(a.defined());
+  m.keep_attention(true);
+  m.forward(ids);
+  auto maps = m.attention_maps();
+  REQUIRE(maps.size() == 2);
+  for (const Tensor& a : maps) {
+    REQUIRE(a.shape() == Shape{2, 2, 4, 4});
+    for (double v : kernel::sum(a, {-1}).to_vector<double>()) CHECK(std::abs(v - 1.0) < 1e-5);
+    CHECK(a.at({1, 1, 0, 1}) == 0.0);
+    CHECK(a.at({0, 0, 2, 3}) == 0.0);
+  }
+}
+
+TEST_CASE("layers: transformer layers refuse bad input with their configuration and the shape") {
+  GPT m(tiny_gpt());
+  test::check_error([&] { m.forward(Tensor::from_i64(std::vector<int64_t>(12, 0), {2, 6})); },
+                    {"GPT(vocab=7, dim=8, layers=2, heads=2, context=5", "T=6", "context of 5"});
+  test::check_error([&] { m.forward(Tensor::zeros({2, 3})); }, {"GPT", "int64", "float32 [2, 3]"});
+  test::check_error([&] { m.forward(Tensor::from_i64({7}, {1, 1})); }, {"embedding", "id 7"});
+  TransformerBlock b(8, 2);
+  test::check_error([&] { b.forward(Tensor::zeros({2, 3, 6})); },
+                    {"TransformerBlock(dim=8, heads=2, pre-LN)", "[N, T, 8]", "[2, 3, 6]"});
+  FeedForward f(8);
+  test::check_error([&] { f.forward(Tensor::zeros({2, 5})); }, {"FeedForward(dim=8, hidden=32", "[.., 8]", "[2, 5]"});
+  test::check_error([] { GPT(GPTOptions(7, 10, 1, 3, 4)); }, {"d_model=10", "heads=3"});
+  test::check_error([] { TransformerBlock(TransformerBlockOptions(8, 4).kv_heads(3)); }, {"heads=4", "kv_heads=3"});
+}
