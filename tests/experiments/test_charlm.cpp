@@ -1,0 +1,56 @@
+// tests/experiments/test_charlm.cpp: text generation and a tiny training run.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/checkpoint.h"
+#include "experiments/charlm.h"
+#include "test_util.h"
+
+using namespace heed;
+
+TEST_CASE("charlm: sampling with cached keys and values gives the same tokens as recomputing the prefix") {
+  Generator g(3);
+  nn::GPT m(nn::GPTOptions(11, 16, 2, 2, 24).generator(&g));
+  for (int64_t seed : {0, 1, 2}) {
+    experiments::SampleOptions o;
+    o.tokens = 20;  // prompt 4 + 20 = 24 = one context window
+    o.seed = seed;
+    o.temperature = 1.0;
+    o.use_cache = true;
+    auto cached = experiments::generate(m, {1, 2, 3, 4}, o);
+    o.use_cache = false;
+    auto recomputed = experiments::generate(m, {1, 2, 3, 4}, o);
+    CHECK(cached == recomputed);
+    CHECK(cached.size() == 20);
+  }
+}
+
+TEST_CASE("charlm: a tiny run on a given text trains, checkpoints and refuses bad input") {
+  auto dir = std::filesystem::temp_directory_path() / ("heed-charlm-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::string text = (dir / "t.txt").string(), out = (dir / "lm.h5").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  std::vector<std::string> args{"--text", text, "--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
+                                "--batch", "4", "--steps", "30", "--warmup", "5", "--eval-every", "15",
+                                "--eval-batches", "2", "--out", out};
+  REQUIRE(experiments::run_charlm(args, {"heed"}) == 0);
+  Checkpoint ck = load_checkpoint((dir / "lm.ckpt.h5").string(), "charlm");
+  CHECK(ck.counter("step") == 30);
+  CHECK(ck.tensors.count("tokenizer/codepoints") == 1);
+  CHECK(experiments::run_sample({(dir / "lm.ckpt.h5").string(), "--prompt", "the ", "--tokens", "10"}) == 0);
+
+  std::string shorttext = (dir / "short.txt").string();
+  std::ofstream(shorttext) << "tiny";
+  auto bad = args;
+  bad[1] = shorttext;
+  test::check_error([&] { experiments::run_charlm(bad, {"heed"}); }, {"4 characters", "--context"});
+  test::check_error([&] { experiments::run_charlm({"--width", "10", "--heads", "3"}, {"heed"}); },
+                    {"--width 10", "--heads 3"});
+  test::check_error([&] { experiments::run_sample({(dir / "lm.ckpt.h5").string(), "--prompt", "XYZ"}); },
+                    {"'X'", "not in the vocabulary"});
+}
