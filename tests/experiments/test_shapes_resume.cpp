@@ -30,8 +30,8 @@ std::string dir() {
 }
 
 // Small but complete: 2 epochs of 5 steps, both models.
-std::vector<std::string> small(const std::string& out) {
-  return {"--train", "100", "--test", "15", "--batch", "20", "--epochs", "2", "--threads", "2",
+std::vector<std::string> small(const std::string& out, const char* epochs = "2") {
+  return {"--train", "100", "--test", "15", "--batch", "20", "--epochs", epochs, "--threads", "2",
           "--checkpoint-every", "2", "--out", out};
 }
 
@@ -83,11 +83,13 @@ TEST_CASE("shapes resume: stopped at step 3 and resumed equals the uninterrupted
 TEST_CASE("shapes resume: a run killed with SIGKILL resumes from its last checkpoint to the same result") {
   std::string d = dir();
   std::string out = d + "/killed.h5", ckpt = d + "/killed.ckpt.h5";
-  REQUIRE(run(small(d + "/ref.h5")) == 0);
+  // 6 epochs of 5 steps: long enough that the run cannot finish between its
+  // first checkpoint (step 2) and the kill, even on a busy machine.
+  REQUIRE(run(small(d + "/ref.h5", "6")) == 0);
   // A separate process (the heed program), killed without warning once it
   // has written a checkpoint.
   std::vector<std::string> argv_s{HEED_CLI_PATH, "run", "shapes"};
-  for (auto& s : small(out)) argv_s.push_back(s);
+  for (auto& s : small(out, "6")) argv_s.push_back(s);
   std::vector<char*> argv;
   for (auto& s : argv_s) argv.push_back(s.data());
   argv.push_back(nullptr);
