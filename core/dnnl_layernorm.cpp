@@ -13,8 +13,8 @@
 // too, although the gradient does not depend on the shift.
 #include <dnnl.hpp>
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
