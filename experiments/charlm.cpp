@@ -67,11 +67,6 @@ std::string text_for(const Config& c) {
   return data::kjv_text("runs/corpus/kjv.txt");
 }
 
-std::string default_checkpoint_path(const std::string& out) {
-  std::string base = out.size() > 3 && out.substr(out.size() - 3) == ".h5" ? out.substr(0, out.size() - 3) : out;
-  return base + ".ckpt.h5";
-}
-
 }  // namespace
 
 std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt, const SampleOptions& o) {
@@ -164,15 +159,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   Checkpoint resume_ck;
   if (!c.resume.empty()) {
     resume_ck = load_checkpoint(c.resume, "charlm");
-    for (const auto& [k, v] : resume_ck.config) {
-      if (k == "resume" || k == "threads" || k == "checkpoint-every" || k == "stop-after" || k == "checkpoint") continue;
-      std::string mine;
-      for (const auto& [n, val] : a.values())
-        if (n == k) mine = val;
-      if (a.given(k) && mine != v)
-        fail("run charlm: --{} {} contradicts the checkpoint's {} (a resumed run keeps its configuration)", k, mine, v);
-      a.assign(k, v);
-    }
+    restore_config(a, resume_ck.config, "run charlm");
     if (!a.given("checkpoint")) c.checkpoint = c.resume;
   }
   if (c.width % c.heads != 0) fail("run charlm: --width {} is not divisible by --heads {}", c.width, c.heads);

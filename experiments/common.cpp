@@ -67,6 +67,24 @@ void prepare_output_path(const std::string& path) {
   fs::remove(probe, ec);
 }
 
+void restore_config(Args& args, const std::map<std::string, std::string>& config, const std::string& command) {
+  auto current = args.values();
+  for (const auto& [k, v] : config) {
+    if (k == "resume" || k == "threads" || k == "checkpoint-every" || k == "stop-after" || k == "checkpoint") continue;
+    std::string mine;
+    for (const auto& [n, val] : current)
+      if (n == k) mine = val;
+    if (args.given(k) && mine != v)
+      fail("{}: --{} {} contradicts the checkpoint's {} (a resumed run keeps its configuration)", command, k, mine, v);
+    args.assign(k, v);
+  }
+}
+
+std::string default_checkpoint_path(const std::string& out) {
+  bool h5 = out.size() > 3 && out.compare(out.size() - 3, 3, ".h5") == 0;
+  return (h5 ? out.substr(0, out.size() - 3) : out) + ".ckpt.h5";
+}
+
 std::string format_seconds(double s) {
   if (s < 60) return fmt::format("{:.1f}s", s);
   int64_t m = static_cast<int64_t>(s / 60);

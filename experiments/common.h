@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,15 @@ std::string heed_version();
 // Creates the parent directory of path if needed and checks that a file can
 // be created there, so a bad --out fails before any work (naming the path).
 void prepare_output_path(const std::string& path);
+
+// Resuming continues the same run: sets every option from the checkpoint's
+// configuration; an option given on the command line with another value is
+// an error. (--resume, --threads, --checkpoint, --checkpoint-every and
+// --stop-after may differ.)
+void restore_config(Args& args, const std::map<std::string, std::string>& config, const std::string& command);
+
+// "runs/x.h5" -> "runs/x.ckpt.h5"
+std::string default_checkpoint_path(const std::string& out);
 
 // "1m05s", "12.3s"
 std::string format_seconds(double s);

@@ -252,11 +252,6 @@ struct Trainer {
   }
 };
 
-std::string default_checkpoint_path(const std::string& out) {
-  std::string base = out.size() > 3 && out.substr(out.size() - 3) == ".h5" ? out.substr(0, out.size() - 3) : out;
-  return base + ".ckpt.h5";
-}
-
 }  // namespace
 
 int run_shapes(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
@@ -288,15 +283,7 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
   Checkpoint resume_ck;
   if (!c.resume.empty()) {
     resume_ck = load_checkpoint(c.resume, "shapes");
-    for (const auto& [k, v] : resume_ck.config) {
-      if (k == "resume" || k == "threads" || k == "checkpoint-every" || k == "stop-after" || k == "checkpoint") continue;
-      std::string mine;
-      for (const auto& [n, val] : a.values())
-        if (n == k) mine = val;
-      if (a.given(k) && mine != v)
-        fail("run shapes: --{} {} contradicts the checkpoint's {} (a resumed run keeps its configuration)", k, mine, v);
-      a.assign(k, v);
-    }
+    restore_config(a, resume_ck.config, "run shapes");
     if (!a.given("checkpoint")) c.checkpoint = c.resume;
   }
   if (c.checkpoint.empty()) c.checkpoint = default_checkpoint_path(c.out);
