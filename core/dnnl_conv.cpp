@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/iter.h"
+#include "core/dnnl_context.h"
 #include "core/kernels.h"
 
 namespace heed::kernel {
@@ -97,21 +98,19 @@ struct ConvPrims {
   dnnl::convolution_backward_weights bwd_weights;
 };
 
-struct Dnnl {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{eng};
+struct PrimitiveCache {
   std::mutex mu;
   std::map<Key, std::shared_ptr<ConvPrims>> cache;
 };
 
-Dnnl& dnnl_ctx() {
-  static Dnnl d;
+PrimitiveCache& primitive_cache() {
+  static PrimitiveCache d;
   return d;
 }
 
 std::shared_ptr<ConvPrims> prims_for(int64_t N, int64_t C, int64_t L, int64_t O, int64_t K, const Conv1dGeom& g,
                                      bool bias) {
-  Dnnl& d = dnnl_ctx();
+  PrimitiveCache& d = primitive_cache();
   Key key{N, C, L, O, K, g.stride, g.padding, g.dilation, bias};
   std::lock_guard<std::mutex> lock(d.mu);
   auto it = d.cache.find(key);
@@ -134,20 +133,20 @@ std::shared_ptr<ConvPrims> prims_for(int64_t N, int64_t C, int64_t L, int64_t O,
                                                       p->dst, strides, dil, pad_l, pad_r)
                     : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, p->src, p->wei, p->dst,
                                                       strides, dil, pad_l, pad_r);
-  dnnl::convolution_forward::primitive_desc fwd_pd(fwd_d, d.eng);
+  dnnl::convolution_forward::primitive_desc fwd_pd(fwd_d, detail::dnnl_engine());
   p->fwd = dnnl::convolution_forward(fwd_pd);
   dnnl::convolution_backward_data::desc bd_d(alg, p->src, p->wei, p->dst, strides, dil, pad_l, pad_r);
-  p->bwd_data = dnnl::convolution_backward_data(dnnl::convolution_backward_data::primitive_desc(bd_d, d.eng, fwd_pd));
+  p->bwd_data = dnnl::convolution_backward_data(dnnl::convolution_backward_data::primitive_desc(bd_d, detail::dnnl_engine(), fwd_pd));
   auto bw_d = bias ? dnnl::convolution_backward_weights::desc(alg, p->src, p->wei, p->bias, p->dst, strides, dil,
                                                               pad_l, pad_r)
                    : dnnl::convolution_backward_weights::desc(alg, p->src, p->wei, p->dst, strides, dil, pad_l, pad_r);
   p->bwd_weights =
-      dnnl::convolution_backward_weights(dnnl::convolution_backward_weights::primitive_desc(bw_d, d.eng, fwd_pd));
+      dnnl::convolution_backward_weights(dnnl::convolution_backward_weights::primitive_desc(bw_d, detail::dnnl_engine(), fwd_pd));
   d.cache.emplace(key, p);
   return p;
 }
 
-memory mem(const memory::desc& md, const Tensor& t) { return memory(md, dnnl_ctx().eng, t.raw_data()); }
+memory mem(const memory::desc& md, const Tensor& t) { return detail::dnnl_mem(md, t); }
 
 }  // namespace
 
@@ -165,8 +164,7 @@ Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, mem(p->src, x)}, {DNNL_ARG_WEIGHTS, mem(p->wei, w)}, {DNNL_ARG_DST, mem(p->dst, y)}};
   if (b.defined()) args.emplace(DNNL_ARG_BIAS, mem(p->bias, b));
-  p->fwd.execute(dnnl_ctx().stream, args);
-  dnnl_ctx().stream.wait();
+  detail::dnnl_run(p->fwd, args);
   return y;
 }
 
@@ -178,10 +176,9 @@ Tensor conv1d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& xs
     return gx;
   }
   auto p = prims_for(xs[0], xs[1], xs[2], w.size(0), w.size(2), g, false);
-  p->bwd_data.execute(dnnl_ctx().stream, {{DNNL_ARG_DIFF_DST, mem(p->dst, gy)},
+  detail::dnnl_run(p->bwd_data, {{DNNL_ARG_DIFF_DST, mem(p->dst, gy)},
                                           {DNNL_ARG_WEIGHTS, mem(p->wei, w)},
                                           {DNNL_ARG_DIFF_SRC, mem(p->src, gx)}});
-  dnnl_ctx().stream.wait();
   return gx;
 }
 
@@ -198,8 +195,7 @@ Tensor conv1d_backward_weights(const Tensor& gy0, const Tensor& x0, const Shape&
                                        {DNNL_ARG_DIFF_DST, mem(p->dst, gy)},
                                        {DNNL_ARG_DIFF_WEIGHTS, mem(p->wei, gw)}};
   if (gb) args.emplace(DNNL_ARG_DIFF_BIAS, mem(p->bias, *gb));
-  p->bwd_weights.execute(dnnl_ctx().stream, args);
-  dnnl_ctx().stream.wait();
+  detail::dnnl_run(p->bwd_weights, args);
   return gw;
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/dnnl_context.h"
 #include "core/kernels.h"
 
 namespace heed::kernel {
@@ -123,20 +124,18 @@ struct LnPrims {
   dnnl::layer_normalization_backward bwd;
 };
 
-struct Dnnl {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{eng};
+struct PrimitiveCache {
   std::mutex mu;
   std::map<std::tuple<int64_t, int64_t, float>, std::shared_ptr<LnPrims>> cache;  // (R, D, eps)
 };
 
-Dnnl& dnnl_ctx() {
-  static Dnnl d;
+PrimitiveCache& primitive_cache() {
+  static PrimitiveCache d;
   return d;
 }
 
 std::shared_ptr<LnPrims> prims_for(int64_t R, int64_t D, float eps) {
-  Dnnl& d = dnnl_ctx();
+  PrimitiveCache& d = primitive_cache();
   std::lock_guard<std::mutex> lock(d.mu);
   auto key = std::make_tuple(R, D, eps);
   auto it = d.cache.find(key);
@@ -150,9 +149,9 @@ std::shared_ptr<LnPrims> prims_for(int64_t R, int64_t D, float eps) {
   p->scale = memory::desc({D}, dt::f32, tag::a);
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   dnnl::layer_normalization_forward::desc fwd_d(dnnl::prop_kind::forward_training, p->data, p->stat, eps, flags);
-  dnnl::layer_normalization_forward::primitive_desc fwd_pd(fwd_d, d.eng);
+  dnnl::layer_normalization_forward::primitive_desc fwd_pd(fwd_d, detail::dnnl_engine());
   dnnl::layer_normalization_backward::desc bwd_d(dnnl::prop_kind::backward, p->data, p->data, p->stat, eps, flags);
-  dnnl::layer_normalization_backward::primitive_desc bwd_pd(bwd_d, d.eng, fwd_pd);
+  dnnl::layer_normalization_backward::primitive_desc bwd_pd(bwd_d, detail::dnnl_engine(), fwd_pd);
   // heed passes its own buffers; a layout or workspace oneDNN wanted on top
   // of them would be silently ignored, so refuse it instead.
   if (fwd_pd.workspace_desc().get_size() != 0 || bwd_pd.workspace_desc().get_size() != 0 ||
@@ -164,7 +163,7 @@ std::shared_ptr<LnPrims> prims_for(int64_t R, int64_t D, float eps) {
   return p;
 }
 
-memory mem(const memory::desc& md, const Tensor& t) { return memory(md, dnnl_ctx().eng, t.raw_data()); }
+memory mem(const memory::desc& md, const Tensor& t) { return detail::dnnl_mem(md, t); }
 
 }  // namespace
 
@@ -181,13 +180,12 @@ LayerNormResult layer_norm_forward(const Tensor& x0, const Tensor& w0, const Ten
     return res;
   }
   auto p = prims_for(R, D, static_cast<float>(eps));
-  p->fwd.execute(dnnl_ctx().stream, {{DNNL_ARG_SRC, mem(p->data, x)},
+  detail::dnnl_run(p->fwd, {{DNNL_ARG_SRC, mem(p->data, x)},
                                      {DNNL_ARG_SCALE, mem(p->scale, w)},
                                      {DNNL_ARG_SHIFT, mem(p->scale, b)},
                                      {DNNL_ARG_DST, mem(p->data, res.y)},
                                      {DNNL_ARG_MEAN, mem(p->stat, res.mean)},
                                      {DNNL_ARG_VARIANCE, mem(p->stat, res.var)}});
-  dnnl_ctx().stream.wait();
   return res;
 }
 
@@ -214,7 +212,7 @@ LayerNormGrads layer_norm_backward(const Tensor& gy0, const Tensor& x0, const Te
   auto p = prims_for(R, D, static_cast<float>(eps));
   // The shift does not enter the gradient and its values are not read, but
   // oneDNN 2.6 insists on the argument: any [D] buffer will do.
-  p->bwd.execute(dnnl_ctx().stream, {{DNNL_ARG_SRC, mem(p->data, x)},
+  detail::dnnl_run(p->bwd, {{DNNL_ARG_SRC, mem(p->data, x)},
                                      {DNNL_ARG_DIFF_DST, mem(p->data, gy)},
                                      {DNNL_ARG_MEAN, mem(p->stat, mean)},
                                      {DNNL_ARG_VARIANCE, mem(p->stat, var)},
@@ -223,7 +221,6 @@ LayerNormGrads layer_norm_backward(const Tensor& gy0, const Tensor& x0, const Te
                                      {DNNL_ARG_DIFF_SRC, mem(p->data, g.x)},
                                      {DNNL_ARG_DIFF_SCALE, mem(p->scale, g.w)},
                                      {DNNL_ARG_DIFF_SHIFT, mem(p->scale, g.b)}});
-  dnnl_ctx().stream.wait();
   return g;
 }
 

@@ -1,0 +1,20 @@
+// core/dnnl_context.h: heed's single oneDNN engine and stream (internal to
+// core/). Every oneDNN kernel file shares them; each keeps its own cache of
+// primitives by shape.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <unordered_map>
+
+#include "core/tensor.h"
+
+namespace heed::kernel::detail {
+
+dnnl::engine& dnnl_engine();
+// A oneDNN view of t's data (no copy) with layout md.
+dnnl::memory dnnl_mem(const dnnl::memory::desc& md, const Tensor& t);
+// Runs p on heed's stream and waits for it.
+void dnnl_run(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args);
+
+}  // namespace heed::kernel::detail
