@@ -26,6 +26,7 @@ struct Config {
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, dropout = 0.0, clip = 1.0;
   int64_t warmup = 100;
   std::string schedule = "cosine";
+  std::string init = "gpt2";
   int64_t eval_every = 200, eval_batches = 8;
   int64_t seed = 0, threads = 2;
   std::string text, out = "runs/charlm.h5", checkpoint, resume;
@@ -43,7 +44,10 @@ extern "C" void on_sigint_lm(int) {
 
 std::shared_ptr<nn::GPT> make_model(const Config& c, int64_t vocab, Generator* g) {
   return std::make_shared<nn::GPT>(
-      nn::GPTOptions(vocab, c.width, c.layers, c.heads, c.context).dropout(c.dropout).generator(g));
+      nn::GPTOptions(vocab, c.width, c.layers, c.heads, c.context)
+                                       .dropout(c.dropout)
+                                       .init(c.init == "torch" ? nn::GPTOptions::Init::torch : nn::GPTOptions::Init::gpt2)
+                                       .generator(g));
 }
 
 // Mean loss over fixed batches (drawn from a generator seeded the same way at
@@ -141,6 +145,8 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
       .real("min-lr", &c.min_lr, "final learning rate of the cosine schedule", 0.0)
       .integer("warmup", &c.warmup, "linear warm-up steps", 0)
       .choice("schedule", &c.schedule, {"cosine", "constant"}, "learning-rate schedule after warm-up")
+      .choice("init", &c.init, {"gpt2", "torch"},
+              "initialisation: gpt2 (N(0, 0.02), scaled residual projections) or torch (PyTorch's layer defaults)")
       .real("weight-decay", &c.weight_decay, "AdamW decoupled weight decay", 0.0)
       .real("dropout", &c.dropout, "dropout probability", 0.0, 1.0)
       .real("clip", &c.clip, "clip the global gradient norm to this (0: off)", 0.0)

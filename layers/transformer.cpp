@@ -139,6 +139,7 @@ GPT::GPT(const GPTOptions& o) : Module("GPT"), options(o) {
   // GPT-2's initialisation (as nanoGPT writes it), replacing the layers'
   // PyTorch defaults. The residual projections are scaled down so the
   // residual stream's variance does not grow with depth.
+  if (o.init_ == GPTOptions::Init::torch) return;
   Generator& g = init_generator(o.gen_);
   const double std0 = 0.02, std_res = 0.02 / std::sqrt(2.0 * static_cast<double>(o.layers_));
   auto init = [&](const Linear& l, double std) {

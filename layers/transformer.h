@@ -107,7 +107,13 @@ struct GPTOptions {
   GPTOptions& bias(bool b) { bias_ = b; return *this; }
   GPTOptions& pre_ln(bool b) { pre_ln_ = b; return *this; }
   GPTOptions& generator(Generator* g) { gen_ = g; return *this; }
+  // gpt2: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2 layers),
+  // zero biases (GPT-2 as nanoGPT writes it). torch: every layer keeps
+  // PyTorch's own defaults (Linear U(+-1/sqrt(fan_in)), Embedding N(0, 1)).
+  enum class Init { gpt2, torch };
+  GPTOptions& init(Init i) { init_ = i; return *this; }
   int64_t vocab_, dim_, layers_, heads_, context_;
+  Init init_ = Init::gpt2;
   bool tie_weights_ = false;
   double dropout_ = 0.0;
   bool learned_positions_ = true;
