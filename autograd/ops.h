@@ -103,6 +103,14 @@ Tensor log_softmax(const Tensor& t, int64_t dim);
 Tensor masked_fill(const Tensor& t, const Tensor& mask, double value);
 Tensor causal_mask(int64_t T);
 
+// ---- fused attention (autograd/attention.cpp) ----
+// softmax(scale q k^T, causal or not) v without materialising the score
+// matrix (blockwise, online softmax; see core/cpu_attention.cpp).
+// q [N, T, H, K], k [N, S, G, K], v [N, S, G, E] -> [N, T, H, E].
+// Causal: query i sees keys j <= i + S - T. Block sizes 0: the default.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                                    int64_t block_q = 0, int64_t block_k = 0);
+
 // ---- losses (autograd/loss.cpp) ----
 // Mean cross-entropy; logits [.., V], targets int64 [..]; rows whose target is
 // ignore_index count neither in the sum nor in the mean.

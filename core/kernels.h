@@ -137,6 +137,25 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
 // dL/dx from y = log_softmax(x) and g: g - exp(y) * sum(g).
 Tensor log_softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
 
+// ---- fused attention (core/cpu_attention.cpp) ----
+// softmax(scale q k^T [+ causal mask]) v, block by block with an online
+// softmax: memory O(T) beyond the inputs, never the T x S score matrix.
+// q [N, T, H, K], k [N, S, G, K], v [N, S, G, E] (any strides; H a multiple
+// of G, query head h reads key/value head h / (H / G)). Causal: query i sees
+// keys j <= i + S - T. Block sizes 0 take the default (64).
+struct AttentionOut {
+  Tensor out;  // [N, T, H, E] contiguous
+  Tensor lse;  // [N, H, T] log-sum-exp of each query's scores, for backward
+};
+AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                               int64_t block_q = 0, int64_t block_k = 0);
+struct AttentionGrads {
+  Tensor dq, dk, dv;  // contiguous, shaped as q, k, v
+};
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
+                                  int64_t block_q = 0, int64_t block_k = 0);
+
 // ---- indexing ----
 // out = t indexed along dim by idx (int64, 1-D); bounds checked with a message
 // naming the bad index and the valid range.

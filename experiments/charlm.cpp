@@ -3,9 +3,7 @@
 // generation from its checkpoint with cached keys and values).
 #include "experiments/charlm.h"
 
-#include <atomic>
 #include <cmath>
-#include <csignal>
 #include <memory>
 
 #include "data/checkpoint.h"
@@ -26,21 +24,13 @@ struct Config {
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, dropout = 0.0, clip = 1.0;
   int64_t warmup = 100;
   std::string schedule = "cosine";
-  std::string init = "gpt2";
-  int64_t eval_every = 200, eval_batches = 8;
+  std::string init = "torch";
+  int64_t eval_every = 200, eval_batches = 32;
   int64_t seed = 0, threads = 2;
   std::string text, out = "runs/charlm.h5", checkpoint, resume;
   int64_t checkpoint_every = 500;
   int64_t stop_after = 0;
 };
-
-std::atomic<bool> g_stop{false};
-extern "C" void on_sigint_lm(int) {
-  if (g_stop.exchange(true)) {
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
-  }
-}
 
 std::shared_ptr<nn::GPT> make_model(const Config& c, int64_t vocab, Generator* g) {
   return std::make_shared<nn::GPT>(
@@ -282,8 +272,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     return std::make_pair(tr, val);
   };
 
-  g_stop = false;
-  auto previous = std::signal(SIGINT, on_sigint_lm);
+  StopRequest ctrl_c;
   Progress progress;
   Stopwatch clock;
   const int64_t start = step;
@@ -318,7 +307,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
                  gn, rate * static_cast<double>(c.batch * c.context), format_seconds(static_cast<double>(c.steps - step) / rate));
       std::fflush(stdout);
     }
-    bool stop = g_stop.load() || (c.stop_after > 0 && step == c.stop_after);
+    bool stop = ctrl_c.requested() || (c.stop_after > 0 && step == c.stop_after);
     if (stop || (c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps) {
       log->flush();
       save();
@@ -328,7 +317,6 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
       break;
     }
   }
-  std::signal(SIGINT, previous);
   log->close();
   if (stopped) {
     fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: heed run charlm --resume {}\n",

@@ -116,11 +116,22 @@ Tensor MultiHeadAttention::forward(const Tensor& q_in, const Tensor& k_in, const
     fail("MultiHeadAttention({}): causal attention needs as many keys as queries, got T={} queries and S={} keys",
          extra_repr(), T, S);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim_));
+  if (fused()) {
+    Tensor q = reshape(q_proj->forward(q_in), {N, T, c.heads_, c.head_dim_});     // [N, T, H, K]
+    Tensor k = reshape(k_proj->forward(k_in), {N, S, c.kv_heads_, c.head_dim_});  // [N, S, G, K]
+    Tensor v = reshape(v_proj->forward(v_in), {N, S, c.kv_heads_, c.head_dim_});  // [N, S, G, K]
+    Tensor o = scaled_dot_product_attention(q, k, v, c.causal_, scale);          // [N, T, H, K]
+    return out_proj->forward(reshape(o, {N, T, c.heads_ * c.head_dim_}));
+  }
   Tensor q = split_heads(q_proj->forward(q_in) * scale, c.heads_, c.head_dim_);  // [N, H, T, K]
   Tensor k = split_heads(k_proj->forward(k_in), c.kv_heads_, c.head_dim_);       // [N, G, S, K]
   Tensor v = split_heads(v_proj->forward(v_in), c.kv_heads_, c.head_dim_);       // [N, G, S, K]
   return attend(q, k, v, c.causal_ ? causal_mask(T) : Tensor());
 }
+
+// The fused kernel serves every call except those that need the
+// probabilities themselves: kept maps, or dropout on them while training.
+bool MultiHeadAttention::fused() const { return !keep_ && (options.dropout_ == 0.0 || !is_training()); }
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache) {
   const auto& c = options;
@@ -131,7 +142,7 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache) {
   check_input(x_new, "query", c.d_model_);
   const int64_t N = x_new.size(0), t = x_new.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim_));
-  Tensor q = split_heads(q_proj->forward(x_new) * scale, c.heads_, c.head_dim_);  // [N, H, t, K]
+  Tensor q = split_heads(q_proj->forward(x_new), c.heads_, c.head_dim_);          // [N, H, t, K]
   Tensor k = split_heads(k_proj->forward(x_new), c.kv_heads_, c.head_dim_);       // [N, G, t, K]
   Tensor v = split_heads(v_proj->forward(x_new), c.kv_heads_, c.head_dim_);       // [N, G, t, K]
   const int64_t start = cache.length();
@@ -149,6 +160,12 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache) {
   }
   cache.k = k;
   cache.v = v;
+  if (fused()) {  // causal with the prefix: query i sees keys j <= start + i
+    Tensor o = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2), true,
+                                            scale);  // [N, t, H, K]
+    return out_proj->forward(reshape(o, {N, t, c.heads_ * c.head_dim_}));
+  }
+  q = q * scale;
   // A single new position may see every cached one: no mask needed.
   return attend(q, k, v, t > 1 ? causal_mask_from(t, start) : Tensor());
 }

@@ -92,6 +92,7 @@ class MultiHeadAttention : public Module {
   // q [N, H, T, K], k and v [N, G, S, K], mask [T, S] (1 = hidden) or
   // undefined -> [N, T, D].
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
+  bool fused() const;
 
   bool keep_ = false;
   Tensor last_attention_;

@@ -23,8 +23,16 @@ Tensor SelfAttention::forward(const Tensor& x) {
   Tensor q = conv_q->forward(x);  // [N, K, T]
   Tensor k = conv_k->forward(x);  // [N, K, T]
   Tensor v = conv_v->forward(x);  // [N, O, T]
+  const double scale = options.scaled_ ? 1.0 / std::sqrt(static_cast<double>(options.key_)) : 1.0;
+  if (!keep_) {
+    // Nobody asked for the map: the fused blockwise kernel never builds the
+    // T x T matrix and reads the channels-first layout as it is.
+    auto rows = [](const Tensor& t) { return unsqueeze(transpose(t, 1, 2), 2); };  // [N, C, T] -> [N, T, 1, C]
+    Tensor o = scaled_dot_product_attention(rows(q), rows(k), rows(v), false, scale);  // [N, T, 1, O]
+    return transpose(squeeze(o, 2), 1, 2);                                              // [N, O, T]
+  }
   Tensor scores = matmul(transpose(q, 1, 2), k);  // [N, T, T]: row = query, column = key
-  if (options.scaled_) scores = scores * (1.0 / std::sqrt(static_cast<double>(options.key_)));
+  if (options.scaled_) scores = scores * scale;
   Tensor a = softmax(scores, -1);                // over keys
   if (keep_) last_attention_ = detach(a);
   return matmul(v, transpose(a, 1, 2));          // [N, O, T]

@@ -1,0 +1,158 @@
+// tests/autograd/test_attention_fused.cpp: the fused blockwise attention
+// against the plain path (scores, mask, softmax, weighted sum, each its own
+// op) for every kind of block size, causal and not, cross-attention (S != T),
+// grouped-query heads and strided inputs; values and all three gradients.
+// Plus finite differences in float64.
+#include <cmath>
+
+#include "test_util.h"
+
+using namespace heed;
+
+namespace {
+
+// The reference: q [N, T, H, K], k [N, S, G, K], v [N, S, G, E] -> [N, T, H, E].
+Tensor plain_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  const int64_t N = q.size(0), T = q.size(1), H = q.size(2), S = k.size(1), G = k.size(2), r = H / G;
+  Tensor qh = transpose(q, 1, 2);  // [N, H, T, K]
+  Tensor kh = transpose(k, 1, 2);  // [N, G, S, K]
+  Tensor vh = transpose(v, 1, 2);  // [N, G, S, E]
+  if (r > 1) {  // repeat each key/value head for its r query heads
+    kh = reshape(expand(unsqueeze(kh, 2), {N, G, r, S, k.size(3)}), {N, H, S, k.size(3)});
+    vh = reshape(expand(unsqueeze(vh, 2), {N, G, r, S, v.size(3)}), {N, H, S, v.size(3)});
+  }
+  Tensor s = matmul(qh, transpose(kh, -1, -2)) * scale;  // [N, H, T, S]
+  if (causal) {
+    Tensor m = Tensor::zeros({T, S});
+    float* p = m.data<float>();
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = i + S - T + 1; j < S; ++j) p[i * S + j] = 1;
+    s = masked_fill(s, m, -1e30);
+  }
+  return transpose(matmul(softmax(s, -1), vh), 1, 2);  // [N, T, H, E]
+}
+
+Tensor leaf(const Shape& s, uint64_t seed, DType dt) {
+  Tensor t = test::det_tensor(s, seed, -1.5, 1.5, dt);
+  t.set_requires_grad(true);
+  return t;
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  auto x = contiguous(a).to_vector<double>(), y = contiguous(b).to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+struct Case {
+  int64_t N, T, S, H, G, K, E;
+  bool causal;
+};
+
+void compare(const Case& c, int64_t bq, int64_t bk, DType dt, bool strided) {
+  INFO("N=" << c.N << " T=" << c.T << " S=" << c.S << " H=" << c.H << " G=" << c.G << " K=" << c.K << " E=" << c.E
+            << " causal=" << c.causal << " block_q=" << bq << " block_k=" << bk << " strided=" << strided);
+  const double tol = dt == DType::f64 ? 1e-12 : 2e-5;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.K));
+  Tensor q0, k0, v0, q, k, v;
+  if (strided) {
+    // q, k, v as views of wider leaves (row stride > width), the layout a
+    // fused QKV projection would hand over.
+    q0 = leaf({c.N, c.T, c.H * c.K + 5}, 1, dt);
+    k0 = leaf({c.N, c.S, c.G, c.K + 3}, 2, dt);
+    v0 = leaf({c.N, c.G, c.E, c.S}, 3, dt);
+  } else {
+    q0 = leaf({c.N, c.T, c.H, c.K}, 1, dt);
+    k0 = leaf({c.N, c.S, c.G, c.K}, 2, dt);
+    v0 = leaf({c.N, c.S, c.G, c.E}, 3, dt);
+  }
+  // Fresh views for each pass (a view's graph is freed by its backward).
+  auto views = [&] {
+    if (!strided) {
+      q = q0, k = k0, v = v0;
+      return;
+    }
+    q = reshape(narrow(q0, 2, 2, c.H * c.K), {c.N, c.T, c.H, c.K});
+    k = narrow(k0, 3, 1, c.K);
+    v = permute(v0, {0, 3, 1, 2});  // [N, S, G, E] channels-first: the last dim has stride S
+  };
+  views();
+  Tensor w = test::det_tensor({c.N, c.T, c.H, c.E}, 9, -1, 1, dt);  // a fixed output weighting
+
+  Tensor ref = plain_attention(q, k, v, c.causal, scale);
+  backward(sum(ref * w));
+  Tensor gq = q0.grad(), gk = k0.grad(), gv = v0.grad();
+  q0.zero_grad();
+  k0.zero_grad();
+  v0.zero_grad();
+
+  views();
+  Tensor out = scaled_dot_product_attention(q, k, v, c.causal, scale, bq, bk);
+  CHECK(out.shape() == Shape{c.N, c.T, c.H, c.E});
+  CHECK(max_diff(out, ref) <= tol);
+  backward(sum(out * w));
+  CHECK(max_diff(q0.grad(), gq) <= tol);
+  CHECK(max_diff(k0.grad(), gk) <= tol);
+  CHECK(max_diff(v0.grad(), gv) <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("fused attention equals the plain path for every block size, forward and backward") {
+  const std::vector<Case> cases{
+      {2, 9, 9, 2, 2, 4, 4, false},   // self-attention
+      {2, 9, 9, 2, 2, 4, 4, true},    // causal
+      {1, 7, 11, 4, 2, 3, 5, false},  // cross-attention (S != T), grouped-query, E != K
+      {1, 5, 12, 4, 1, 4, 4, true},   // causal with a cached prefix: S > T, one KV head
+  };
+  for (const Case& c : cases)
+    for (DType dt : {DType::f64, DType::f32})
+      for (int64_t b : {1, 2, 3, 4, 7, 64}) {  // 1, odd, even, a single block holding everything
+        compare(c, b, b, dt, false);
+        compare(c, b, (b % 5) + 1, dt, false);  // query and key blocks of different sizes
+      }
+  for (const Case& c : cases) compare(c, 3, 2, DType::f64, true);
+  compare(cases[1], 0, 0, DType::f32, true);  // the defaults
+}
+
+TEST_CASE("fused attention passes finite differences in float64") {
+  for (bool causal : {false, true}) {
+    INFO("causal=" << causal);
+    auto f = [causal](const std::vector<Tensor>& in) {
+      return scaled_dot_product_attention(in[0], in[1], in[2], causal, 0.7, 2, 3);
+    };
+    std::vector<Tensor> in{leaf({2, 5, 2, 3}, 4, DType::f64), leaf({2, 5, 1, 3}, 5, DType::f64),
+                           leaf({2, 5, 1, 2}, 6, DType::f64)};
+    auto r = autograd::gradcheck(f, in);
+    INFO(r.report);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("fused attention is deterministic across thread counts") {
+  Tensor q = leaf({3, 40, 4, 8}, 1, DType::f32), k = leaf({3, 40, 2, 8}, 2, DType::f32),
+         v = leaf({3, 40, 2, 8}, 3, DType::f32);
+  auto run = [&](int threads) {
+    kernel::set_num_threads(threads);
+    q.zero_grad();
+    k.zero_grad();
+    v.zero_grad();
+    Tensor o = scaled_dot_product_attention(q, k, v, true, 0.35, 16, 16);
+    backward(sum(o * o));
+    return std::vector<std::vector<float>>{o.to_vector<float>(), q.grad().to_vector<float>(),
+                                           k.grad().to_vector<float>(), v.grad().to_vector<float>()};
+  };
+  const int before = kernel::num_threads();
+  auto a = run(1), b = run(2);
+  kernel::set_num_threads(before);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+}
+
+TEST_CASE("fused attention rejects mismatched shapes, naming them") {
+  Tensor q = Tensor::zeros({1, 4, 3, 8}), k = Tensor::zeros({1, 4, 2, 8}), v = Tensor::zeros({1, 4, 2, 8});
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k, v, false, 1.0), doctest::Contains("[1, 4, 3, 8]"), Error);
+  Tensor k2 = Tensor::zeros({1, 3, 3, 8}), v2 = Tensor::zeros({1, 3, 3, 8});
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k2, v2, true, 1.0), doctest::Contains("S=3"), Error);
+}
