@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fast_math.h"
 #include "core/format.h"
 #include "core/kernels.h"
 
@@ -34,6 +35,10 @@ namespace heed::kernel {
 namespace {
 
 constexpr int64_t kDefaultBlock = 64;
+
+// e^x: the vectorisable float version (core/fast_math.h), libm for double.
+inline float ex(float x) { return fast::exp(x); }
+inline double ex(double x) { return std::exp(x); }
 
 // A [rows, width] matrix slice of a 4-D tensor: element (i, c) at
 // p[i * ld + c * cs]. Any strides: blocks are packed into contiguous scratch
@@ -149,10 +154,10 @@ void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_
       // Key 0 is visible to every query and blocks go in ascending order, so
       // after the first block m is finite; a row fully hidden in a later
       // block keeps its m and adds exact zeros.
-      const T corr = std::exp(m[i] - mx);
+      const T corr = ex(m[i] - mx);
       T sum = 0;
       for (int64_t jj = 0; jj < nb; ++jj) {
-        const T e = std::exp(srow[jj] - mx);
+        const T e = ex(srow[jj] - mx);
         srow[jj] = e;
         sum += e;
       }
@@ -213,7 +218,7 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, const T* o, const
           T* p = w.s.data();
           const T* qi = w.qb.data() + (i - i0) * K;
           scores_row(P, qi, w.kt.data(), nb, i, j0, p);
-          for (int64_t jj = 0; jj < nb; ++jj) p[jj] = std::exp(p[jj] - lse_h[i]);
+          for (int64_t jj = 0; jj < nb; ++jj) p[jj] = ex(p[jj] - lse_h[i]);
           // dP_ij = dO_i . v_j, as axpy over the block's keys.
           T* dpr = w.dp.data();
           const T* goi = go_row(i);

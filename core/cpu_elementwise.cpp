@@ -1,8 +1,10 @@
 // core/cpu_elementwise.cpp: broadcasting binary ops, unary ops and their
 // derivatives, masked_fill / where. All run on detail::run (core/iter.h).
 #include <cmath>
+#include <type_traits>
 
 #include "core/error.h"
+#include "core/fast_math.h"
 #include "core/iter.h"
 #include "core/kernels.h"
 
@@ -203,7 +205,9 @@ inline T apply_unary(Unary op, T x) {
     case Unary::gelu_tanh:
       return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
     // GELU, exact: x * Phi(x)
-    case Unary::gelu_erf: return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+    case Unary::gelu_erf:
+      if constexpr (std::is_same_v<T, float>) return 0.5f * x * (1.0f + fast::erf(x * static_cast<float>(kInvSqrt2)));
+      else return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
     case Unary::abs: return std::abs(x);
     case Unary::square: return x * x;
     case Unary::reciprocal: return T(1) / x;
@@ -229,7 +233,11 @@ inline T apply_unary_grad(Unary op, T s, T g) {
       return g * (T(0.5) * (T(1) + t) + T(0.5) * s * (T(1) - t * t) * du);
     }
     case Unary::gelu_erf:
-      return g * (T(0.5) * (T(1) + std::erf(s * T(kInvSqrt2))) + s * T(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s));
+      if constexpr (std::is_same_v<T, float>)
+        return g * (0.5f * (1.0f + fast::erf(s * static_cast<float>(kInvSqrt2))) +
+                    s * static_cast<float>(kInvSqrt2Pi) * fast::exp(-0.5f * s * s));
+      else
+        return g * (T(0.5) * (T(1) + std::erf(s * T(kInvSqrt2))) + s * T(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s));
     case Unary::abs: return s > T(0) ? g : (s < T(0) ? -g : T(0));
     case Unary::square: return g * T(2) * s;
     case Unary::reciprocal: return -g * s * s;  // d(1/x) = -1/x^2 = -y^2

@@ -67,6 +67,16 @@ void reduce_into(const Tensor& x, const Plan& p, const Tensor& out) {
       kstrides.push_back(x.strides()[d]);
     }
   }
+  // Merge reduced dims that are adjacent in memory (e.g. N and T of a
+  // contiguous [N, T, C] summed to [C]), so the fast path below sees one.
+  for (size_t d = rshape.size(); d-- > 1;) {
+    if (rstrides[d - 1] == rshape[d] * rstrides[d]) {
+      rshape[d - 1] *= rshape[d];
+      rstrides[d - 1] = rstrides[d];
+      rshape.erase(rshape.begin() + static_cast<std::ptrdiff_t>(d));
+      rstrides.erase(rstrides.begin() + static_cast<std::ptrdiff_t>(d));
+    }
+  }
   const T* px = x.data<T>();
   T* po = out.data<T>();
   const int64_t nout = shape_numel(kshape);
