@@ -1,12 +1,17 @@
 // experiments/common.cpp
 #include "experiments/common.h"
 
+#include <atomic>
+#include <csignal>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
 #include "core/kernels.h"
+#include "core/random.h"
+#include "layers/module.h"
 
 #ifndef HEED_GIT_COMMIT
 #define HEED_GIT_COMMIT "unknown"
@@ -83,6 +88,82 @@ void restore_config(Args& args, const std::map<std::string, std::string>& config
 std::string default_checkpoint_path(const std::string& out) {
   bool h5 = out.size() > 3 && out.compare(out.size() - 3, 3, ".h5") == 0;
   return (h5 ? out.substr(0, out.size() - 3) : out) + ".ckpt.h5";
+}
+
+void log_model(RunLog& log, const std::string& name, const nn::Module& model) {
+  log.write_tensor("models/" + name + "/nb_parameters",
+                   Tensor::scalar(static_cast<double>(model.num_parameters()), DType::i64));
+  log.set_attr("summary", model.summary(), "models/" + name);
+  std::string params;
+  for (const auto& [n, p] : model.named_parameters()) params += n + " " + shape_str(p.shape()) + "\n";
+  log.set_attr("parameters", params, "models/" + name);
+}
+
+namespace {
+// Set by the first SIGINT while a StopRequest lives; a signal handler may
+// only touch lock-free atomics.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_sigint(int) {
+  if (g_stop.exchange(true)) {  // the second Ctrl-C: end now, as if no handler were installed
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+}  // namespace
+
+StopRequest::StopRequest() {
+  g_stop = false;
+  previous_ = std::signal(SIGINT, on_sigint);
+}
+
+StopRequest::~StopRequest() { std::signal(SIGINT, previous_); }
+
+bool StopRequest::requested() const { return g_stop.load(); }
+
+bool RunControl::stop_now(int64_t step, const StopRequest* ctrl_c) const {
+  return (ctrl_c && ctrl_c->requested()) || (stop_after > 0 && step == stop_after);
+}
+
+bool RunControl::checkpoint_now(int64_t step, int64_t total, bool stopping) const {
+  return !checkpoint.empty() && (stopping || (checkpoint_every > 0 && step % checkpoint_every == 0) || step == total);
+}
+
+void add_run_control_options(Args& a, RunControl& rc) {
+  a.text("checkpoint", &rc.checkpoint, "checkpoint file (default: the log's name with .ckpt.h5)")
+      .integer("checkpoint-every", &rc.checkpoint_every, "write a checkpoint every N steps (0: only at the end)", 0)
+      .text("resume", &rc.resume, "continue the run saved in this checkpoint (appends to its log)")
+      .integer("stop-after", &rc.stop_after, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0);
+}
+
+void prepare_run(Args& a, RunControl& rc, const std::string& experiment, const std::string& command,
+                 const std::string& out) {
+  if (!rc.resume.empty()) {
+    restore_config(a, load_checkpoint(rc.resume, experiment).config, command);
+    if (!a.given("checkpoint")) rc.checkpoint = rc.resume;
+  }
+  if (rc.checkpoint.empty()) rc.checkpoint = default_checkpoint_path(out);
+  if (rc.resume.empty()) prepare_output_path(out);
+  prepare_output_path(rc.checkpoint);
+  rc.config.clear();
+  for (const auto& [k, v] : a.values()) rc.config[k] = v;
+}
+
+void restore_generator(const Checkpoint& ck, const std::string& key, Generator& g) {
+  auto it = ck.tensors.find(key);
+  if (it == ck.tensors.end()) fail("checkpoint: '{}' is missing", key);
+  g.set_state_tensor(it->second);
+}
+
+void print_stopped(const std::string& command, const Args& a, const std::string& checkpoint, int64_t step,
+                   int64_t total) {
+  std::string cmd = "heed " + command + " --resume " + checkpoint;
+  if (a.given("threads"))
+    for (const auto& [k, v] : a.values())
+      if (k == "threads") cmd += " --threads " + v;
+  fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {}\n", step, total, cmd);
+  std::fflush(stdout);
 }
 
 std::string format_seconds(double s) {

@@ -3,9 +3,7 @@
 // same data with the same protocol, everything logged to one HDF5 file.
 #include "experiments/shapes.h"
 
-#include <atomic>
 #include <cmath>
-#include <csignal>
 #include <memory>
 
 #include "data/batch.h"
@@ -106,16 +104,6 @@ void log_samples(RunLog& log, ModelRun& m, const Data& d, int64_t step, bool wit
   m.net->train();
 }
 
-// Ctrl-C: the first one finishes the current step, writes a checkpoint and
-// flushes the log; a second one exits at once.
-std::atomic<bool> g_stop{false};
-extern "C" void on_sigint(int) {
-  if (g_stop.exchange(true)) {
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
-  }
-}
-
 struct Trainer {
   const Config& c;
   const Data& d;
@@ -205,7 +193,7 @@ struct Trainer {
   }
 
   // Returns true when the run was stopped early (Ctrl-C or --stop-after).
-  bool run(const Args& a, const std::string& ckpt_path) {
+  bool run(const Args& a, const std::string& ckpt_path, const StopRequest& ctrl_c) {
     const int64_t total = total_steps(), start = step;
     Progress progress;
     Stopwatch clock;
@@ -239,7 +227,7 @@ struct Trainer {
         std::fflush(stdout);
       }
       if (step % steps_per_epoch() == 0) end_of_epoch(epoch);
-      bool stop = g_stop.load() || (c.stop_after > 0 && step == c.stop_after);
+      bool stop = ctrl_c.requested() || (c.stop_after > 0 && step == c.stop_after);
       if (stop || (c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == total) {
         log.flush();
         save_checkpoint(ckpt_path, checkpoint(a));
@@ -338,12 +326,7 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
     log->write_tensor("samples/kinds", kernel::narrow(d.test.kinds, 0, 0, kSamples));
     log->write_tensor("samples/partner", kernel::narrow(d.test.partner, 0, 0, kSamples));
     for (auto& m : runs) {
-      log->write_tensor("models/" + m.name + "/nb_parameters",
-                        Tensor::scalar(static_cast<double>(m.net->num_parameters()), DType::i64));
-      log->set_attr("summary", m.net->summary(), "models/" + m.name);
-      std::string params;
-      for (auto& [n, p] : m.net->named_parameters()) params += n + " " + shape_str(p.shape()) + "\n";
-      log->set_attr("parameters", params, "models/" + m.name);
+      log_model(*log, m.name, *m.net);
       for (const char* metric : {"train_loss", "step_seconds", "train_mse", "test_mse"})
         log->declare_scalar(m.name + "/" + metric);
       log->declare_series(m.name + "/output", {kSamples, 1, d.test_x.size(2)});
@@ -364,10 +347,11 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
   fmt::print("logging to {}, checkpoints to {}\n", c.out, c.checkpoint);
   for (auto& m : runs) fmt::print("{}\n", m.net->summary());
 
-  g_stop = false;
-  auto previous = std::signal(SIGINT, on_sigint);
-  bool stopped = trainer.run(a, c.checkpoint);
-  std::signal(SIGINT, previous);
+  bool stopped = false;
+  {
+    StopRequest ctrl_c;
+    stopped = trainer.run(a, c.checkpoint, ctrl_c);
+  }
   log->close();
 
   if (stopped) {

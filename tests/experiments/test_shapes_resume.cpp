@@ -14,6 +14,7 @@
 #include "data/checkpoint.h"
 #include "data/h5.h"
 #include "experiments/shapes.h"
+#include "resume_check.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -37,33 +38,11 @@ std::vector<std::string> small(const std::string& out, const char* epochs = "2")
 
 int run(std::vector<std::string> args) { return experiments::run_shapes(args, {"heed", "run", "shapes"}); }
 
-// Every metric's (step, value) columns, every series, and the final checkpoint's tensors.
-void check_same_run(const std::string& a, const std::string& b) {
-  h5::File fa(a, h5::File::Mode::read), fb(b, h5::File::Mode::read);
-  auto names = fa.list_datasets("/");
-  CHECK(names == fb.list_datasets("/"));
-  for (const auto& n : names) {
-    INFO("dataset " << n);
-    Tensor ta = fa.read_tensor(n), tb = fb.read_tensor(n);
-    REQUIRE(ta.shape() == tb.shape());
-    if (n.rfind("metrics/", 0) == 0) {
-      if (n.find("step_seconds") != std::string::npos) continue;  // timings differ by nature
-      ta = kernel::narrow(ta, 1, 0, 2);  // step, value (not wall time)
-      tb = kernel::narrow(tb, 1, 0, 2);
-    }
-    CHECK(ta.to_vector<double>() == tb.to_vector<double>());
-  }
-}
+void check_same_run(const std::string& a, const std::string& b) { test::check_same_log(a, b); }
 
+// The final checkpoints' tensors, except acc/ (it holds compute seconds).
 void check_same_checkpoint(const std::string& a, const std::string& b) {
-  Checkpoint ca = load_checkpoint(a, "shapes"), cb = load_checkpoint(b, "shapes");
-  CHECK(ca.counters == cb.counters);
-  REQUIRE(ca.tensors.size() == cb.tensors.size());
-  for (const auto& [k, t] : ca.tensors) {
-    if (k.rfind("acc/", 0) == 0) continue;  // holds compute seconds
-    INFO("tensor " << k);
-    CHECK(t.to_vector<double>() == cb.tensors.at(k).to_vector<double>());
-  }
+  test::check_same_checkpoint(a, b, "shapes", {"acc/"});
 }
 
 }  // namespace
