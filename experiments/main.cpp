@@ -75,7 +75,7 @@ int run(const std::vector<std::string>& args) {
       fmt::print(stderr, "heed: run expects an experiment name (expected one of: charlm, copy, shapes, sine)\n");
       return 2;
     }
-    if (args[1] == "sine") return heed::experiments::run_sine({args.begin() + 2, args.end()});
+    if (args[1] == "sine") return heed::experiments::run_sine({args.begin() + 2, args.end()}, full);
     if (args[1] == "charlm") return heed::experiments::run_charlm({args.begin() + 2, args.end()}, full);
     if (args[1] == "copy") return heed::experiments::run_copy({args.begin() + 2, args.end()}, full);
     if (args[1] == "shapes") return heed::experiments::run_shapes({args.begin() + 2, args.end()}, full);
