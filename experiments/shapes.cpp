@@ -355,10 +355,7 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
   log->close();
 
   if (stopped) {
-    std::string cmd = "heed run shapes --resume " + c.checkpoint;
-    if (c.out != "runs/shapes.h5") cmd += " --out " + c.out;
-    fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {}\n", trainer.step,
-               trainer.total_steps(), cmd);
+    print_stopped("run shapes", a, c.checkpoint, trainer.step, trainer.total_steps());
     return 130;
   }
 
