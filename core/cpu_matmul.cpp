@@ -125,12 +125,23 @@ Tensor matmul_impl(Tensor a, Tensor b, const Shape& batch) {
   // batch with little work in all stays on one thread: a parallel region costs
   // more than it saves there, and far more when the cores are busy (attention
   // heads at generation time, gradient checks).
-  const bool small = M * N * K < (1 << 18);
-#pragma omp parallel for schedule(static) if (small && nb > 1 && nb * M * N * K > kParallelGrain)
-  for (int64_t i = 0; i < nb; ++i) {
+  auto one = [&](int64_t i) {
     int64_t oa, ob;
     batch_offsets(i, oa, ob);
     gemm<T>(ma.trans, mb.trans, M, N, K, pa + oa, ma.ld, pb + ob, mb.ld, pc + i * M * N, N);
+  };
+  // Small products: one GEMM per thread (OpenBLAS sees an active parallel
+  // region and stays single-threaded). Large ones: OpenBLAS threads each.
+  // Not `omp parallel if (...)`: a false if still opens an (inactive)
+  // region, and OpenBLAS's own region inside it is then a nested one, for
+  // which libgomp creates and destroys threads on every call (2x slower
+  // GPT steps, worse with spinning waits).
+  const bool small = M * N * K < (1 << 18);
+  if (small && nb > 1 && nb * M * N * K > kParallelGrain) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < nb; ++i) one(i);
+  } else {
+    for (int64_t i = 0; i < nb; ++i) one(i);
   }
   return out;
 }
