@@ -1,6 +1,7 @@
 // core/allocator.cpp
 #include "core/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -96,6 +97,11 @@ void reset_counters() {
   std::lock_guard<std::mutex> lock(cache().mu);
   cache().s.system_allocs = 0;
   cache().s.cache_hits = 0;
+}
+
+void reset_peak() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  cache().s.peak_bytes_in_use = cache().s.bytes_in_use;
 }
 
 void empty_cache() {

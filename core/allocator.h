@@ -1,7 +1,9 @@
 // core/allocator.h: where tensor storage comes from. A caching allocator:
 // freed blocks are kept in per-size free lists and handed out again, so after
 // the first training step (which sees every shape once) a step needs no new
-// memory from the system. The counters let benchmarks prove it.
+// memory from the system. The counters let benchmarks prove it, and the
+// byte gauges measure how much tensor memory a call needs at its peak
+// (`heed bench --attention-memory`).
 //
 // Under the sanitizers (HEED_SANITIZE) and with HEED_NO_CACHE=1 in the
 // environment, every block goes straight back to the system, so
@@ -16,15 +18,20 @@ namespace heed::alloc {
 void* allocate(size_t bytes);          // 64-byte aligned; never null (throws)
 void release(void* p, size_t bytes);   // bytes as passed to allocate
 
+// Byte gauges count blocks as allocated (rounded up to 64 bytes), whether
+// they came from the system or the cache.
 struct Stats {
-  int64_t system_allocs = 0;  // blocks obtained from the system
-  int64_t cache_hits = 0;     // blocks reused from the cache
-  int64_t bytes_in_use = 0;
-  int64_t bytes_cached = 0;   // free blocks kept for reuse
-  int64_t peak_bytes_in_use = 0;
+  int64_t system_allocs = 0;      // blocks obtained from the system
+  int64_t cache_hits = 0;         // blocks reused from the cache
+  int64_t bytes_in_use = 0;       // held by live tensors now
+  int64_t bytes_cached = 0;       // free blocks kept for reuse
+  int64_t peak_bytes_in_use = 0;  // the most bytes_in_use has been since start or reset_peak()
 };
 Stats stats();
 void reset_counters();  // zeroes system_allocs and cache_hits (not the byte gauges)
+// Starts a new peak: peak_bytes_in_use = bytes_in_use. The peak of a call is
+// then stats().peak_bytes_in_use after it minus bytes_in_use before it.
+void reset_peak();
 void empty_cache();     // returns every cached block to the system
 bool caching_enabled();
 

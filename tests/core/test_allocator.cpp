@@ -40,3 +40,26 @@ TEST_CASE("allocator: freed blocks are reused and the gauges balance") {
   CHECK(after.cache_hits == 1);
   CHECK(after.bytes_in_use == before.bytes_in_use);
 }
+
+TEST_CASE("allocator: the peak gauge holds the most bytes in use since reset_peak") {
+  // The gauges count in caching and sanitized builds alike.
+  alloc::reset_peak();
+  const alloc::Stats start = alloc::stats();
+  CHECK(start.peak_bytes_in_use == start.bytes_in_use);
+  {
+    Tensor a = Tensor::empty({1000});  // 4000 bytes -> a 4032-byte block
+    {
+      Tensor b = Tensor::empty({100});  // 400 -> 448
+      CHECK(alloc::stats().bytes_in_use == start.bytes_in_use + 4032 + 448);
+    }
+    Tensor c = Tensor::empty({10});  // 40 -> 64; b's block is gone, so no new peak
+    alloc::Stats s = alloc::stats();
+    CHECK(s.bytes_in_use == start.bytes_in_use + 4032 + 64);
+    CHECK(s.peak_bytes_in_use == start.bytes_in_use + 4032 + 448);
+  }
+  alloc::Stats end = alloc::stats();
+  CHECK(end.bytes_in_use == start.bytes_in_use);
+  CHECK(end.peak_bytes_in_use == start.bytes_in_use + 4032 + 448);
+  alloc::reset_peak();
+  CHECK(alloc::stats().peak_bytes_in_use == start.bytes_in_use);
+}
