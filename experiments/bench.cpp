@@ -3,13 +3,24 @@
 // share of this machine's sgemm peak measured in the same run, peak memory,
 // allocations per step), optionally side by side with PyTorch on the same
 // CPU (experiments/bench/torch_peer.py).
+//
+// `heed bench --attention-memory`: time and peak tensor memory of attention
+// forward + backward as T grows, fused (O(T) memory) against plain matmul +
+// softmax + matmul (O(T^2)). `heed bench --micro`: the per-kernel
+// micro-benchmarks (experiments/bench/micro.cpp, program heed_microbench).
 #include "experiments/bench.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -152,22 +163,142 @@ std::map<std::string, double> run_torch(int64_t threads, int64_t steps, const st
   return out;
 }
 
+// ---- attention memory: fused versus plain as T grows ----
+// One causal self-attention call, forward + backward, through autograd as the
+// layers run it: N 1, H 4 heads of width K 32.
+struct AttentionMemoryConfig {
+  int64_t N = 1, H = 4, K = 32;
+};
+
+struct AttentionCall {
+  double median_ms = 0;
+  int64_t peak_bytes = 0;  // most tensor bytes in use during the call, beyond its inputs
+};
+
+AttentionCall attention_call(bool fused, int64_t T, const AttentionMemoryConfig& c, int64_t warmup, int64_t repeats) {
+  Generator g(7);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.K));
+  // Fused takes q, k, v [N, T, H, K]; the plain path [N, H, T, K].
+  const Shape shape = fused ? Shape{c.N, T, c.H, c.K} : Shape{c.N, c.H, T, c.K};
+  Tensor q = randn(shape, &g), k = randn(shape, &g), v = randn(shape, &g), go = randn(shape, &g);
+  for (Tensor* t : {&q, &k, &v}) t->set_requires_grad();
+  auto call = [&] {
+    Tensor o;
+    if (fused) {
+      o = scaled_dot_product_attention(q, k, v, true, scale);
+    } else {  // MultiHeadAttention::attend: scores, mask, softmax, product
+      Tensor s = matmul(q * scale, transpose(k, -1, -2));  // [N, H, T, T]
+      s = masked_fill(s, causal_mask(T), static_cast<double>(std::numeric_limits<float>::lowest()));
+      o = matmul(softmax(s, -1), v);  // [N, H, T, K]
+    }
+    backward(o, go);
+  };
+  AttentionCall r;
+  std::vector<double> ms;
+  for (int64_t i = 0; i < warmup + repeats; ++i) {
+    const int64_t before = alloc::stats().bytes_in_use;
+    alloc::reset_peak();
+    Stopwatch sw;
+    call();
+    const double t = 1000 * sw.seconds();
+    r.peak_bytes = std::max(r.peak_bytes, alloc::stats().peak_bytes_in_use - before);  // the gradients included
+    for (Tensor* x : {&q, &k, &v}) x->zero_grad();
+    if (i >= warmup) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  r.median_ms = ms[ms.size() / 2];
+  return r;
+}
+
+int run_attention_memory(int64_t threads, int64_t max_t, int64_t plain_max_t, int64_t warmup, int64_t repeats) {
+  const AttentionMemoryConfig c;
+  const double MiB = 1024.0 * 1024.0;
+  fmt::print(
+      "heed bench --attention-memory: causal self-attention forward + backward, batch {}, {} heads of width {};\n"
+      "{} threads, {}. Peak = most tensor memory (caching allocator) in use during the call beyond\n"
+      "its inputs q, k, v and the output gradient, the gradients dq, dk, dv included; median of {} calls.\n"
+      "x = growth over the previous T (2 = linear, 4 = quadratic). map = one [N, H, T, T] score matrix.\n\n",
+      c.N, c.H, c.K, threads, cpu_model(), repeats);
+  fmt::print("{:>6} {:>10} {:>11} {:>6}   {:>10} {:>11} {:>6}   {:>10} {:>12}\n", "T", "fused ms", "fused MiB", "x",
+             "plain ms", "plain MiB", "x", "map MiB", "plain/fused");
+  AttentionCall prev_fused, prev_plain;
+  for (int64_t T = 256; T <= max_t; T *= 2) {
+    AttentionCall f = attention_call(true, T, c, warmup, repeats);
+    std::string fx = prev_fused.peak_bytes ? fmt::format("{:.2f}", double(f.peak_bytes) / prev_fused.peak_bytes) : "";
+    std::string line = fmt::format("{:>6} {:>10.2f} {:>11.2f} {:>6}   ", T, f.median_ms, f.peak_bytes / MiB, fx);
+    const double map_mib = 4.0 * c.N * c.H * T * T / MiB;
+    if (T <= plain_max_t) {
+      AttentionCall p = attention_call(false, T, c, warmup, repeats);
+      std::string px = prev_plain.peak_bytes ? fmt::format("{:.2f}", double(p.peak_bytes) / prev_plain.peak_bytes) : "";
+      line += fmt::format("{:>10.2f} {:>11.2f} {:>6}   {:>10.2f} {:>11.1f}x", p.median_ms, p.peak_bytes / MiB, px,
+                          map_mib, double(p.peak_bytes) / f.peak_bytes);
+      prev_plain = p;
+    } else {
+      line += fmt::format("{:>10} {:>11} {:>6}   {:>10.2f} {:>12}", "-", "-", "", map_mib, "");
+    }
+    prev_fused = f;
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// `heed bench --micro ARGS`: runs heed_microbench (built beside this program
+// when Google Benchmark was found) with ARGS, in place of this process.
+[[noreturn]] void exec_microbench(const std::vector<std::string>& args) {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::filesystem::path prog = (ec ? std::filesystem::path(".") : self.parent_path()) / "heed_microbench";
+  if (!std::filesystem::exists(prog))
+    fail("bench --micro: {} was not built: the micro-benchmarks need Google Benchmark (Debian package "
+         "libbenchmark-dev) when CMake configures heed; install it and rebuild (./heed build does both)",
+         prog.string());
+  std::vector<std::string> argv_s{prog.string()};
+  for (const auto& s : args)
+    if (s != "--micro") argv_s.push_back(s);
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  execv(prog.c_str(), argv.data());
+  fail("bench --micro: cannot run {}: {}", prog.string(), std::strerror(errno));
+}
+
 }  // namespace
 
 int run_bench(const std::vector<std::string>& args) {
-  int64_t threads = 2, steps = 20, warmup = 3;
-  bool compare = false;
+  // With --micro anywhere, every other argument belongs to heed_microbench
+  // (--threads, --help and Google Benchmark's --benchmark_* flags).
+  if (std::find(args.begin(), args.end(), "--micro") != args.end()) exec_microbench(args);
+  int64_t threads = 2, steps = 20, warmup = 3, max_t = 4096, plain_max_t = 4096;
+  bool compare = false, attention_memory = false, micro = false;
   std::string only;
   Args a("bench",
          "Times one training step (forward, backward, optimiser) of each bundled workload after warm-up:\n"
          "toy-cnn and toy-attention (batch 100), gpt-128 (4 layers, 4 heads, width 128, context 64,\n"
-         "batch 12) and gpt-256 (width 256, context 256, batch 12).");
+         "batch 12) and gpt-256 (width 256, context 256, batch 12).\n"
+         "--attention-memory: time and peak tensor memory of attention forward + backward for\n"
+         "T = 256, 512, .. max-t, fused against plain (matmul + softmax + matmul).\n"
+         "--micro: per-kernel micro-benchmarks (Google Benchmark; heed bench --micro --help).");
   a.integer("threads", &threads, "threads for every backend", 1, 1024)
-      .integer("steps", &steps, "measured steps per workload (the median is reported)", 1)
-      .integer("warmup", &warmup, "unmeasured steps first", 0)
+      .integer("steps", &steps, "measured steps per workload (the median is reported); 3 with --attention-memory", 1)
+      .integer("warmup", &warmup, "unmeasured steps first; 1 with --attention-memory", 0)
       .text("only", &only, "run only this workload (toy-cnn, toy-attention, gpt-128, gpt-256)")
-      .flag("compare", &compare, "also run the same workloads in PyTorch (python3-torch) and print the ratio");
+      .flag("compare", &compare, "also run the same workloads in PyTorch (python3-torch) and print the ratio")
+      .flag("attention-memory", &attention_memory,
+            "instead: attention time and peak memory against T, fused and plain")
+      .integer("max-t", &max_t, "--attention-memory: the longest sequence (T doubles from 256)", 256, 1 << 20)
+      .integer("plain-max-t", &plain_max_t,
+               "--attention-memory: the longest sequence for the plain path (its memory grows as T^2)", 0, 1 << 20)
+      .flag("micro", &micro,
+            "instead: run the per-kernel micro-benchmarks (heed_microbench); every other argument goes to it");
   if (!a.parse(args)) return 0;
+  if (attention_memory) {
+    if (compare || !only.empty()) fail("bench: --attention-memory takes neither --compare nor --only");
+    kernel::set_num_threads(static_cast<int>(threads));
+    return run_attention_memory(threads, max_t, plain_max_t, a.given("warmup") ? warmup : 1,
+                                a.given("steps") ? steps : 3);
+  }
   const std::vector<std::string> names{"toy-cnn", "toy-attention", "gpt-128", "gpt-256"};
   if (!only.empty() && std::find(names.begin(), names.end(), only) == names.end())
     fail("bench: --only expects one of toy-cnn|toy-attention|gpt-128|gpt-256, got '{}'", only);
