@@ -21,6 +21,15 @@
 // One task per (n, g) owns dK and dV of that key/value head and dQ of its r
 // query heads, so every gradient element is summed by one thread in a fixed
 // order: deterministic for any thread count.
+//
+// Every block product is a GEMM reading the tensors where they lie: a head's
+// rows need a unit stride along either the width (the usual [N, T, H, K]
+// layout) or the positions (channels-first [N, K, T] seen through a
+// transpose), which OpenBLAS reads as a transposed operand. Outputs and
+// gradients are laid out like the inputs they belong to, so a channels-first
+// caller gets channels-first results without a copy.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -34,36 +43,102 @@
 namespace heed::kernel {
 namespace {
 
-constexpr int64_t kDefaultBlock = 64;
+// Default blocks, measured on the bundled shapes: causal attention wastes the
+// part of each diagonal block above the diagonal, so it prefers smaller ones.
+constexpr int64_t kDefaultBlock = 128, kDefaultCausalBlock = 64;
 
 // e^x: the vectorisable float version (core/fast_math.h), libm for double.
 inline float ex(float x) { return fast::exp(x); }
 inline double ex(double x) { return std::exp(x); }
 
-// A [rows, width] matrix slice of a 4-D tensor: element (i, c) at
-// p[i * ld + c * cs]. Any strides: blocks are packed into contiguous scratch
-// before the arithmetic touches them (so channels-first inputs, whose rows
-// are strided, cost one pack per block rather than a full copy).
+// A matrix: element (i, j) at p[i * rs + j * cs], with rs or cs equal to 1.
 template <class T>
-struct Rows {
+struct Mat {
   T* p;
-  int64_t ld, cs;
-  T at(int64_t i, int64_t c) const { return p[i * ld + c * cs]; }
+  int64_t rs, cs;
+  Mat from_row(int64_t i) const { return {p + i * rs, rs, cs}; }
+  Mat t() const { return {p, cs, rs}; }
 };
+
+// One head of a [N, L, heads, W] tensor: rows = positions, columns = width.
+template <class T>
+struct Heads {
+  T* p = nullptr;
+  int64_t s[4] = {0, 0, 0, 0};
+  Mat<T> at(int64_t n, int64_t h) const { return {p + n * s[0] + h * s[2], s[1], s[3]}; }
+};
+
+// Strides with size-1 dims set to 1 (their stride is arbitrary), so "unit
+// stride along the width or along the positions" can be read off directly.
+template <class T>
+Heads<T> heads(const Tensor& t, T* p) {
+  Heads<T> h;
+  h.p = p;
+  for (int d = 0; d < 4; ++d) h.s[d] = t.size(d) == 1 ? 1 : t.stride(d);
+  return h;
+}
+template <class T>
+Heads<const T> heads(const Tensor& t) {
+  return heads<const T>(t, t.data<T>());
+}
+
+// True when the heads' rows are readable as GEMM operands.
+bool gemm_readable(const Tensor& t) {
+  const int64_t L = t.size(1), W = t.size(3);
+  const int64_t rs = L == 1 ? 1 : t.stride(1), cs = W == 1 ? 1 : t.stride(3);
+  return (cs == 1 && (rs >= W || L == 1)) || (rs == 1 && (cs >= L || W == 1));
+}
+Tensor readable(const Tensor& t) { return gemm_readable(t) ? t : contiguous(t); }
+
+// A zero-filled [N, L, heads, W] tensor laid out like t: channels-first when
+// t is (its positions unit-stride), else contiguous.
+Tensor zeros_like_layout(const Tensor& t, const Shape& shape) {
+  const bool channels_first = t.size(1) > 1 && t.stride(1) == 1 && t.size(3) > 1;
+  if (!channels_first) return Tensor::zeros(shape, t.dtype());
+  Tensor m = Tensor::zeros({shape[0], shape[2], shape[3], shape[1]}, t.dtype());  // [N, heads, W, L]
+  return permute(m, {0, 3, 1, 2});
+}
+
+// C = alpha op(A) op(B) + beta C on OpenBLAS, for M x K by K x N operands in
+// any Mat layout. Called from inside the tasks' parallel region, where
+// OpenBLAS runs single-threaded, so each block product is computed the same
+// way whatever the thread count.
+inline void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
+}
+inline void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+                 const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
+}
+
+template <class T>
+void mm(int64_t M, int64_t N, int64_t K, T alpha, Mat<const T> A, Mat<const T> B, T beta, Mat<T> C) {
+  if (C.cs != 1 && !(N == 1)) {  // C's columns are unit-stride: C^T = B^T A^T
+    mm<T>(N, M, K, alpha, B.t(), A.t(), beta, C.t());
+    return;
+  }
+  // An operand is read as stored (unit column stride, ld = row stride) or
+  // as a transposed one (unit row stride, ld = column stride). A single row
+  // or column never uses its ld, which must still look valid to BLAS.
+  const bool ta = !(A.cs == 1 || K == 1), tb = !(B.cs == 1 || N == 1);
+  const int64_t lda = ta ? std::max(A.cs, M) : std::max(M == 1 ? K : A.rs, K);
+  const int64_t ldb = tb ? std::max(B.cs, K) : std::max(K == 1 ? N : B.rs, N);
+  const int64_t ldc = std::max(M == 1 ? N : C.rs, N);
+  blas(ta, tb, M, N, K, alpha, A.p, lda, B.p, ldb, beta, C.p, ldc);
+}
 
 template <class T>
 struct Problem {
-  const T *q, *k, *v;
-  int64_t qs[4], ks[4], vs[4];  // strides
+  Heads<const T> q, k, v;
   int64_t N, T_, S, H, G, K, E;
   int64_t off;  // causal: query i sees keys j <= i + off (off = S - T)
   bool causal;
   T scale;
   int64_t bq, bk;
-
-  Rows<const T> Q(int64_t n, int64_t h) const { return {q + n * qs[0] + h * qs[2], qs[1], qs[3]}; }
-  Rows<const T> Kr(int64_t n, int64_t g) const { return {k + n * ks[0] + g * ks[2], ks[1], ks[3]}; }
-  Rows<const T> V(int64_t n, int64_t g) const { return {v + n * vs[0] + g * vs[2], vs[1], vs[3]}; }
+  int64_t group(int64_t h) const { return h / (H / G); }
   // Keys a block of queries [i0, i1) can see: [0, key_end).
   int64_t key_end(int64_t i1) const { return causal ? std::min(S, i1 - 1 + off + 1) : S; }
 };
@@ -72,16 +147,11 @@ struct Problem {
 // the first at a given size).
 template <class T>
 struct Scratch {
-  std::vector<T> qb, kt, kb, vt, vb, s, dp, m, l, acc, d;
-  void fit(int64_t bq, int64_t bk, int64_t K, int64_t E, int64_t rows) {
+  std::vector<T> s, dp, m, l, acc, d;
+  void fit(int64_t bq, int64_t bk, int64_t E, int64_t rows) {
     auto grow = [](std::vector<T>& v, int64_t n) {
       if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
     };
-    grow(qb, bq * K);
-    grow(kt, K * bk);
-    grow(kb, bk * K);
-    grow(vt, E * bk);
-    grow(vb, bk * E);
     grow(s, bq * bk);
     grow(dp, bq * bk);
     grow(m, bq);
@@ -97,153 +167,146 @@ Scratch<T>& scratch() {
   return s;
 }
 
-// Rows [j0, j0 + nb) packed: dst[jj * width + c] = src(j0 + jj, c), times f.
+// Row reductions with 8 independent partial results, which the compiler
+// turns into vector max/add (a single running float accumulator is a serial
+// chain it may not reorder). The combination order is fixed: deterministic.
 template <class T>
-void pack_block(Rows<const T> src, int64_t j0, int64_t nb, int64_t width, T* dst, T f = T(1)) {
-  for (int64_t jj = 0; jj < nb; ++jj)
-    for (int64_t c = 0; c < width; ++c) dst[jj * width + c] = src.at(j0 + jj, c) * f;
+T row_max(const T* x, int64_t n, T init) {
+  T m[8];
+  for (auto& v : m) v = init;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
+  for (; j < n; ++j) m[0] = x[j] > m[0] ? x[j] : m[0];
+  T r = m[0];
+  for (int k = 1; k < 8; ++k) r = m[k] > r ? m[k] : r;
+  return r;
+}
+template <class T>
+T row_sum(const T* x, int64_t n) {
+  T a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) a[k] += x[j + k];
+  for (; j < n; ++j) a[0] += x[j];
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+// x_j = e^(x_j - c): no reduction in the loop, so it vectorises.
+template <class T>
+void exp_shifted(T* x, int64_t n, T c) {
+  for (int64_t j = 0; j < n; ++j) x[j] = ex(x[j] - c);
 }
 
-// Rows [j0, j0 + nb) transposed: dst[c * nb + jj] = src(j0 + jj, c).
+// Hides the keys query i (a row of a block starting at query i0) may not see.
 template <class T>
-void transpose_block(Rows<const T> src, int64_t j0, int64_t nb, int64_t width, T* dst) {
-  for (int64_t c = 0; c < width; ++c)
-    for (int64_t jj = 0; jj < nb; ++jj) dst[c * nb + jj] = src.at(j0 + jj, c);
-}
-
-// srow[0, nb) = q . k_j for the block's keys (q already scaled; kt: the block
-// transposed, [K, nb]), with the causally hidden keys at -inf. Written as
-// axpy over the keys so it vectorises without reassociating a reduction.
-template <class T>
-void scores_row(const Problem<T>& P, const T* qi, const T* kt, int64_t nb, int64_t i, int64_t j0, T* srow) {
-  for (int64_t jj = 0; jj < nb; ++jj) srow[jj] = 0;
-  for (int64_t c = 0; c < P.K; ++c) {
-    const T a = qi[c];
-    const T* kr = kt + c * nb;
-    for (int64_t jj = 0; jj < nb; ++jj) srow[jj] += a * kr[jj];
+void mask_block(const Problem<T>& P, T* s, int64_t bq, int64_t nb, int64_t i0, int64_t j0) {
+  if (!P.causal) return;
+  for (int64_t i = 0; i < bq; ++i) {
+    const int64_t first_hidden = std::max<int64_t>(i0 + i + P.off + 1 - j0, 0);
+    T* row = s + i * nb;
+    for (int64_t jj = first_hidden; jj < nb; ++jj) row[jj] = -std::numeric_limits<T>::infinity();
   }
-  if (P.causal) {
-    const int64_t first_hidden = std::max<int64_t>(i + P.off + 1 - j0, 0);
-    for (int64_t jj = first_hidden; jj < nb; ++jj) srow[jj] = -std::numeric_limits<T>::infinity();
-  }
 }
 
 template <class T>
-void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_t i1, T* o, T* lse) {
-  const int64_t r = P.H / P.G, g = h / r, bq = i1 - i0, E = P.E;
+void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_t i1, Heads<T> o, T* lse) {
+  const int64_t bq = i1 - i0, E = P.E, K = P.K;
   Scratch<T>& w = scratch<T>();
-  w.fit(P.bq, P.bk, P.K, E, P.T_);
-  const Rows<const T> Q = P.Q(n, h), Kr = P.Kr(n, g), V = P.V(n, g);
-  T *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data();
+  w.fit(P.bq, P.bk, E, P.T_);
+  const Mat<const T> Q = P.q.at(n, h).from_row(i0), Kh = P.k.at(n, P.group(h)), V = P.v.at(n, P.group(h));
+  T *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data(), *s = w.s.data();
   for (int64_t i = 0; i < bq; ++i) {
     m[i] = -std::numeric_limits<T>::infinity();
     l[i] = 0;
   }
   std::fill(acc, acc + bq * E, T(0));
-  pack_block(Q, i0, bq, P.K, w.qb.data(), P.scale);
   const int64_t jend = P.key_end(i1);
   for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
     const int64_t nb = std::min(P.bk, jend - j0);
-    transpose_block(Kr, j0, nb, P.K, w.kt.data());
-    pack_block(V, j0, nb, E, w.vb.data());
+    mm<T>(bq, nb, K, P.scale, Q, Kh.from_row(j0).t(), T(0), {s, nb, 1});  // S = scale Q K^T
+    mask_block(P, s, bq, nb, i0, j0);
     for (int64_t i = 0; i < bq; ++i) {
-      T* srow = w.s.data();
-      scores_row(P, w.qb.data() + i * P.K, w.kt.data(), nb, i0 + i, j0, srow);
-      T mx = m[i];
-      for (int64_t jj = 0; jj < nb; ++jj) mx = std::max(mx, srow[jj]);
+      T* srow = s + i * nb;
+      const T mx = row_max(srow, nb, m[i]);
       // Key 0 is visible to every query and blocks go in ascending order, so
       // after the first block m is finite; a row fully hidden in a later
       // block keeps its m and adds exact zeros.
       const T corr = ex(m[i] - mx);
-      T sum = 0;
-      for (int64_t jj = 0; jj < nb; ++jj) {
-        const T e = ex(srow[jj] - mx);
-        srow[jj] = e;
-        sum += e;
-      }
-      l[i] = l[i] * corr + sum;
+      exp_shifted(srow, nb, mx);
+      l[i] = l[i] * corr + row_sum(srow, nb);
       m[i] = mx;
-      T* ai = acc + i * E;
-      if (corr != T(1))
+      if (corr != T(1)) {
+        T* ai = acc + i * E;
         for (int64_t c = 0; c < E; ++c) ai[c] *= corr;
-      for (int64_t jj = 0; jj < nb; ++jj) {
-        const T p = srow[jj];
-        if (p == T(0)) continue;
-        const T* vj = w.vb.data() + jj * E;
-        for (int64_t c = 0; c < E; ++c) ai[c] += p * vj[c];
       }
     }
+    mm<T>(bq, E, nb, T(1), {s, nb, 1}, V.from_row(j0), T(1), {acc, E, 1});  // acc += P V
   }
+  const Mat<T> O = o.at(n, h).from_row(i0);
   for (int64_t i = 0; i < bq; ++i) {
-    T* oi = o + ((n * P.T_ + i0 + i) * P.H + h) * E;
     const T inv = T(1) / l[i];
-    for (int64_t c = 0; c < E; ++c) oi[c] = acc[i * E + c] * inv;
+    for (int64_t c = 0; c < E; ++c) O.p[i * O.rs + c * O.cs] = acc[i * E + c] * inv;
     lse[(n * P.H + h) * P.T_ + i0 + i] = m[i] + std::log(l[i]);
   }
 }
 
 // One (n, g): gradients of key/value head g and of its r query heads.
 template <class T>
-void backward_group(const Problem<T>& P, int64_t n, int64_t g, const T* o, const T* lse, const T* go, T* dq, T* dk,
-                    T* dv) {
+void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o, const T* lse, Heads<const T> go,
+                    Heads<T> dq, Heads<T> dk, Heads<T> dv) {
   const int64_t r = P.H / P.G, E = P.E, K = P.K;
   Scratch<T>& w = scratch<T>();
-  w.fit(P.bq, P.bk, K, E, P.T_);
-  const Rows<const T> Kr = P.Kr(n, g), V = P.V(n, g);
-  // dK, dV: [N, S, G, K|E] contiguous; dQ: [N, T, H, K] contiguous.
-  auto dk_row = [&](int64_t j) { return dk + ((n * P.S + j) * P.G + g) * K; };
-  auto dv_row = [&](int64_t j) { return dv + ((n * P.S + j) * P.G + g) * E; };
+  w.fit(P.bq, P.bk, E, P.T_);
+  const Mat<const T> Kh = P.k.at(n, g), V = P.v.at(n, g);
+  const Mat<T> dK = dk.at(n, g), dV = dv.at(n, g);
+  T *s = w.s.data(), *dp = w.dp.data();
   for (int64_t h = g * r; h < (g + 1) * r; ++h) {
-    const Rows<const T> Q = P.Q(n, h);
-    auto o_row = [&](int64_t i) { return o + ((n * P.T_ + i) * P.H + h) * E; };
-    auto go_row = [&](int64_t i) { return go + ((n * P.T_ + i) * P.H + h) * E; };
-    auto dq_row = [&](int64_t i) { return dq + ((n * P.T_ + i) * P.H + h) * K; };
+    const Mat<const T> Q = P.q.at(n, h), O = o.at(n, h), GO = go.at(n, h);
+    const Mat<T> dQ = dq.at(n, h);
     const T* lse_h = lse + (n * P.H + h) * P.T_;
-    T* D = w.d.data();
+    T* D = w.d.data();  // D_i = dO_i . o_i
     for (int64_t i = 0; i < P.T_; ++i) {
-      const T *a = go_row(i), *b = o_row(i);
-      T s = 0;
-      for (int64_t c = 0; c < E; ++c) s += a[c] * b[c];
-      D[i] = s;
+      T sum = 0;
+      for (int64_t c = 0; c < E; ++c) sum += GO.p[i * GO.rs + c * GO.cs] * O.p[i * O.rs + c * O.cs];
+      D[i] = sum;
     }
     for (int64_t i0 = 0; i0 < P.T_; i0 += P.bq) {
-      const int64_t i1 = std::min(P.T_, i0 + P.bq), jend = P.key_end(i1);
-      pack_block(Q, i0, i1 - i0, K, w.qb.data(), P.scale);  // scale q once: dK_j += dS_ij (scale q_i)
+      const int64_t i1 = std::min(P.T_, i0 + P.bq), bq = i1 - i0, jend = P.key_end(i1);
+      const Mat<const T> Qb = Q.from_row(i0), GOb = GO.from_row(i0);
       for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
         const int64_t nb = std::min(P.bk, jend - j0);
-        transpose_block(Kr, j0, nb, K, w.kt.data());
-        pack_block(Kr, j0, nb, K, w.kb.data());
-        transpose_block(V, j0, nb, E, w.vt.data());
-        for (int64_t i = i0; i < i1; ++i) {
-          T* p = w.s.data();
-          const T* qi = w.qb.data() + (i - i0) * K;
-          scores_row(P, qi, w.kt.data(), nb, i, j0, p);
-          for (int64_t jj = 0; jj < nb; ++jj) p[jj] = ex(p[jj] - lse_h[i]);
-          // dP_ij = dO_i . v_j, as axpy over the block's keys.
-          T* dpr = w.dp.data();
-          const T* goi = go_row(i);
-          for (int64_t jj = 0; jj < nb; ++jj) dpr[jj] = 0;
-          for (int64_t c = 0; c < E; ++c) {
-            const T a = goi[c];
-            const T* vr = w.vt.data() + c * nb;
-            for (int64_t jj = 0; jj < nb; ++jj) dpr[jj] += a * vr[jj];
-          }
-          T* dqi = dq_row(i);
-          for (int64_t jj = 0; jj < nb; ++jj) {
-            const T pij = p[jj];
-            if (pij == T(0)) continue;
-            const T ds = pij * (dpr[jj] - D[i]);
-            T* dvj = dv_row(j0 + jj);
-            for (int64_t c = 0; c < E; ++c) dvj[c] += pij * goi[c];
-            const T* kj = w.kb.data() + jj * K;
-            const T dsq = ds * P.scale;
-            for (int64_t c = 0; c < K; ++c) dqi[c] += dsq * kj[c];
-            T* dkj = dk_row(j0 + jj);
-            for (int64_t c = 0; c < K; ++c) dkj[c] += ds * qi[c];
-          }
+        mm<T>(bq, nb, K, P.scale, Qb, Kh.from_row(j0).t(), T(0), {s, nb, 1});  // S
+        mask_block(P, s, bq, nb, i0, j0);
+        for (int64_t i = 0; i < bq; ++i) {
+          exp_shifted(s + i * nb, nb, lse_h[i0 + i]);  // P
         }
+        mm<T>(bq, nb, E, T(1), GOb, V.from_row(j0).t(), T(0), {dp, nb, 1});  // dP = dO V^T
+        for (int64_t i = 0; i < bq; ++i) {
+          const T* pr = s + i * nb;
+          T* dr = dp + i * nb;
+          const T Di = D[i0 + i];
+          for (int64_t jj = 0; jj < nb; ++jj) dr[jj] = pr[jj] * (dr[jj] - Di);  // dS
+        }
+        const Mat<const T> Pm{s, nb, 1}, dS{dp, nb, 1};
+        mm<T>(nb, E, bq, T(1), Pm.t(), GOb, T(1), dV.from_row(j0));                 // dV += P^T dO
+        mm<T>(nb, K, bq, P.scale, dS.t(), Qb, T(1), dK.from_row(j0));               // dK += scale dS^T Q
+        mm<T>(bq, K, nb, P.scale, dS, Kh.from_row(j0), T(1), dQ.from_row(i0));      // dQ += scale dS K
       }
     }
+  }
+}
+
+// Runs f(0 .. tasks-1), in parallel when worth it. Not `omp parallel if
+// (...)`: a false if still opens an inactive region, inside which OpenBLAS's
+// own parallel region would be a nested one (libgomp then creates and
+// destroys threads on every GEMM).
+template <class F>
+void for_tasks(int64_t tasks, bool worth_it, F&& f) {
+  if (tasks > 1 && worth_it) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) f(t);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) f(t);
   }
 }
 
@@ -268,14 +331,9 @@ template <class T>
 Problem<T> problem(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, int64_t bq,
                    int64_t bk) {
   Problem<T> P;
-  P.q = q.data<T>();
-  P.k = k.data<T>();
-  P.v = v.data<T>();
-  for (int d = 0; d < 4; ++d) {
-    P.qs[d] = q.stride(d);
-    P.ks[d] = k.stride(d);
-    P.vs[d] = v.stride(d);
-  }
+  P.q = heads<T>(q);
+  P.k = heads<T>(k);
+  P.v = heads<T>(v);
   P.N = q.size(0);
   P.T_ = q.size(1);
   P.H = q.size(2);
@@ -286,8 +344,9 @@ Problem<T> problem(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
   P.off = P.S - P.T_;
   P.causal = causal;
   P.scale = static_cast<T>(scale);
-  P.bq = bq > 0 ? bq : kDefaultBlock;
-  P.bk = bk > 0 ? bk : kDefaultBlock;
+  const int64_t def = causal ? kDefaultCausalBlock : kDefaultBlock;
+  P.bq = bq > 0 ? bq : def;
+  P.bk = bk > 0 ? bk : def;
   return P;
 }
 
@@ -300,10 +359,10 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
     fail("attention: causal attention needs at least as many keys as queries, got T={} queries and S={} keys",
          q_in.size(1), k_in.size(1));
   if (block_q < 0 || block_k < 0) fail("attention: block sizes must be >= 0 (0: default), got {} and {}", block_q, block_k);
-  const Tensor &q = q_in, &k = k_in, &v = v_in;
+  const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
   const int64_t N = q.size(0), T = q.size(1), H = q.size(2), E = v.size(3);
   AttentionOut r;
-  r.out = Tensor::empty({N, T, H, E}, q.dtype());
+  r.out = zeros_like_layout(q, {N, T, H, E});
   r.lse = Tensor::empty({N, H, T}, q.dtype());
   if (q.numel() == 0 || k.size(1) == 0) {
     if (k.size(1) == 0 && q.numel() > 0) fail("attention: no keys (S = 0)");
@@ -312,16 +371,15 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
   auto run = [&](auto zero) {
     using T_ = decltype(zero);
     const Problem<T_> P = problem<T_>(q, k, v, causal, scale, block_q, block_k);
-    T_* o = r.out.data<T_>();
+    const Heads<T_> o = heads<T_>(r.out, r.out.data<T_>());
     T_* lse = r.lse.data<T_>();
     const int64_t nqb = (T + P.bq - 1) / P.bq, tasks = N * H * nqb;
     const double work = static_cast<double>(N * H) * static_cast<double>(T) * static_cast<double>(P.S) *
                         static_cast<double>(P.K + E);
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && work > kParallelGrain)
-    for (int64_t t = 0; t < tasks; ++t) {
+    for_tasks(tasks, work > kParallelGrain, [&](int64_t t) {
       const int64_t n = t / (H * nqb), h = (t / nqb) % H, b = t % nqb;
       forward_block(P, n, h, b * P.bq, std::min(T, (b + 1) * P.bq), o, lse);
-    }
+    });
   };
   if (q.dtype() == DType::f64) run(double{});
   else run(float{});
@@ -332,25 +390,25 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
                                   int64_t block_q, int64_t block_k) {
   check_inputs(q_in, k_in, v_in);
-  const Tensor &q = q_in, &k = k_in, &v = v_in;
-  Tensor o = contiguous(out), l = contiguous(lse), go = contiguous(grad_out);
-  if (go.shape() != o.shape())
-    fail("attention backward: the output gradient {} does not match the output {}", shape_str(go.shape()),
-         shape_str(o.shape()));
+  const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
+  if (grad_out.shape() != out.shape())
+    fail("attention backward: the output gradient {} does not match the output {}", shape_str(grad_out.shape()),
+         shape_str(out.shape()));
+  const Tensor o = readable(out), go = readable(grad_out), l = contiguous(lse);
   const int64_t N = q.size(0), G = k.size(2);
   AttentionGrads r;
-  r.dq = Tensor::zeros(q.shape(), q.dtype());
-  r.dk = Tensor::zeros(k.shape(), k.dtype());
-  r.dv = Tensor::zeros(v.shape(), v.dtype());
+  r.dq = zeros_like_layout(q, q.shape());
+  r.dk = zeros_like_layout(k, k.shape());
+  r.dv = zeros_like_layout(v, v.shape());
   if (q.numel() == 0) return r;
   auto run = [&](auto zero) {
     using T_ = decltype(zero);
     const Problem<T_> P = problem<T_>(q, k, v, causal, scale, block_q, block_k);
-    const T_ *po = o.data<T_>(), *pl = l.data<T_>(), *pg = go.data<T_>();
-    T_ *dq = r.dq.data<T_>(), *dk = r.dk.data<T_>(), *dv = r.dv.data<T_>();
-    const int64_t tasks = N * G;
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
-    for (int64_t t = 0; t < tasks; ++t) backward_group(P, t / G, t % G, po, pl, pg, dq, dk, dv);
+    const Heads<const T_> ho = heads<T_>(o), hgo = heads<T_>(go);
+    const Heads<T_> dq = heads<T_>(r.dq, r.dq.data<T_>()), dk = heads<T_>(r.dk, r.dk.data<T_>()),
+                    dv = heads<T_>(r.dv, r.dv.data<T_>());
+    const T_* pl = l.data<T_>();
+    for_tasks(N * G, true, [&](int64_t t) { backward_group(P, t / G, t % G, ho, pl, hgo, dq, dk, dv); });
   };
   if (q.dtype() == DType::f64) run(double{});
   else run(float{});

@@ -18,15 +18,20 @@ namespace heed::kernel::fast {
 // < 0.35^7 / 7! = 1.3e-7 relative), 2^n built in the exponent bits.
 // Saturates to 0 below -87.3 and to +inf above 88.7; NaN stays NaN.
 inline float exp(float x) {
+  // Every step is a value select, never a branch, so loops over exp
+  // vectorise; NaN compares false everywhere and is restored at the end.
   const float hi = 88.72f, lo = -87.33f;
-  const bool nan = x != x;
-  const bool over = x > hi;
-  const bool under = x < lo;
-  float xc = over ? hi : (under ? lo : x);
-  if (nan) xc = 0.0f;
-  const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+  float xc = x > hi ? hi : x;
+  xc = xc < lo ? lo : xc;
+  // n = round(x / ln2) by the 1.5 * 2^23 trick: adding it pushes the
+  // fraction bits out, subtracting it back leaves the rounded integer (exact
+  // for |x / ln2| < 2^22). floorf would not vectorise without -fno-trapping-math.
+  const float shifter = 12582912.0f;
+  float n = (xc * 1.44269504088896341f + shifter) - shifter;
+  n = n == n ? n : 0.0f;                  // NaN: any finite n, result replaced below
   float r = xc - n * 0.693145751953125f;  // ln2 high part (exact in float)
   r = r - n * 1.428606765330187e-06f;     // ln2 low part
+  r = r == r ? r : 0.0f;
   float p = 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
@@ -36,13 +41,12 @@ inline float exp(float x) {
   p = p * r + 1.0f;
   // n in [-126, 128]: 2^n as a float has exponent bits n + 127, which
   // leaves the normal range at both ends, so scale by 2^a 2^b, a + b = n.
-  const int32_t ni = static_cast<int32_t>(n), a = ni / 2, b = ni - a;
+  const int32_t ni = static_cast<int32_t>(n), a = ni >> 1, b = ni - a;
   const float sa = std::bit_cast<float>((a + 127) << 23), sb = std::bit_cast<float>((b + 127) << 23);
   float y = p * sa * sb;
-  if (under) y = 0.0f;
-  if (over) y = __builtin_inff();
-  if (nan) y = x;
-  return y;
+  y = x < lo ? 0.0f : y;
+  y = x > hi ? __builtin_inff() : y;
+  return x == x ? y : x;
 }
 
 // erf(x) = 1 - t (a1 + a2 t + ... + a5 t^4) e^(-x^2), t = 1 / (1 + p |x|)

@@ -142,15 +142,17 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
 // softmax: memory O(T) beyond the inputs, never the T x S score matrix.
 // q [N, T, H, K], k [N, S, G, K], v [N, S, G, E] (any strides; H a multiple
 // of G, query head h reads key/value head h / (H / G)). Causal: query i sees
-// keys j <= i + S - T. Block sizes 0 take the default (64).
+// keys j <= i + S - T. Block sizes 0 take the default (128, causal 64). Results are laid
+// out like the input they belong to: channels-first (positions unit-stride)
+// when it is, else contiguous.
 struct AttentionOut {
-  Tensor out;  // [N, T, H, E] contiguous
+  Tensor out;  // [N, T, H, E], laid out like q
   Tensor lse;  // [N, H, T] log-sum-exp of each query's scores, for backward
 };
 AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                int64_t block_q = 0, int64_t block_k = 0);
 struct AttentionGrads {
-  Tensor dq, dk, dv;  // contiguous, shaped as q, k, v
+  Tensor dq, dk, dv;  // shaped and laid out as q, k, v
 };
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
