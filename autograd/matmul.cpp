@@ -4,6 +4,9 @@
 //   dA = dY B^T   (transposed view: no copy reaches GEMM)
 //   dB = A^T dY
 // Batch dims broadcast, so each gradient is summed back to its input's shape.
+//
+// linear: Y[.., O] = X[.., I] W[O, I]^T + b
+//   dX = dY W,  dW = dY^T X (leading dims folded into rows),  db = sum of dY rows
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/kernels.h"
@@ -46,6 +49,20 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
             gi.set(1, k::sum_to(k::matmul(k::transpose(as, -1, -2), g), sb));
           }
         }
+      });
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Tensor y = k::linear(x, w, b);
+  return autograd::record(
+      "linear", y, {x, w, b},
+      [xs = w.requires_grad() ? autograd::saved(x) : Tensor(), ws = autograd::saved(w)](const Tensor& g,
+                                                                                       autograd::Grads& gi) {
+        const int64_t O = ws.size(0), I = ws.size(1);
+        if (gi.needs(0)) gi.set(0, k::matmul(g, ws));
+        Tensor g2 = k::reshape(g, {-1, O});
+        if (gi.needs(1)) gi.set(1, k::matmul(k::transpose(g2, 0, 1), k::reshape(xs, {-1, I})));
+        if (gi.needs(2)) gi.set(2, k::sum(g2, {0}, false));
       });
 }
 

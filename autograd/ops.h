@@ -54,6 +54,9 @@ Tensor operator-(const Tensor& a);
 // [.., M, K] x [.., K, N] -> [.., M, N], batch dims broadcast; 1-D operands
 // are treated as a row (left) or column (right) vector and that dim dropped.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// x [.., I] w^T + b with w [O, I], b [O] or undefined: a Linear layer's
+// product and bias in one pass (the bias starts the GEMM's accumulator).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 
 // ---- convolution (autograd/conv.cpp) ----
 // x [N, C, T], w [O, C, K], b [O] or undefined -> [N, O, T'].

@@ -41,13 +41,36 @@ BlasMat blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
 
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-          T* C, int64_t ldc) {
+          T* C, int64_t ldc, T beta = T(0)) {
   auto tA = ta ? CblasTrans : CblasNoTrans;
   auto tB = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
   else
-    cblas_dgemm(CblasRowMajor, tA, tB, M, N, K, 1.0, A, lda, B, ldb, 0.0, C, ldc);
+    cblas_dgemm(CblasRowMajor, tA, tB, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
+}
+
+// y [R, O] = x [R, I] w[O, I]^T (+ b): the bias is written into y first and
+// the GEMM accumulates onto it (beta = 1), which also spares OpenBLAS its
+// separate pass zeroing y for beta = 0.
+template <class T>
+void linear_impl(const Tensor& x2, const Tensor& w, const Tensor& b, const Tensor& y) {
+  const int64_t R = x2.size(0), I = x2.size(1), O = w.size(0);
+  T* py = y.data<T>();
+  if (b.defined()) {
+    const T* pb = b.data<T>();
+    const int64_t bs = b.stride(0);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t o = 0; o < O; ++o) py[r * O + o] = pb[o * bs];
+  }
+  if (R == 0 || O == 0) return;
+  if (I == 0) {
+    if (!b.defined()) fill_(y, 0.0);
+    return;
+  }
+  BlasMat mx = blas_layout(R, I, x2.stride(0), x2.stride(1));
+  BlasMat mw = blas_layout(I, O, w.stride(1), w.stride(0));  // w^T as [I, O]
+  gemm<T>(mx.trans, mw.trans, R, O, I, x2.data<T>(), mx.ld, w.data<T>(), mw.ld, py, O, b.defined() ? T(1) : T(0));
 }
 
 template <class T>
@@ -174,6 +197,27 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 // ---- runtime ----
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_defined(x, "linear");
+  check_defined(w, "linear");
+  if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1) || (b.defined() && (b.dim() != 1 || b.size(0) != w.size(0))))
+    fail("linear: expected x [.., I], weight [O, I] and bias [O], got x {}, weight {}, bias {}", shape_str(x.shape()),
+         shape_str(w.shape()), b.defined() ? shape_str(b.shape()) : "undefined");
+  if (x.dtype() != w.dtype() || (b.defined() && b.dtype() != x.dtype()) || !x.is_floating())
+    fail("linear: x, weight and bias must share a floating dtype, got {}, {}, {}", dtype_name(x.dtype()),
+         dtype_name(w.dtype()), b.defined() ? dtype_name(b.dtype()) : "-");
+  const int64_t I = x.size(-1), O = w.size(0);
+  Tensor x2 = reshape(x, {-1, I});
+  if (!blas_layout(x2.size(0), I, x2.stride(0), x2.stride(1)).ok) x2 = contiguous(x2);
+  Tensor wt = blas_layout(I, O, w.stride(1), w.stride(0)).ok ? w : contiguous(w);
+  Shape out_shape = x.shape();
+  out_shape.back() = O;
+  Tensor y = Tensor::empty(out_shape, x.dtype());
+  if (x.dtype() == DType::f64) linear_impl<double>(x2, wt, b, y);
+  else linear_impl<float>(x2, wt, b, y);
+  return y;
+}
+
 void set_num_threads(int n) {
   if (n < 1) fail("set_num_threads: expected a thread count >= 1, got {}", n);
   omp_set_num_threads(n);

@@ -89,6 +89,9 @@ Tensor argmax(const Tensor& t, int64_t dim, bool keepdim = false);
 // (use reshape). Leading (batch) dims broadcast. Transposed views (unit stride
 // on either of the last two dims) go to GEMM without a copy.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// x [.., I] w[O, I]^T + b (b [O] or undefined) -> [.., O], as one GEMM over
+// all leading dims with the bias as its starting value.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 
 // ---- 1-D convolution ----
 // x [N, C, T], w [O, C, K], b [O] (optional) -> y [N, O, T'] with

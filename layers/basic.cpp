@@ -26,8 +26,7 @@ Tensor Linear::forward(const Tensor& x) {
   if (x.dim() < 1 || x.size(-1) != options.in_features_)
     fail("Linear({}, {}): expected input [.., {}], got {}", options.in_features_, options.out_features_,
          options.in_features_, shape_str(x.shape()));
-  Tensor y = matmul(x, transpose(weight, 0, 1));
-  return bias.defined() ? y + bias : y;
+  return linear(x, weight, bias);
 }
 
 std::string Linear::extra_repr() const {

@@ -89,6 +89,10 @@ std::vector<Case> cases() {
       {"gelu nc", {{4, 3}}, [](V x) { return gelu(T(x[0])); }},
       // matmul
       {"matmul 2d", {{3, 4}, {4, 5}}, [](V x) { return matmul(x[0], x[1]); }},
+      {"linear 2d", {{3, 4}, {5, 4}, {5}}, [](V x) { return linear(x[0], x[1], x[2]); }},
+      {"linear 3d", {{2, 3, 4}, {5, 4}, {5}}, [](V x) { return linear(x[0], x[1], x[2]); }},
+      {"linear no bias", {{2, 3, 4}, {5, 4}}, [](V x) { return linear(x[0], x[1]); }},
+      {"linear nc x^T, w^T", {{4, 3}, {4, 5}, {5}}, [](V x) { return linear(T(x[0]), T(x[1]), x[2]); }},
       {"matmul nc a^T b", {{4, 3}, {4, 5}}, [](V x) { return matmul(T(x[0]), x[1]); }},
       {"matmul nc a b^T", {{3, 4}, {5, 4}}, [](V x) { return matmul(x[0], T(x[1])); }},
       {"matmul nc sliced", {{3, 6}, {4, 5}}, [](V x) { return matmul(narrow(x[0], 1, 1, 4), x[1]); }},
