@@ -10,8 +10,12 @@
 // consecutive query heads (PyTorch's repeat_interleave order). G = H is
 // ordinary multi-head attention, G = 1 multi-query attention.
 //
-// Composed from differentiable ops (matmul, masked_fill, softmax, dropout),
-// so the gradients come from theirs; a fused kernel is a separate step.
+// Two paths, the same numbers up to rounding (tests/layers, tests/autograd/
+// test_attention_fused.cpp): by default one fused blockwise op,
+// scaled_dot_product_attention (online softmax, never the T x S matrix);
+// when the maps are kept (keep_attention) or attention dropout is active
+// while training, the composition of matmul, masked_fill, softmax and
+// dropout, whose probabilities are then at hand.
 #pragma once
 
 #include "layers/basic.h"

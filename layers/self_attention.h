@@ -5,6 +5,9 @@
 //   A = softmax over keys of Q^T K   [N, T(query), T(key)]   (optionally / sqrt(K))
 //   y = (A V^T)^T = V A^T            [N, O, T]
 // Wq, Wk, Wv are 1x1 convolutions without bias ("conv_q", "conv_k", "conv_v").
+// Unless the map is kept, A is never formed: the fused blockwise kernel
+// (scaled_dot_product_attention) reads Q, K, V channels-first as they are and
+// returns y channels-first.
 #pragma once
 
 #include "layers/basic.h"
@@ -28,7 +31,8 @@ class SelfAttention : public Module {
   std::string extra_repr() const override;
 
   // When on, forward keeps the attention matrix A [N, T, T] (detached) for
-  // logging. Off by default: then nothing is kept, at no cost.
+  // logging, through the unfused path. Off by default: then nothing is kept
+  // and the fused kernel runs.
   void keep_attention(bool on) { keep_ = on; if (!on) last_attention_ = Tensor(); }
   const Tensor& last_attention() const { return last_attention_; }
 
