@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/dnnl_context.h"
+#include "core/conv_single.h"
 #include "core/kernels.h"
 
 namespace heed::kernel {
@@ -217,6 +218,7 @@ Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
     return y;
   }
   check_dtype(x, DType::f32, "conv1d");
+  if (single_channel_conv_applies(x.dtype(), O, g)) return single_channel_conv1d_forward(x, w, b, g.padding);
   auto p = prims_for(N, C, L, O, K, g, b.defined());
   Tensor xb, wb, yb;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p->f_src.in(x, xb)},
@@ -230,6 +232,7 @@ Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
 
 Tensor conv1d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& xs, const Conv1dGeom& g) {
   Tensor gy = contiguous(gy0), w = contiguous(w0);
+  if (single_channel_conv_applies(gy.dtype(), w.size(0), g)) return single_channel_conv1d_backward_data(gy, w, xs, g.padding);
   Tensor gx = Tensor::zeros(xs, gy.dtype());
   if (gy.dtype() == DType::f64) {
     ref_backward<double>(gy, Tensor(), w, g, &gx, nullptr, nullptr);
@@ -246,6 +249,8 @@ Tensor conv1d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& xs
 
 Tensor conv1d_backward_weights(const Tensor& gy0, const Tensor& x0, const Shape& ws, const Conv1dGeom& g, Tensor* gb) {
   Tensor gy = contiguous(gy0), x = contiguous(x0);
+  if (single_channel_conv_applies(gy.dtype(), ws[0], g))
+    return single_channel_conv1d_backward_weights(gy, x, ws[2], g.padding, gb);
   Tensor gw = Tensor::zeros(ws, gy.dtype());
   if (gb) *gb = Tensor::zeros({ws[0]}, gy.dtype());
   if (gy.dtype() == DType::f64) {
