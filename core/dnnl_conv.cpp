@@ -233,7 +233,8 @@ Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
 Tensor conv1d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& xs, const Conv1dGeom& g) {
   Tensor gy = contiguous(gy0), w = contiguous(w0);
   if (single_channel_conv_applies(gy.dtype(), w.size(0), g)) return single_channel_conv1d_backward_data(gy, w, xs, g.padding);
-  Tensor gx = Tensor::zeros(xs, gy.dtype());
+  // The float64 loop accumulates into zeros; oneDNN writes every element.
+  Tensor gx = gy.dtype() == DType::f64 ? Tensor::zeros(xs, gy.dtype()) : Tensor::empty(xs, gy.dtype());
   if (gy.dtype() == DType::f64) {
     ref_backward<double>(gy, Tensor(), w, g, &gx, nullptr, nullptr);
     return gx;
@@ -251,8 +252,9 @@ Tensor conv1d_backward_weights(const Tensor& gy0, const Tensor& x0, const Shape&
   Tensor gy = contiguous(gy0), x = contiguous(x0);
   if (single_channel_conv_applies(gy.dtype(), ws[0], g))
     return single_channel_conv1d_backward_weights(gy, x, ws[2], g.padding, gb);
-  Tensor gw = Tensor::zeros(ws, gy.dtype());
-  if (gb) *gb = Tensor::zeros({ws[0]}, gy.dtype());
+  const bool f64 = gy.dtype() == DType::f64;  // the loop accumulates; oneDNN writes every element
+  Tensor gw = f64 ? Tensor::zeros(ws, gy.dtype()) : Tensor::empty(ws, gy.dtype());
+  if (gb) *gb = f64 ? Tensor::zeros({ws[0]}, gy.dtype()) : Tensor::empty({ws[0]}, gy.dtype());
   if (gy.dtype() == DType::f64) {
     ref_backward<double>(gy, x, Tensor::empty(ws, DType::f64), g, nullptr, &gw, gb);
     return gw;
