@@ -2,7 +2,11 @@
 // tests: equal logs and equal final checkpoints, bit for bit.
 #pragma once
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "data/checkpoint.h"
@@ -10,6 +14,23 @@
 #include "test_util.h"
 
 namespace heed::test {
+
+// A fresh directory under the system's temporary one, removed with its
+// contents at the end of the scope.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& prefix) {
+    namespace fs = std::filesystem;
+    path = (fs::temp_directory_path() / (prefix + std::to_string(getpid()))).string();
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
 
 // Every dataset of two logs: metrics by (step, value) (not wall time; metrics
 // whose name holds "seconds" are timings and differ by nature), series and

@@ -26,17 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    path = (fs::temp_directory_path() / ("heed-copy-resume-" + std::to_string(getpid()))).string();
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // 24 steps of a small batch; evaluations at 5, 10, 15, 20 and 24 (so a stop at
 // 12 falls between two of them), checkpoints every 4 steps.
@@ -50,7 +39,7 @@ int run(std::vector<std::string> args) { return experiments::run_copy(args, {"he
 }  // namespace
 
 TEST_CASE("copy resume: 24 steps equal 12 steps, stopped, then resumed to 24, bit for bit") {
-  TempDir d;
+  test::TempDir d("heed-copy-resume-");
   REQUIRE(run(small(d.path + "/straight.h5")) == 0);
   auto args = small(d.path + "/stopped.h5");
   args.insert(args.end(), {"--stop-after", "12"});
@@ -66,7 +55,7 @@ TEST_CASE("copy resume: 24 steps equal 12 steps, stopped, then resumed to 24, bi
 }
 
 TEST_CASE("copy resume: train_copy stopped and resumed through the library returns the uninterrupted result") {
-  TempDir d;
+  test::TempDir d("heed-copy-resume-");
   experiments::CopyOptions o;
   o.steps = 20;
   o.batch = 16;
@@ -89,7 +78,7 @@ TEST_CASE("copy resume: train_copy stopped and resumed through the library retur
 }
 
 TEST_CASE("copy resume: Ctrl-C finishes the step, writes a checkpoint, flushes the log, prints the resume command, exits 130") {
-  TempDir d;
+  test::TempDir d("heed-copy-resume-");
   const std::string out = d.path + "/int.h5", ckpt = d.path + "/int.ckpt.h5", printed = d.path + "/stdout.txt";
   // Far more steps than the test waits for: the run ends only by Ctrl-C.
   std::vector<std::string> argv_s{HEED_CLI_PATH, "run", "copy", "--steps", "1000000", "--batch", "8",
@@ -137,7 +126,7 @@ TEST_CASE("copy resume: Ctrl-C finishes the step, writes a checkpoint, flushes t
 }
 
 TEST_CASE("copy resume: bad checkpoints are refused, naming the problem") {
-  TempDir d;
+  test::TempDir d("heed-copy-resume-");
   auto args = small(d.path + "/base.h5");
   args.insert(args.end(), {"--stop-after", "4"});
   REQUIRE(run(args) == 130);

@@ -17,17 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    path = (fs::temp_directory_path() / ("heed-sine-resume-" + std::to_string(getpid()))).string();
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::vector<std::string> small(const std::string& out) {
   return {"--steps", "40", "--hidden", "8", "--checkpoint-every", "7", "--threads", "1", "--out", out};
@@ -38,7 +27,7 @@ int run(std::vector<std::string> args) { return experiments::run_sine(args, {"he
 }  // namespace
 
 TEST_CASE("sine resume: 40 steps equal 20 steps, stopped, then resumed to 40, bit for bit") {
-  TempDir d;
+  test::TempDir d("heed-sine-resume-");
   const int straight_rc = run(small(d.path + "/straight.h5"));
   CHECK((straight_rc == 0 || straight_rc == 1));  // 40 steps may not reach the threshold
   auto args = small(d.path + "/stopped.h5");
@@ -52,7 +41,7 @@ TEST_CASE("sine resume: 40 steps equal 20 steps, stopped, then resumed to 40, bi
 }
 
 TEST_CASE("sine log: metadata, the model's parameters, the loss of every step and the final MSE") {
-  TempDir d;
+  test::TempDir d("heed-sine-resume-");
   const std::string out = d.path + "/log.h5";
   run({"--steps", "12", "--hidden", "8", "--seed", "2", "--out", out});
   h5::File f(out, h5::File::Mode::read);
@@ -81,7 +70,7 @@ TEST_CASE("sine log: metadata, the model's parameters, the loss of every step an
 }
 
 TEST_CASE("sine resume: train_sine stopped and resumed through the library returns the uninterrupted result") {
-  TempDir d;
+  test::TempDir d("heed-sine-resume-");
   experiments::SineOptions o;
   o.steps = 30;
   o.hidden = 8;
@@ -106,7 +95,7 @@ TEST_CASE("sine resume: train_sine stopped and resumed through the library retur
 }
 
 TEST_CASE("sine resume: bad checkpoints are refused, naming the problem") {
-  TempDir d;
+  test::TempDir d("heed-sine-resume-");
   auto args = small(d.path + "/base.h5");
   args.insert(args.end(), {"--stop-after", "3"});
   REQUIRE(run(args) == 130);
