@@ -226,13 +226,11 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     for (int64_t l = 0; l < c.layers; ++l) log->declare_series(fmt::format("attention/layer{}/maps", l), {c.heads, P, P});
     log->begin();
   } else {
-    step = resume_ck.counter("step");
+    step = checkpoint_step(resume_ck, c.steps);
     log = std::make_unique<RunLog>(RunLog::resume(c.out, step));
     model->load_state_dict(resume_ck.get("model"));
     opt.load_state_dict(resume_ck.get("optim"));
-    auto it = resume_ck.tensors.find("rng/batches");
-    if (it == resume_ck.tensors.end()) fail("checkpoint '{}': 'rng/batches' is missing", c.resume);
-    batches.set_state_tensor(it->second);
+    restore_generator(resume_ck, "rng/batches", batches);
     auto dg = resume_ck.tensors.find("rng/default");
     if (dg != resume_ck.tensors.end()) default_generator().set_state_tensor(dg->second);
     fmt::print("resumed from {} at step {}/{}\n", c.resume, step, c.steps);

@@ -156,6 +156,19 @@ void restore_generator(const Checkpoint& ck, const std::string& key, Generator& 
   g.set_state_tensor(it->second);
 }
 
+int64_t checkpoint_step(const Checkpoint& ck, int64_t total) {
+  const int64_t step = ck.counter("step");
+  if (step < 0 || step > total) fail("checkpoint: step {} is outside this run's 0..{} steps", step, total);
+  return step;
+}
+
+std::vector<double> checkpoint_values(const Checkpoint& ck, const std::string& key, int64_t n) {
+  auto it = ck.tensors.find(key);
+  if (it == ck.tensors.end() || it->second.shape() != Shape{n})
+    fail("checkpoint: '{}' is missing or not of shape [{}]", key, n);
+  return it->second.to_vector<double>();
+}
+
 void print_stopped(const std::string& command, const Args& a, const std::string& checkpoint, int64_t step,
                    int64_t total) {
   std::string cmd = "heed " + command + " --resume " + checkpoint;

@@ -104,6 +104,13 @@ void prepare_run(Args& a, RunControl& rc, const std::string& experiment, const s
 // checkpoint key when it is missing).
 void restore_generator(const Checkpoint& ck, const std::string& key, Generator& g);
 
+// The checkpoint's step counter, which must lie in 0..total (else an error
+// naming both).
+int64_t checkpoint_step(const Checkpoint& ck, int64_t total);
+
+// The n doubles saved under key (an error when missing or of another shape).
+std::vector<double> checkpoint_values(const Checkpoint& ck, const std::string& key, int64_t n);
+
 // After a stopped run: "stopped at step 7/20; checkpoint written and log
 // flushed." and the exact command that resumes it (with --threads when it
 // was given: the thread count is not part of the saved configuration).

@@ -95,18 +95,13 @@ struct CopyRun {
   // The initial weights are overwritten; everything random from here on
   // comes from the saved generators.
   void restore(const Checkpoint& ck) {
-    step = ck.counter("step");
-    if (step < 0 || step > o.steps)
-      fail("checkpoint '{}': step {} is outside this run's 0..{} steps", o.run.resume, step, o.steps);
+    step = checkpoint_step(ck, o.steps);
     m.load_state_dict(ck.get("model"));
     opt.load_state_dict(ck.get("optim"));
     restore_generator(ck, "rng/data", data);
     restore_generator(ck, "rng/eval", eval_gen);
     restore_generator(ck, "rng/default", default_generator());
-    auto it = ck.tensors.find("result");
-    if (it == ck.tensors.end() || it->second.shape() != Shape{3})
-      fail("checkpoint '{}': 'result' is missing or not of shape [3]", o.run.resume);
-    auto v = it->second.to_vector<double>();
+    auto v = checkpoint_values(ck, "result", 3);
     r.final_loss = v[0];
     r.accuracy = v[1];
     r.prev_mass = v[2];

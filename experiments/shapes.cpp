@@ -143,17 +143,12 @@ struct Trainer {
   }
 
   void restore(const Checkpoint& ck) {
-    step = ck.counter("step");
+    step = checkpoint_step(ck, total_steps());
     epoch_rows = ck.counter("epoch_rows");
-    if (step < 0 || step > total_steps())
-      fail("checkpoint: step {} is outside this run's 0..{} steps", step, total_steps());
     for (size_t i = 0; i < runs.size(); ++i) {
       runs[i].net->load_state_dict(ck.get("model/" + runs[i].name));
       opts[i]->load_state_dict(ck.get("optim/" + runs[i].name));
-      auto it = ck.tensors.find("acc/" + runs[i].name);
-      if (it == ck.tensors.end() || it->second.shape() != Shape{2})
-        fail("checkpoint: 'acc/{}' is missing or not of shape [2]", runs[i].name);
-      auto acc = it->second.to_vector<double>();
+      auto acc = checkpoint_values(ck, "acc/" + runs[i].name, 2);
       epoch_loss[i] = acc[0];
       compute_seconds[i] = acc[1];
     }

@@ -95,16 +95,11 @@ struct SineRun {
   // here draws random numbers after initialisation, but the default
   // generator is kept all the same.
   void restore(const Checkpoint& ck) {
-    step = ck.counter("step");
-    if (step < 0 || step > o.steps)
-      fail("checkpoint '{}': step {} is outside this run's 0..{} steps", o.run.resume, step, o.steps);
+    step = checkpoint_step(ck, o.steps);
     net.load_state_dict(ck.get("model"));
     opt.load_state_dict(ck.get("optim"));
     restore_generator(ck, "rng/default", default_generator());
-    auto it = ck.tensors.find("result");
-    if (it == ck.tensors.end() || it->second.shape() != Shape{1})
-      fail("checkpoint '{}': 'result' is missing or not of shape [1]", o.run.resume);
-    r.initial_mse = it->second.to_vector<double>()[0];
+    r.initial_mse = checkpoint_values(ck, "result", 1)[0];
   }
 
   void save() const {
