@@ -97,6 +97,25 @@ class AnomalyGuard {
   bool prev_;
 };
 
+// ---- op profiler ----
+// When on, forward and backward time are summed per op name on this thread.
+// An op's forward time runs from the previous op's record (or the last
+// profile_mark) to its own record, so work done outside any op (a layer's
+// loop, a kernel called directly) lands on the next op. Backward time is the
+// node's closure plus summing its gradients into their slots; leaf gradient
+// accumulation is reported as "(accumulate grad)". Two clock reads per op.
+struct OpTiming {
+  std::string op;
+  double forward_s = 0, backward_s = 0;
+  int64_t forward_calls = 0, backward_calls = 0;
+};
+void set_profiling(bool on);  // turning it on clears the table and marks
+bool is_profiling();
+void profile_mark();  // forward time of the next op starts now
+// Adds time spent outside the graph (an optimiser step) under `what`.
+void profile_add(const std::string& what, double seconds);
+std::vector<OpTiming> profile_results();  // most total time first
+
 // ---- for op implementations ----
 // True when grad mode is on and any input requires grad.
 bool needs_graph(std::initializer_list<Tensor> inputs);

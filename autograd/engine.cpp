@@ -1,4 +1,7 @@
 // autograd/engine.cpp: graph recording, the backward walk, grad and anomaly modes.
+#include <algorithm>
+#include <chrono>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -18,6 +21,44 @@ bool is_grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool on) { t_grad_enabled = on; }
 bool is_anomaly_enabled() { return t_anomaly_enabled; }
 void set_anomaly_enabled(bool on) { t_anomaly_enabled = on; }
+
+// ---- op profiler ----
+namespace {
+using Clock = std::chrono::steady_clock;
+thread_local bool t_profiling = false;
+thread_local Clock::time_point t_mark;
+thread_local std::map<std::string, OpTiming> t_profile;
+
+OpTiming& profile_entry(const std::string& op) {
+  OpTiming& e = t_profile[op];
+  e.op = op;
+  return e;
+}
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+void set_profiling(bool on) {
+  t_profiling = on;
+  if (on) {
+    t_profile.clear();
+    t_mark = Clock::now();
+  }
+}
+bool is_profiling() { return t_profiling; }
+void profile_mark() { t_mark = Clock::now(); }
+void profile_add(const std::string& what, double seconds) {
+  OpTiming& e = profile_entry(what);
+  e.forward_s += seconds;
+  ++e.forward_calls;
+}
+std::vector<OpTiming> profile_results() {
+  std::vector<OpTiming> v;
+  for (auto& [name, e] : t_profile) v.push_back(e);
+  std::stable_sort(v.begin(), v.end(), [](const OpTiming& a, const OpTiming& b) {
+    return a.forward_s + a.backward_s > b.forward_s + b.backward_s;
+  });
+  return v;
+}
 
 Node::~Node() {
   // Take over children that only this node keeps alive, and release them from
@@ -82,6 +123,14 @@ static void check_finite(const Tensor& t, const std::string& what) {
 }
 
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn fn) {
+  if (t_profiling) {
+    const auto now = Clock::now();
+    // Keyed by op and output shape: a model's convolutions differ by far.
+    OpTiming& e = profile_entry(fmt::format("{} {}", name, shape_str(out.shape())));
+    e.forward_s += std::chrono::duration<double>(now - t_mark).count();
+    ++e.forward_calls;
+    t_mark = now;
+  }
   if (t_anomaly_enabled) check_finite(out, fmt::format("the output of {}", name));
   if (!needs_graph(inputs)) return out;
   auto node = std::make_shared<Node>();
@@ -160,6 +209,8 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
     Tensor g = std::move(pending[n.get()]);
     pending.erase(n.get());
 
+    const bool prof = autograd::t_profiling;
+    const auto t0 = prof ? autograd::Clock::now() : autograd::Clock::time_point();
     if (n->is_accumulator) {
       auto leaf = n->leaf.lock();
       if (leaf && g.defined()) {
@@ -171,6 +222,11 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
         }
         if (autograd::is_anomaly_enabled())
           autograd::check_finite(Tensor(leaf->grad), "the gradient accumulated into a leaf");
+      }
+      if (prof) {
+        autograd::OpTiming& e = autograd::profile_entry("(accumulate grad)");
+        e.backward_s += autograd::since(t0);
+        ++e.backward_calls;
       }
       continue;
     }
@@ -200,6 +256,11 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
         slot = slot.defined() ? kernel::binary(kernel::Binary::add, slot, gin) : gin;
       }
       if (--deps[c.get()] == 0) ready.push_back(c);
+    }
+    if (prof) {
+      autograd::OpTiming& e = autograd::profile_entry(fmt::format("{} {}", n->name, shape_str(n->out_shape)));
+      e.backward_s += autograd::since(t0);
+      ++e.backward_calls;
     }
     if (!retain_graph) {
       n->backward = nullptr;  // drops every tensor the closure saved

@@ -43,7 +43,12 @@ struct Workload {
   std::string unit;      // "samples" or "tokens"
   double items = 0;      // per step
   double flops = 0;      // per training step (analytic)
-  std::function<void()> step;
+  std::function<void()> forward_backward;  // zero_grad, forward, backward
+  std::function<void()> update;            // the optimiser step
+  void step() const {
+    forward_backward();
+    update();
+  }
 };
 
 // Training FLOPs ~ 3x forward (backward computes two products per forward one).
@@ -66,12 +71,12 @@ Workload toy_workload(bool attention, int64_t batch) {
   w.unit = "samples";
   w.items = N;
   w.flops = 3 * fwd;
-  w.step = [net, opt, x, y] {
+  w.forward_backward = [net, opt, x, y] {
     opt->zero_grad();
     Tensor loss = mse_loss(net->forward(x), y);
     backward(loss);
-    opt->step();
   };
+  w.update = [opt] { opt->step(); };
   return w;
 }
 
@@ -90,12 +95,12 @@ Workload gpt_workload(const std::string& name, int64_t width, int64_t context, i
   w.unit = "tokens";
   w.items = static_cast<double>(batch * context);
   w.flops = 3 * per_token * w.items;
-  w.step = [net, opt, ids, tgt] {
+  w.forward_backward = [net, opt, ids, tgt] {
     opt->zero_grad();
     Tensor loss = cross_entropy(net->forward(ids), tgt);
     backward(loss);
-    opt->step();
   };
+  w.update = [opt] { opt->step(); };
   return w;
 }
 
@@ -145,6 +150,35 @@ Result measure(Workload& w, int64_t warmup, int64_t steps) {
   r.rss_mb = peak_rss_mb();
   r.allocs_per_step = alloc::stats().system_allocs / std::max<int64_t>(steps, 1);
   return r;
+}
+
+// `--profile`: `steps` more steps with the op profiler on; prints where a
+// step's time goes, per op, forward and backward, most first.
+void print_profile(const Workload& w, int64_t steps) {
+  autograd::set_profiling(true);
+  Stopwatch total;
+  for (int64_t i = 0; i < steps; ++i) {
+    autograd::profile_mark();
+    w.forward_backward();
+    Stopwatch sw;
+    w.update();
+    autograd::profile_add("(optimiser step)", sw.seconds());
+  }
+  const double wall_ms = 1000 * total.seconds() / static_cast<double>(steps);
+  autograd::set_profiling(false);
+  auto rows = autograd::profile_results();
+  double sum_ms = 0;
+  for (const auto& r : rows) sum_ms += 1000 * (r.forward_s + r.backward_s) / static_cast<double>(steps);
+  fmt::print("  profile of {} over {} steps: {:.2f} ms/step with the profiler on, {:.2f} ms of it in ops\n", w.name,
+             steps, wall_ms, sum_ms);
+  fmt::print("  {:<40} {:>9} {:>9} {:>9} {:>7} {:>10}\n", "op", "fwd ms", "bwd ms", "total ms", "share",
+             "calls/step");
+  const double n = static_cast<double>(steps);
+  for (const auto& r : rows) {
+    const double f = 1000 * r.forward_s / n, b = 1000 * r.backward_s / n;
+    fmt::print("  {:<40} {:>9.3f} {:>9.3f} {:>9.3f} {:>6.1f}% {:>10.1f}\n", r.op, f, b, f + b,
+               100 * (f + b) / std::max(sum_ms, 1e-12), static_cast<double>(std::max(r.forward_calls, r.backward_calls)) / n);
+  }
 }
 
 // Runs the PyTorch peer and returns its median ms per workload.
@@ -277,7 +311,7 @@ int run_bench(const std::vector<std::string>& args) {
   // (--threads, --help and Google Benchmark's --benchmark_* flags).
   if (std::find(args.begin(), args.end(), "--micro") != args.end()) exec_microbench(args);
   int64_t threads = 2, steps = 20, warmup = 3, max_t = 4096, plain_max_t = 4096;
-  bool compare = false, attention_memory = false, micro = false;
+  bool compare = false, attention_memory = false, micro = false, profile = false;
   std::string only;
   Args a("bench",
          "Times one training step (forward, backward, optimiser) of each bundled workload after warm-up:\n"
@@ -291,6 +325,7 @@ int run_bench(const std::vector<std::string>& args) {
       .integer("warmup", &warmup, "unmeasured steps first; 1 with --attention-memory", 0)
       .text("only", &only, "run only this workload (toy-cnn, toy-attention, gpt-128, gpt-256)")
       .flag("compare", &compare, "also run the same workloads in PyTorch (python3-torch) and print the ratio")
+      .flag("profile", &profile, "also print where each workload's step time goes, per op (forward, backward)")
       .flag("attention-memory", &attention_memory,
             "instead: attention time and peak memory against T, fused and plain")
       .integer("max-t", &max_t, "--attention-memory: the longest sequence (T doubles from 256)", 256, 1 << 20)
@@ -338,6 +373,10 @@ int run_bench(const std::vector<std::string>& args) {
     }
     fmt::print("\n");
     std::fflush(stdout);
+    if (profile) {
+      print_profile(w, steps);
+      fmt::print("\n");
+    }
   }
   if (compare) {
     fmt::print("\nheed against the PyTorch peer (same shapes, same thread count, each run right after heed's):\n");

@@ -3,6 +3,7 @@
 // keep alive, deep graphs, grad and anomaly modes, and its error messages.
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -324,4 +325,35 @@ TEST_CASE("set_requires_grad refuses int64 tensors and non-leaves") {
   CHECK_NOTHROW(i.set_requires_grad(false));
   x.set_requires_grad(false);
   CHECK_FALSE((x * 2.0).requires_grad());
+}
+
+TEST_CASE("the op profiler sums forward and backward time per op and output shape, and only while on") {
+  Tensor x = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
+  autograd::set_profiling(true);
+  CHECK(autograd::is_profiling());
+  for (int i = 0; i < 3; ++i) {
+    autograd::profile_mark();
+    Tensor y = exp(x) * 2.0;
+    backward(sum(y));
+  }
+  autograd::profile_add("(optimiser step)", 0.5);
+  autograd::set_profiling(false);
+  Tensor z = exp(x);  // not counted: the profiler is off
+  backward(sum(z));
+  std::map<std::string, autograd::OpTiming> by_op;
+  for (const auto& r : autograd::profile_results()) by_op[r.op] = r;
+  REQUIRE(by_op.count("exp [2, 3]"));
+  CHECK(by_op["exp [2, 3]"].forward_calls == 3);
+  CHECK(by_op["exp [2, 3]"].backward_calls == 3);
+  CHECK(by_op["exp [2, 3]"].backward_s > 0);
+  REQUIRE(by_op.count("sum []"));
+  CHECK(by_op["sum []"].forward_calls == 3);
+  CHECK(by_op["(accumulate grad)"].backward_calls == 3);
+  // Added time is reported as it was given, and sorts first (most time).
+  CHECK(by_op["(optimiser step)"].forward_s == 0.5);
+  CHECK(autograd::profile_results().front().op == "(optimiser step)");
+  // Turning it on again starts a fresh table.
+  autograd::set_profiling(true);
+  autograd::set_profiling(false);
+  CHECK(autograd::profile_results().empty());
 }
