@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -69,6 +70,13 @@ void* allocate(size_t bytes) {
   }
   void* p = std::aligned_alloc(kAlign, n);
   if (!p) fail("out of memory allocating {} bytes", bytes);
+#ifdef HEED_SANITIZE_BUILD
+  // Fresh memory is often zero pages, which would hide a kernel that reads
+  // an element of Tensor::empty it never wrote. In the sanitizer build every
+  // allocation starts as all-ones bytes (NaN in float32 and float64, -1 in
+  // int64), so such a read shows up as NaN in the tests.
+  std::memset(p, 0xFF, n);
+#endif
   return p;
 }
 

@@ -90,12 +90,14 @@ bool gemm_readable(const Tensor& t) {
 }
 Tensor readable(const Tensor& t) { return gemm_readable(t) ? t : contiguous(t); }
 
-// A zero-filled [N, L, heads, W] tensor laid out like t: channels-first when
-// t is (its positions unit-stride), else contiguous.
-Tensor zeros_like_layout(const Tensor& t, const Shape& shape) {
+// An uninitialised [N, L, heads, W] tensor laid out like t: channels-first
+// when t is (its positions unit-stride), else contiguous. The kernels write
+// every element (the first product into each gradient block has beta = 0),
+// so no zero fill is spent on them.
+Tensor empty_like_layout(const Tensor& t, const Shape& shape) {
   const bool channels_first = t.size(1) > 1 && t.stride(1) == 1 && t.size(3) > 1;
-  if (!channels_first) return Tensor::zeros(shape, t.dtype());
-  Tensor m = Tensor::zeros({shape[0], shape[2], shape[3], shape[1]}, t.dtype());  // [N, heads, W, L]
+  if (!channels_first) return Tensor::empty(shape, t.dtype());
+  Tensor m = Tensor::empty({shape[0], shape[2], shape[3], shape[1]}, t.dtype());  // [N, heads, W, L]
   return permute(m, {0, 3, 1, 2});
 }
 
@@ -148,6 +150,7 @@ struct Problem {
 template <class T>
 struct Scratch {
   std::vector<T> s, dp, m, l, acc, d;
+  std::vector<int64_t> written;  // backward: rows of each key block whose dK/dV hold a value
   void fit(int64_t bq, int64_t bk, int64_t E, int64_t rows) {
     auto grow = [](std::vector<T>& v, int64_t n) {
       if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
@@ -260,6 +263,17 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
   const Mat<const T> Kh = P.k.at(n, g), V = P.v.at(n, g);
   const Mat<T> dK = dk.at(n, g), dV = dv.at(n, g);
   T *s = w.s.data(), *dp = w.dp.data();
+  // dK and dV rows are overwritten (beta = 0) by the first product that
+  // reaches them and accumulated into after, in the same fixed order as
+  // before. A causal block may reach only the first rows of a key block;
+  // written[b] counts the rows of key block b that hold a value. Every key is
+  // seen by some query (the last query sees them all), so all get written.
+  const int64_t nkb = (P.S + P.bk - 1) / P.bk;
+  w.written.assign(static_cast<size_t>(nkb), 0);
+  auto zero_rows = [](Mat<T> m, int64_t r0, int64_t r1, int64_t cols) {
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t c = 0; c < cols; ++c) m.p[i * m.rs + c * m.cs] = T(0);
+  };
   for (int64_t h = g * r; h < (g + 1) * r; ++h) {
     const Mat<const T> Q = P.q.at(n, h), O = o.at(n, h), GO = go.at(n, h);
     const Mat<T> dQ = dq.at(n, h);
@@ -288,9 +302,16 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
           for (int64_t jj = 0; jj < nb; ++jj) dr[jj] = pr[jj] * (dr[jj] - Di);  // dS
         }
         const Mat<const T> Pm{s, nb, 1}, dS{dp, nb, 1};
-        mm<T>(nb, E, bq, T(1), Pm.t(), GOb, T(1), dV.from_row(j0));                 // dV += P^T dO
-        mm<T>(nb, K, bq, P.scale, dS.t(), Qb, T(1), dK.from_row(j0));               // dK += scale dS^T Q
-        mm<T>(bq, K, nb, P.scale, dS, Kh.from_row(j0), T(1), dQ.from_row(i0));      // dQ += scale dS K
+        int64_t& done = w.written[static_cast<size_t>(j0 / P.bk)];
+        const T bkv = done == 0 ? T(0) : T(1), bq0 = j0 == 0 ? T(0) : T(1);  // key block 0 starts each dQ row
+        if (done > 0 && done < nb) {  // rows [done, nb) are new: start them at zero
+          zero_rows(dV.from_row(j0), done, nb, E);
+          zero_rows(dK.from_row(j0), done, nb, K);
+        }
+        done = std::max(done, nb);
+        mm<T>(nb, E, bq, T(1), Pm.t(), GOb, bkv, dV.from_row(j0));                 // dV += P^T dO
+        mm<T>(nb, K, bq, P.scale, dS.t(), Qb, bkv, dK.from_row(j0));               // dK += scale dS^T Q
+        mm<T>(bq, K, nb, P.scale, dS, Kh.from_row(j0), bq0, dQ.from_row(i0));      // dQ += scale dS K
       }
     }
   }
@@ -362,7 +383,7 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
   const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
   const int64_t N = q.size(0), T = q.size(1), H = q.size(2), E = v.size(3);
   AttentionOut r;
-  r.out = zeros_like_layout(q, {N, T, H, E});
+  r.out = empty_like_layout(q, {N, T, H, E});
   r.lse = Tensor::empty({N, H, T}, q.dtype());
   if (q.numel() == 0 || k.size(1) == 0) {
     if (k.size(1) == 0 && q.numel() > 0) fail("attention: no keys (S = 0)");
@@ -397,10 +418,17 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
   const Tensor o = readable(out), go = readable(grad_out), l = contiguous(lse);
   const int64_t N = q.size(0), G = k.size(2);
   AttentionGrads r;
-  r.dq = zeros_like_layout(q, q.shape());
-  r.dk = zeros_like_layout(k, k.shape());
-  r.dv = zeros_like_layout(v, v.shape());
-  if (q.numel() == 0) return r;
+  r.dq = empty_like_layout(q, q.shape());
+  r.dk = empty_like_layout(k, k.shape());
+  r.dv = empty_like_layout(v, v.shape());
+  if (q.numel() == 0 || k.size(1) == 0) {
+    // Nothing to compute: gradients of empty attention are zeros (a key or
+    // value with no query reading it, when T = 0).
+    fill_(r.dq, 0.0);
+    fill_(r.dk, 0.0);
+    fill_(r.dv, 0.0);
+    return r;
+  }
   auto run = [&](auto zero) {
     using T_ = decltype(zero);
     const Problem<T_> P = problem<T_>(q, k, v, causal, scale, block_q, block_k);
