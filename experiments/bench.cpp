@@ -310,7 +310,7 @@ int run_bench(const std::vector<std::string>& args) {
   // With --micro anywhere, every other argument belongs to heed_microbench
   // (--threads, --help and Google Benchmark's --benchmark_* flags).
   if (std::find(args.begin(), args.end(), "--micro") != args.end()) exec_microbench(args);
-  int64_t threads = 2, steps = 20, warmup = 3, max_t = 4096, plain_max_t = 4096;
+  int64_t threads = 2, steps = 20, warmup = 3, max_t = 4096, plain_max_t = 4096, rounds = 1;
   bool compare = false, attention_memory = false, micro = false, profile = false;
   std::string only;
   Args a("bench",
@@ -325,6 +325,10 @@ int run_bench(const std::vector<std::string>& args) {
       .integer("warmup", &warmup, "unmeasured steps first; 1 with --attention-memory", 0)
       .text("only", &only, "run only this workload (toy-cnn, toy-attention, gpt-128, gpt-256)")
       .flag("compare", &compare, "also run the same workloads in PyTorch (python3-torch) and print the ratio")
+      .integer("rounds", &rounds,
+               "with --compare: alternate heed and PyTorch this many times per workload and report the median "
+               "ratio (this machine's speed drifts between runs)",
+               1, 100)
       .flag("profile", &profile, "also print where each workload's step time goes, per op (forward, backward)")
       .flag("attention-memory", &attention_memory,
             "instead: attention time and peak memory against T, fused and plain")
@@ -340,6 +344,7 @@ int run_bench(const std::vector<std::string>& args) {
     return run_attention_memory(threads, max_t, plain_max_t, a.given("warmup") ? warmup : 1,
                                 a.given("steps") ? steps : 3);
   }
+  if (rounds > 1 && !compare) fail("bench: --rounds {} alternates heed with PyTorch and needs --compare", rounds);
   const std::vector<std::string> names{"toy-cnn", "toy-attention", "gpt-128", "gpt-256"};
   if (!only.empty() && std::find(names.begin(), names.end(), only) == names.end())
     fail("bench: --only expects one of toy-cnn|toy-attention|gpt-128|gpt-256, got '{}'", only);
@@ -352,38 +357,52 @@ int run_bench(const std::vector<std::string>& args) {
              "% peak", "RSS MB", "allocs/step");
   // With --compare, each workload's PyTorch run follows its heed run, so a
   // machine whose speed drifts (shared cores, frequency) affects both alike.
-  std::map<std::string, double> heed_ms, torch_ms;
+  std::map<std::string, std::vector<double>> heed_ms, torch_ms, ratios;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  const int64_t nrounds = compare ? rounds : 1;
   for (const auto& n : names) {
     if (!only.empty() && n != only) continue;
     Workload w = n == "toy-cnn"         ? toy_workload(false, 100)
                  : n == "toy-attention" ? toy_workload(true, 100)
                  : n == "gpt-128"       ? gpt_workload(n, 128, 64, 12)
                                         : gpt_workload(n, 256, 256, 12);
-    Result r = measure(w, warmup, steps);
-    heed_ms[n] = r.median_ms;
-    fmt::print("{:<14} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>9.0f} {:>12}", n, r.median_ms, r.items_per_s,
-               w.unit, r.gflops, 100 * r.gflops / peak, r.rss_mb, r.allocs_per_step);
-    std::fflush(stdout);
-    if (compare) {
-      auto t = run_torch(threads, steps, n);
-      if (t.count(n)) {
-        torch_ms[n] = t[n];
-        fmt::print("   PyTorch {:.2f} ms: heed {:.2f}x", t[n], t[n] / r.median_ms);
+    for (int64_t round = 0; round < nrounds; ++round) {
+      Result r = measure(w, round == 0 ? warmup : 1, steps);
+      heed_ms[n].push_back(r.median_ms);
+      fmt::print("{:<14} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>9.0f} {:>12}", n, r.median_ms, r.items_per_s,
+                 w.unit, r.gflops, 100 * r.gflops / peak, r.rss_mb, r.allocs_per_step);
+      std::fflush(stdout);
+      if (compare) {
+        auto t = run_torch(threads, steps, n);
+        if (t.count(n)) {
+          torch_ms[n].push_back(t[n]);
+          ratios[n].push_back(t[n] / r.median_ms);
+          fmt::print("   PyTorch {:.2f} ms: heed {:.2f}x", t[n], t[n] / r.median_ms);
+        }
       }
+      fmt::print("\n");
+      std::fflush(stdout);
     }
-    fmt::print("\n");
-    std::fflush(stdout);
     if (profile) {
       print_profile(w, steps);
       fmt::print("\n");
     }
   }
   if (compare) {
-    fmt::print("\nheed against the PyTorch peer (same shapes, same thread count, each run right after heed's):\n");
-    fmt::print("{:<14} {:>12} {:>14} {:>16}\n", "workload", "heed ms", "PyTorch ms", "heed speed-up");
+    fmt::print("\nheed against the PyTorch peer (same shapes, same thread count, each run right after heed's{}):\n",
+               nrounds > 1 ? fmt::format("; medians of {} alternating rounds", nrounds) : "");
+    fmt::print("{:<14} {:>12} {:>14} {:>16}{}\n", "workload", "heed ms", "PyTorch ms", "heed speed-up",
+               nrounds > 1 ? "   per round" : "");
     for (const auto& n : names) {
-      if (!heed_ms.count(n) || !torch_ms.count(n)) continue;
-      fmt::print("{:<14} {:>12.2f} {:>14.2f} {:>15.2f}x\n", n, heed_ms[n], torch_ms[n], torch_ms[n] / heed_ms[n]);
+      if (!ratios.count(n)) continue;
+      std::string each;
+      if (nrounds > 1)
+        for (double x : ratios[n]) each += fmt::format(" {:.2f}x", x);
+      fmt::print("{:<14} {:>12.2f} {:>14.2f} {:>15.2f}x  {}\n", n, median(heed_ms[n]), median(torch_ms[n]),
+                 median(ratios[n]), each);
     }
   }
   return 0;
