@@ -18,8 +18,9 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   return autograd::record(
       "conv1d", y, {x, w, b},
       [xs = need_w ? autograd::saved(x) : Tensor(), ws = need_x ? autograd::saved(w) : Tensor(), sx = x.shape(),
-       sw = w.shape(), geo](const Tensor& g, autograd::Grads& gi) {
-        if (gi.needs(0)) gi.set(0, k::conv1d_backward_data(g, ws, sx, geo));
+       sw = w.shape(), geo, x_cl = k::conv1d_channels_last(x)](const Tensor& g, autograd::Grads& gi) {
+        // dx laid out like x (channels-last stays channels-last).
+        if (gi.needs(0)) gi.set(0, k::conv1d_backward_data(g, ws, sx, geo, x_cl));
         if (gi.needs(1) || gi.needs(2)) {
           Tensor gb;
           Tensor gw = k::conv1d_backward_weights(g, xs, sw, geo, gi.needs(2) ? &gb : nullptr);

@@ -11,6 +11,10 @@
 //   dw[c][k]    = sum_n sum_t dy[n][t] x[n][c][t + k - P],  db = sum dy
 // Each output element is summed by one thread in a fixed order, so the
 // numbers do not depend on the thread count.
+//
+// A channels-last x (stored [N, T, C]) gets its own loops, vectorised over
+// the channels instead of over time: y[n][t] is a sum over taps of dot
+// products of x's row t + k - P with the weights' column k.
 #include <algorithm>
 #include <vector>
 
@@ -44,7 +48,55 @@ bool single_channel_conv_applies(DType dtype, int64_t O, const Conv1dGeom& g) {
   return dtype == DType::f32 && O == 1 && g.stride == 1 && g.dilation == 1;
 }
 
+namespace {
+
+// w [1, C, K] as wt [K][C], so each tap's weights are a unit-stride row.
+std::vector<float> taps_by_channel(const Tensor& w) {
+  const int64_t C = w.size(1), K = w.size(2);
+  const float* pw = w.data<float>();
+  std::vector<float> wt(static_cast<size_t>(K * C));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t k = 0; k < K; ++k) wt[static_cast<size_t>(k * C + c)] = pw[c * K + k];
+  return wt;
+}
+
+// Channels-last x: y[n][t] = b + sum_k sum_c wt[k][c] x[n][t + k - P][c].
+Tensor forward_channels_last(const Tensor& x, const Tensor& w, float b, int64_t P) {
+  const int64_t N = x.size(0), C = x.size(1), T = x.size(2), K = w.size(2), L = T + 2 * P - K + 1;
+  Tensor y = Tensor::empty({N, 1, L});
+  const std::vector<float> wt = taps_by_channel(w);
+  const float* px = x.data<float>();  // [N, T, C]
+  float* py = y.data<float>();
+  parallel_over(N, N * C * K * L, [&](int64_t n) {
+    for (int64_t t = 0; t < L; ++t) {
+      // 16 partial sums (one vector register), so the channel loop is a
+      // vector multiply-add; a single float accumulator would be a serial
+      // chain the compiler may not reorder. Combined in a fixed order.
+      float part[16] = {};
+      float tail = 0.0f;
+      const int64_t c16 = C / 16 * 16;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t s = t + k - P;
+        if (s < 0 || s >= T) continue;
+        const float* __restrict xr = px + (n * T + s) * C;
+        const float* __restrict wr = wt.data() + k * C;
+        for (int64_t c = 0; c < c16; c += 16)
+          for (int l = 0; l < 16; ++l) part[l] += xr[c + l] * wr[c + l];
+        for (int64_t c = c16; c < C; ++c) tail += xr[c] * wr[c];
+      }
+      float acc = 0.0f;
+      for (int l = 0; l < 16; ++l) acc += part[l];
+      py[n * L + t] = b + (acc + tail);
+    }
+  });
+  return y;
+}
+
+}  // namespace
+
 Tensor single_channel_conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, int64_t P) {
+  if (x0.size(1) > 1 && conv1d_channels_last(x0))
+    return forward_channels_last(x0, contiguous(w0), b0.defined() ? contiguous(b0).data<float>()[0] : 0.0f, P);
   Tensor x = contiguous(x0), w = contiguous(w0);
   const int64_t N = x.size(0), C = x.size(1), T = x.size(2), K = w.size(2), L = T + 2 * P - K + 1;
   Tensor y = Tensor::empty({N, 1, L});
@@ -68,9 +120,31 @@ Tensor single_channel_conv1d_forward(const Tensor& x0, const Tensor& w0, const T
   return y;
 }
 
-Tensor single_channel_conv1d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& xs, int64_t P) {
+Tensor single_channel_conv1d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& xs, int64_t P,
+                                           bool channels_last) {
   Tensor gy = contiguous(gy0), w = contiguous(w0);
   const int64_t N = xs[0], C = xs[1], T = xs[2], K = w.size(2), L = gy.size(2);
+  if (channels_last && C > 1) {
+    // dx[n][s][c] = sum_k wt[k][c] dy[n][s - k + P]: rows of C, vectorised over c.
+    Tensor gx = permute(Tensor::empty({N, T, C}), {0, 2, 1});
+    const std::vector<float> wt = taps_by_channel(w);
+    const float* pg = gy.data<float>();
+    float* px = gx.data<float>();  // [N, T, C]
+    parallel_over(N, N * C * K * L, [&](int64_t n) {
+      for (int64_t s = 0; s < T; ++s) {
+        float* __restrict xr = px + (n * T + s) * C;
+        for (int64_t c = 0; c < C; ++c) xr[c] = 0.0f;
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t t = s - k + P;
+          if (t < 0 || t >= L) continue;
+          const float gv = pg[n * L + t];
+          const float* __restrict wr = wt.data() + k * C;
+          for (int64_t c = 0; c < C; ++c) xr[c] += gv * wr[c];
+        }
+      }
+    });
+    return gx;
+  }
   Tensor gx = Tensor::empty(xs);
   const float *pg = gy.data<float>(), *pw = w.data<float>();
   float* px = gx.data<float>();
@@ -91,9 +165,47 @@ Tensor single_channel_conv1d_backward_data(const Tensor& gy0, const Tensor& w0, 
 }
 
 Tensor single_channel_conv1d_backward_weights(const Tensor& gy0, const Tensor& x0, int64_t K, int64_t P, Tensor* gb) {
-  Tensor gy = contiguous(gy0), x = contiguous(x0);
+  const bool cl = x0.size(1) > 1 && conv1d_channels_last(x0);
+  Tensor gy = contiguous(gy0), x = cl ? x0 : contiguous(x0);
   const int64_t N = x.size(0), C = x.size(1), T = x.size(2), L = gy.size(2);
   Tensor gw = Tensor::empty({1, C, K});
+  if (cl) {
+    // dw[c][k] = sum_n sum_t dy[n][t] x[n][t + k - P][c]: per sample a float
+    // sum over t (vectorised over c), then the samples summed in double, in
+    // order. Tasks split the channels, so each element has one thread.
+    const float* pg = gy.data<float>();
+    const float* px = x.data<float>();  // [N, T, C]
+    float* pw = gw.data<float>();
+    constexpr int64_t kBlock = 16;
+    const int64_t blocks = (C + kBlock - 1) / kBlock;
+    parallel_over(blocks, N * C * K * L, [&](int64_t blk) {
+      const int64_t c0 = blk * kBlock, nc = std::min(kBlock, C - c0);
+      std::vector<double> tot(static_cast<size_t>(K * nc), 0.0);
+      float part[kBlock];
+      for (int64_t k = 0; k < K; ++k) {
+        int64_t lo, hi;
+        valid_range(k, P, T, L, lo, hi);
+        for (int64_t n = 0; n < N; ++n) {
+          for (int64_t c = 0; c < nc; ++c) part[c] = 0.0f;
+          const float* gr = pg + n * L;
+          for (int64_t t = lo; t < hi; ++t) {
+            const float gv = gr[t];
+            const float* __restrict xr = px + (n * T + t + k - P) * C + c0;
+            for (int64_t c = 0; c < nc; ++c) part[c] += gv * xr[c];
+          }
+          for (int64_t c = 0; c < nc; ++c) tot[static_cast<size_t>(k * nc + c)] += part[c];
+        }
+      }
+      for (int64_t c = 0; c < nc; ++c)
+        for (int64_t k = 0; k < K; ++k) pw[(c0 + c) * K + k] = static_cast<float>(tot[static_cast<size_t>(k * nc + c)]);
+    });
+    if (gb) {
+      double sum = 0;
+      for (int64_t i = 0; i < N * L; ++i) sum += pg[i];
+      *gb = Tensor::full({1}, sum);
+    }
+    return gw;
+  }
   const float *pg = gy.data<float>(), *px = x.data<float>();
   float* pw = gw.data<float>();
   // Per channel: acc[k][t] += dy[n][t] x[n][c][t + k - P] over n (vectorised

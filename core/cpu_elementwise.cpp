@@ -125,7 +125,10 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   check_defined(b, name);
   check_same_dtype(a, b, name);
   Shape s = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(s, a.dtype());
+  // Laid out like the full-shape operand (channels-last stays so).
+  Tensor out = a.shape() == s   ? empty_like_dense(a)
+               : b.shape() == s ? empty_like_dense(b, a.dtype())
+                                : Tensor::empty(s, a.dtype());
   if (out.numel() == 0) return out;
   // Integer division by zero is undefined behaviour (SIGFPE on x86), not inf.
   if (op == Binary::div && a.dtype() == DType::i64 &&
@@ -313,7 +316,7 @@ void unary_grad_typed(Unary op, const Tensor& out, const Tensor& saved, const Te
 Tensor unary(Unary op, const Tensor& x) {
   const char* name = unary_name(op);
   check_defined(x, name);
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor out = empty_like_dense(x);
   if (out.numel() == 0) return out;
   auto it = detail::make_iter<2>(x.shape(), {&out.strides(), &x.strides()});
   HEED_DISPATCH_FLOAT(x.dtype(), name, unary_typed<T>(op, out, x, it));
@@ -328,7 +331,7 @@ Tensor unary_backward(Unary op, const Tensor& saved, const Tensor& g) {
   if (saved.shape() != g.shape())
     fail("{} backward: gradient shape {} does not match saved shape {}", name, shape_str(g.shape()),
          shape_str(saved.shape()));
-  Tensor out = Tensor::empty(g.shape(), g.dtype());
+  Tensor out = empty_like_dense(g);
   if (out.numel() == 0) return out;
   auto it = detail::make_iter<3>(g.shape(), {&out.strides(), &saved.strides(), &g.strides()});
   HEED_DISPATCH_FLOAT(g.dtype(), name, unary_grad_typed<T>(op, out, saved, g, it));

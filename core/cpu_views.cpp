@@ -227,6 +227,33 @@ Tensor contiguous(const Tensor& t) {
   return clone(t);
 }
 
+Tensor empty_like_dense(const Tensor& t, DType dtype) {
+  check_defined(t, "empty_like_dense");
+  const int64_t nd = t.dim();
+  if (t.is_contiguous() || t.numel() == 0) return Tensor::empty(t.shape(), dtype);
+  // Dims by decreasing stride (size-1 dims last: their stride means nothing);
+  // dense when each stride is the product of the sizes inside it.
+  std::vector<int64_t> order(static_cast<size_t>(nd));
+  for (int64_t d = 0; d < nd; ++d) order[static_cast<size_t>(d)] = d;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const bool a1 = t.size(a) == 1, b1 = t.size(b) == 1;
+    if (a1 != b1) return b1;
+    return t.stride(a) > t.stride(b);
+  });
+  int64_t expect = 1;
+  for (int64_t i = nd - 1; i >= 0; --i) {
+    const int64_t d = order[static_cast<size_t>(i)];
+    if (t.size(d) == 1) continue;
+    if (t.stride(d) != expect) return Tensor::empty(t.shape(), dtype);
+    expect *= t.size(d);
+  }
+  Shape physical(static_cast<size_t>(nd));
+  for (int64_t i = 0; i < nd; ++i) physical[static_cast<size_t>(i)] = t.size(order[static_cast<size_t>(i)]);
+  std::vector<int64_t> inverse(static_cast<size_t>(nd));
+  for (int64_t i = 0; i < nd; ++i) inverse[static_cast<size_t>(order[static_cast<size_t>(i)])] = i;
+  return permute(Tensor::empty(physical, dtype), inverse);
+}
+
 Tensor clone(const Tensor& t) {
   check_defined(t, "clone");
   Tensor out = Tensor::empty(t.shape(), t.dtype());

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <utility>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -57,6 +58,17 @@ Iter<N> make_iter(const Shape& shape, const std::array<const Shape*, N>& strides
     it.shape[0] = 1;
     for (int k = 0; k < N; ++k) it.strides[k][0] = 0;
     return it;
+  }
+  // Visit dims in operand 0's memory order (largest stride outermost), so an
+  // output laid out channels-last ([N, C, T] with C unit-stride) is written
+  // with a unit-stride inner loop rather than gathered. Every caller is an
+  // element-wise map (or a check over all elements), for which the visiting
+  // order does not change any result. Stable: ties keep the logical order.
+  for (int d = 1; d < nd; ++d) {
+    for (int e = d; e > 0 && it.strides[0][e - 1] < it.strides[0][e]; --e) {
+      std::swap(it.shape[e - 1], it.shape[e]);
+      for (int k = 0; k < N; ++k) std::swap(it.strides[k][e - 1], it.strides[k][e]);
+    }
   }
   int out = 0;
   for (int d = 1; d < nd; ++d) {

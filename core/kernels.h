@@ -42,6 +42,13 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // ---- copies and fills ----
 Tensor contiguous(const Tensor& t);  // t itself when already contiguous
 Tensor clone(const Tensor& t);       // always a fresh copy
+// An uninitialised tensor of t's shape and dtype laid out in t's memory order
+// when t is dense (a permutation of a contiguous layout, e.g. channels-last
+// [N, C, T] with C unit-stride), else contiguous. Element-wise ops allocate
+// their results this way, so a layout chosen by a kernel (conv1d) survives
+// the activations between kernels instead of being transposed back.
+Tensor empty_like_dense(const Tensor& t, DType dtype);
+inline Tensor empty_like_dense(const Tensor& t) { return empty_like_dense(t, t.dtype()); }
 void copy_(const Tensor& dst, const Tensor& src);  // src broadcast to dst's shape, dtype converted
 Tensor to_dtype(const Tensor& t, DType dtype);
 void fill_(const Tensor& t, double value);
@@ -102,10 +109,21 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 struct Conv1dGeom {
   int64_t stride = 1, padding = 0, dilation = 1;
 };
+//
+// Layout: a channels-last x ([N, C, T] with C unit-stride, i.e. stored as
+// [N, T, C]; a one-channel x counts as both) gives a channels-last y, and
+// oneDNN runs on both where they lie; any other x is read as contiguous and
+// gives a contiguous y (oneDNN's blocked layouts are reached by reorders).
+// A model whose input has one channel therefore keeps channels-last
+// activations from its first convolution on, with no reorder between layers;
+// element-wise ops keep the layout (empty_like_dense).
 int64_t conv1d_out_length(int64_t T, int64_t K, const Conv1dGeom& g);
+bool conv1d_channels_last(const Tensor& x);
 Tensor conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv1dGeom& g);
-// dL/dx [N, C, T] from gy [N, O, T'].
-Tensor conv1d_backward_data(const Tensor& gy, const Tensor& w, const Shape& x_shape, const Conv1dGeom& g);
+// dL/dx [N, C, T] from gy [N, O, T'], channels-last when channels_last (pass
+// conv1d_channels_last of the forward input, so dx is laid out like x).
+Tensor conv1d_backward_data(const Tensor& gy, const Tensor& w, const Shape& x_shape, const Conv1dGeom& g,
+                            bool channels_last = false);
 // dL/dw [O, C, K] (and dL/db [O] into *gb when gb is non-null).
 Tensor conv1d_backward_weights(const Tensor& gy, const Tensor& x, const Shape& w_shape, const Conv1dGeom& g,
                                Tensor* gb);

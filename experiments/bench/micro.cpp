@@ -79,31 +79,38 @@ void conv1d_benchmarks() {
       {"toy conv 64->1 k5 (last)", 100, 64, 1, 100, 5, 2},
       {"toy-attention q/k/v 64->64 k1", 100, 64, 64, 100, 1, 0},
   };
-  for (const Conv& c : convs) {
-    const std::string shape = fmt::format("N{}_C{}_O{}_T{}_K{}", c.N, c.C, c.O, c.T, c.K);
-    k::Conv1dGeom g;
-    g.padding = c.padding;
-    const int64_t To = k::conv1d_out_length(c.T, c.K, g);
-    const double flops = 2.0 * c.N * c.O * c.C * c.K * To;  // each of the three
-    add("conv1d_forward/" + shape, c.label, [=](benchmark::State& st) {
-      Tensor x = rnd({c.N, c.C, c.T}, 1), w = rnd({c.O, c.C, c.K}, 2), b = rnd({c.O}, 3);
-      for (auto _ : st) benchmark::DoNotOptimize(k::conv1d_forward(x, w, b, g));
-      count_flops(st, flops);
-    });
-    add("conv1d_backward_data/" + shape, c.label, [=](benchmark::State& st) {
-      Tensor gy = rnd({c.N, c.O, To}, 1), w = rnd({c.O, c.C, c.K}, 2);
-      for (auto _ : st) benchmark::DoNotOptimize(k::conv1d_backward_data(gy, w, {c.N, c.C, c.T}, g));
-      count_flops(st, flops);
-    });
-    add("conv1d_backward_weights/" + shape, c.label, [=](benchmark::State& st) {
-      Tensor gy = rnd({c.N, c.O, To}, 1), x = rnd({c.N, c.C, c.T}, 2);
-      for (auto _ : st) {
-        Tensor gb;
-        benchmark::DoNotOptimize(k::conv1d_backward_weights(gy, x, {c.O, c.C, c.K}, g, &gb));
-      }
-      count_flops(st, flops);
-    });
-  }
+  // Activations contiguous (ncw) or channels-last (nwc: stored [N, T, C]),
+  // the layout the toy models run in from their one-channel input on.
+  auto act = [](int64_t N, int64_t C, int64_t T, uint64_t seed, bool nwc) {
+    return nwc ? k::permute(rnd({N, T, C}, seed), {0, 2, 1}) : rnd({N, C, T}, seed);
+  };
+  for (const Conv& c : convs)
+    for (bool nwc : {true, false}) {
+      const std::string shape =
+          fmt::format("N{}_C{}_O{}_T{}_K{}_{}", c.N, c.C, c.O, c.T, c.K, nwc ? "nwc" : "ncw");
+      k::Conv1dGeom g;
+      g.padding = c.padding;
+      const int64_t To = k::conv1d_out_length(c.T, c.K, g);
+      const double flops = 2.0 * c.N * c.O * c.C * c.K * To;  // each of the three
+      add("conv1d_forward/" + shape, c.label, [=](benchmark::State& st) {
+        Tensor x = act(c.N, c.C, c.T, 1, nwc), w = rnd({c.O, c.C, c.K}, 2), b = rnd({c.O}, 3);
+        for (auto _ : st) benchmark::DoNotOptimize(k::conv1d_forward(x, w, b, g));
+        count_flops(st, flops);
+      });
+      add("conv1d_backward_data/" + shape, c.label, [=](benchmark::State& st) {
+        Tensor gy = act(c.N, c.O, To, 1, nwc), w = rnd({c.O, c.C, c.K}, 2);
+        for (auto _ : st) benchmark::DoNotOptimize(k::conv1d_backward_data(gy, w, {c.N, c.C, c.T}, g, nwc));
+        count_flops(st, flops);
+      });
+      add("conv1d_backward_weights/" + shape, c.label, [=](benchmark::State& st) {
+        Tensor gy = act(c.N, c.O, To, 1, nwc), x = act(c.N, c.C, c.T, 2, nwc);
+        for (auto _ : st) {
+          Tensor gb;
+          benchmark::DoNotOptimize(k::conv1d_backward_weights(gy, x, {c.O, c.C, c.K}, g, &gb));
+        }
+        count_flops(st, flops);
+      });
+    }
 }
 
 // ---- matrix products of the Linear layers (OpenBLAS) ----

@@ -15,10 +15,17 @@ struct Geo {
 // ~ sqrt(C K) * 6e-8; 1e-4 absolute leaves a wide margin at these sizes.
 constexpr double kTol = 1e-4;
 
-void compare(const Geo& g) {
+// The same values stored channels-last: [N, C, T] viewing [N, T, C] storage.
+Tensor channels_last(const Tensor& t) {
+  return kernel::permute(kernel::contiguous(kernel::permute(t, {0, 2, 1})), {0, 2, 1});
+}
+
+void compare(const Geo& g, bool cl = false) {
   INFO("N=" << g.N << " C=" << g.C << " T=" << g.T << " O=" << g.O << " K=" << g.K << " stride=" << g.stride
-            << " padding=" << g.padding << " dilation=" << g.dilation << " bias=" << g.bias);
+            << " padding=" << g.padding << " dilation=" << g.dilation << " bias=" << g.bias
+            << " channels_last=" << cl);
   Tensor x = test::det_tensor({g.N, g.C, g.T}, 1), w = test::det_tensor({g.O, g.C, g.K}, 2);
+  if (cl) x = channels_last(x);
   Tensor b = g.bias ? test::det_tensor({g.O}, 3) : Tensor();
   std::vector<Tensor> f32{x, w, b}, f64;
   for (const Tensor& t : f32) f64.push_back(t.defined() ? kernel::to_dtype(t, DType::f64) : Tensor());
@@ -28,6 +35,12 @@ void compare(const Geo& g) {
       if (t.defined()) t.set_requires_grad(true);
     Tensor y = conv1d((*set)[0], (*set)[1], (*set)[2], g.stride, g.padding, g.dilation);
     Tensor gy = test::det_tensor(y.shape(), 4, -1, 1, y.dtype());
+    if (cl && y.dtype() == DType::f32) {
+      // A channels-last input gives a channels-last output (and the
+      // gradient arrives channels-last, as an element-wise op leaves it).
+      CHECK(kernel::conv1d_channels_last(y));
+      gy = channels_last(gy);
+    }
     backward(y, gy);
     auto& out = set == &f32 ? grads32 : grads64;
     out.push_back(y);
@@ -51,6 +64,39 @@ TEST_CASE("conv1d: oneDNN float32 forward and both backwards match the float64 l
   compare({2, 4, 20, 5, 3, 1, 2, 2, true});     // dilation
   compare({2, 4, 25, 3, 3, 2, 3, 3, false});    // everything at once
   compare({2, 6, 10, 7, 1, 1, 0, 1, false});    // 1x1 (attention projections)
+  compare({3, 1, 40, 8, 5, 1, 2, 1, true});     // one input channel (a toy model's first layer)
+  compare({3, 8, 30, 1, 5, 1, 2, 1, true});     // one output channel (its last layer, hand-written)
+  compare({2, 8, 30, 1, 5, 2, 2, 1, true});     // one output channel, strided (oneDNN)
+}
+
+TEST_CASE("conv1d: channels-last activations give the same numbers as contiguous ones, and keep their layout") {
+  for (bool cl : {true, false}) {
+    compare({3, 8, 100, 16, 5, 1, 2, 1, true}, cl);
+    compare({2, 4, 21, 5, 3, 3, 2, 1, false}, cl);
+    compare({2, 4, 20, 5, 3, 1, 2, 2, true}, cl);
+    compare({2, 6, 10, 7, 1, 1, 0, 1, false}, cl);
+    compare({3, 8, 30, 1, 5, 1, 2, 1, true}, cl);
+    compare({2, 5, 30, 1, 3, 2, 1, 1, false}, cl);
+  }
+  // The kernels' layouts: dx is channels-last exactly when asked.
+  const kernel::Conv1dGeom geo{1, 2, 1};
+  Tensor x = channels_last(test::det_tensor({4, 6, 12}, 1)), w = test::det_tensor({5, 6, 5}, 2);
+  CHECK(kernel::conv1d_channels_last(x));
+  CHECK_FALSE(kernel::conv1d_channels_last(test::det_tensor({4, 6, 12}, 1)));
+  CHECK(kernel::conv1d_channels_last(test::det_tensor({4, 1, 12}, 1)));  // one channel: both layouts at once
+  Tensor y = kernel::conv1d_forward(x, w, Tensor(), geo);
+  CHECK(kernel::conv1d_channels_last(y));
+  Tensor gy_cl = channels_last(test::det_tensor(y.shape(), 3)), gy = test::det_tensor(y.shape(), 3);
+  for (const Tensor& g : {gy, gy_cl}) {
+    CHECK(kernel::conv1d_channels_last(kernel::conv1d_backward_data(g, w, x.shape(), geo, true)));
+    CHECK(kernel::conv1d_backward_data(g, w, x.shape(), geo, false).is_contiguous());
+    test::check_close(kernel::conv1d_backward_data(g, w, x.shape(), geo, true),
+                      kernel::conv1d_backward_data(gy, w, x.shape(), geo, false).to_vector<double>(), 1e-6);
+  }
+  Tensor w1 = test::det_tensor({1, 6, 5}, 4);  // the hand-written one-output-channel kernel
+  Tensor g1 = test::det_tensor({4, 1, 12}, 5);
+  CHECK(kernel::conv1d_channels_last(kernel::conv1d_backward_data(g1, w1, x.shape(), geo, true)));
+  CHECK(kernel::conv1d_backward_data(g1, w1, x.shape(), geo, false).is_contiguous());
 }
 
 TEST_CASE("conv1d: bad shapes are named") {

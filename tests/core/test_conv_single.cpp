@@ -67,19 +67,24 @@ TEST_CASE("single-output-channel conv1d equals the float64 direct convolution, f
   CHECK_FALSE(kernel::single_channel_conv_applies(DType::f64, 1, {1, 2, 1}));
 }
 
-TEST_CASE("single-output-channel conv1d: the same numbers on 1 and 2 threads") {
+TEST_CASE("single-output-channel conv1d: the same numbers on 1 and 2 threads, contiguous and channels-last") {
+  for (bool cl : {false, true}) {
+  INFO("channels_last=" << cl);
   Tensor x = test::det_tensor({100, 64, 100}, 5), w = test::det_tensor({1, 64, 5}, 6), gy = test::det_tensor({100, 1, 100}, 7);
+  if (cl) x = kernel::permute(kernel::contiguous(kernel::permute(x, {0, 2, 1})), {0, 2, 1});
+  REQUIRE(kernel::conv1d_channels_last(x) == cl);
   const kernel::Conv1dGeom g{1, 2, 1};
   const int before = kernel::num_threads();
   auto run = [&](int threads) {
     kernel::set_num_threads(threads);
     Tensor gb;
     return std::vector<std::vector<float>>{kernel::conv1d_forward(x, w, Tensor(), g).to_vector<float>(),
-                                           kernel::conv1d_backward_data(gy, w, x.shape(), g).to_vector<float>(),
+                                           kernel::conv1d_backward_data(gy, w, x.shape(), g, cl).to_vector<float>(),
                                            kernel::conv1d_backward_weights(gy, x, w.shape(), g, &gb).to_vector<float>(),
                                            gb.to_vector<float>()};
   };
   auto a = run(1), b = run(2);
   kernel::set_num_threads(before);
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+  }
 }

@@ -794,3 +794,38 @@ TEST_CASE("set_num_threads controls the pools; backend_info reports OpenBLAS on 
   CHECK(info.find("OpenBLAS") != std::string::npos);
   CHECK(info.find("threading=OpenMP") != std::string::npos);
 }
+
+TEST_CASE("element-wise results keep a dense input's memory order (channels-last stays channels-last)") {
+  // [N, C, T] stored as [N, T, C]: C unit-stride.
+  Tensor base = test::det_tensor({2, 5, 3}, 11);  // [N, T, C] storage
+  Tensor x = kernel::permute(base, {0, 2, 1});    // [N, C, T] view
+  REQUIRE_FALSE(x.is_contiguous());
+  Tensor e = kernel::empty_like_dense(x);
+  CHECK(e.shape() == x.shape());
+  CHECK(e.strides() == x.strides());
+  // Each op's values are those of the contiguous computation, element by element.
+  Tensor xc = kernel::contiguous(x);
+  auto same_values = [](const Tensor& a, const Tensor& b) { CHECK(a.to_vector<double>() == b.to_vector<double>()); };
+  Tensor r = kernel::unary(kernel::Unary::relu, x);
+  CHECK(r.strides() == x.strides());
+  same_values(r, kernel::unary(kernel::Unary::relu, xc));
+  Tensor g = kernel::unary_backward(kernel::Unary::relu, x, x);
+  CHECK(g.strides() == x.strides());
+  same_values(g, kernel::unary_backward(kernel::Unary::relu, xc, xc));
+  Tensor s = kernel::binary(kernel::Binary::mul, x, x);
+  CHECK(s.strides() == x.strides());
+  same_values(s, kernel::binary(kernel::Binary::mul, xc, xc));
+  // A broadcast operand takes the full-shape operand's layout, from either side.
+  Tensor bias = test::det_tensor({1, 3, 1}, 12);
+  CHECK(kernel::binary(kernel::Binary::add, x, bias).strides() == x.strides());
+  CHECK(kernel::binary(kernel::Binary::sub, bias, x).strides() == x.strides());
+  same_values(kernel::binary(kernel::Binary::sub, bias, x), kernel::binary(kernel::Binary::sub, bias, xc));
+  // Not dense (a slice): contiguous results.
+  Tensor sliced = kernel::narrow(x, 2, 0, 4);
+  CHECK(kernel::unary(kernel::Unary::neg, sliced).is_contiguous());
+  CHECK(kernel::empty_like_dense(sliced).is_contiguous());
+  // Size-1 dims do not get in the way.
+  Tensor one = kernel::permute(test::det_tensor({2, 1, 4, 3}, 13), {0, 3, 1, 2});  // [2, 3, 1, 4]
+  CHECK(kernel::unary(kernel::Unary::neg, one).strides() == kernel::empty_like_dense(one).strides());
+  same_values(kernel::unary(kernel::Unary::neg, one), kernel::unary(kernel::Unary::neg, kernel::contiguous(one)));
+}
