@@ -95,7 +95,7 @@ void ref_backward(const Tensor& gy, const Tensor& x, const Tensor& w, const Conv
 // ---- oneDNN ----
 using dnnl::memory;
 // Shape, geometry, bias, and whether the activations are channels-last.
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
 
 // One argument of a primitive: heed's plain layout, the layout the
 // primitive chose, and the reorders between them when they differ.
@@ -156,10 +156,12 @@ PrimitiveCache& primitive_cache() {
 // blocked layouts (measured here: forward 1.74 ms against 1.75 blocked, plain
 // ncw 3.1-3.3 ms, for the toy models' 64 -> 64 k5 layer); the primitives then
 // take them as they are and only the weights are reordered.
+// relu: the forward primitive applies max(0, .) as a post-op (the backward
+// primitives do not depend on it).
 std::shared_ptr<ConvPrims> prims_for(int64_t N, int64_t C, int64_t L, int64_t O, int64_t K, const Conv1dGeom& g,
-                                     bool bias, bool cl) {
+                                     bool bias, bool cl, bool relu = false) {
   PrimitiveCache& d = primitive_cache();
-  Key key{N, C, L, O, K, g.stride, g.padding, g.dilation, bias, cl};
+  Key key{N, C, L, O, K, g.stride, g.padding, g.dilation, bias, cl, relu};
   std::lock_guard<std::mutex> lock(d.mu);
   auto it = d.cache.find(key);
   if (it != d.cache.end()) return it->second;
@@ -185,7 +187,13 @@ std::shared_ptr<ConvPrims> prims_for(int64_t N, int64_t C, int64_t L, int64_t O,
                                                       p->bias, dst_any, strides, dil, pad_l, pad_r)
                     : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src_any, wei_any,
                                                       dst_any, strides, dil, pad_l, pad_r);
-  dnnl::convolution_forward::primitive_desc fwd_pd(fwd_d, eng);
+  dnnl::primitive_attr attr;
+  if (relu) {
+    dnnl::post_ops po;
+    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
+  dnnl::convolution_forward::primitive_desc fwd_pd(fwd_d, attr, eng);
   p->fwd = dnnl::convolution_forward(fwd_pd);
   p->f_src = Arg(p->src, fwd_pd.src_desc());
   p->f_wei = Arg(p->wei, fwd_pd.weights_desc());
@@ -229,8 +237,13 @@ Tensor empty_ncl(int64_t N, int64_t C, int64_t L, bool cl, DType dtype) {
 }
 }  // namespace
 
-Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv1dGeom& g) {
+Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv1dGeom& g, bool relu) {
   check_conv(x0, w0, b0, g);
+  if (relu && (x0.dtype() != DType::f32 || single_channel_conv_applies(x0.dtype(), w0.size(0), g))) {
+    // The float64 loop and the one-output-channel kernel: a separate pass.
+    Tensor y = conv1d_forward(x0, w0, b0, g, false);
+    return unary(Unary::relu, y);
+  }
   const bool cl = x0.dtype() == DType::f32 && conv1d_channels_last(x0);
   Tensor x = cl ? x0 : contiguous(x0), w = contiguous(w0), b = b0.defined() ? contiguous(b0) : b0;
   const int64_t N = x.size(0), C = x.size(1), L = x.size(2), O = w.size(0), K = w.size(2);
@@ -242,7 +255,7 @@ Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
   check_dtype(x, DType::f32, "conv1d");
   if (single_channel_conv_applies(x.dtype(), O, g)) return single_channel_conv1d_forward(x, w, b, g.padding);
   Tensor y = empty_ncl(N, O, conv1d_out_length(L, K, g), cl, x.dtype());
-  auto p = prims_for(N, C, L, O, K, g, b.defined(), cl);
+  auto p = prims_for(N, C, L, O, K, g, b.defined(), cl, relu);
   Tensor xb, wb, yb;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p->f_src.in(x, xb)},
                                        {DNNL_ARG_WEIGHTS, p->f_wei.in(w, wb)},

@@ -119,7 +119,9 @@ struct Conv1dGeom {
 // element-wise ops keep the layout (empty_like_dense).
 int64_t conv1d_out_length(int64_t T, int64_t K, const Conv1dGeom& g);
 bool conv1d_channels_last(const Tensor& x);
-Tensor conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv1dGeom& g);
+// relu: max(0, y) applied in the same pass (a oneDNN post-op), for a
+// convolution followed by a ReLU.
+Tensor conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv1dGeom& g, bool relu = false);
 // dL/dx [N, C, T] from gy [N, O, T'], channels-last when channels_last (pass
 // conv1d_channels_last of the forward input, so dx is laid out like x).
 Tensor conv1d_backward_data(const Tensor& gy, const Tensor& w, const Shape& x_shape, const Conv1dGeom& g,

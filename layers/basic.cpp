@@ -58,6 +58,13 @@ Tensor Conv1d::forward(const Tensor& x) {
   return conv1d(x, weight, bias, options.stride_, options.padding_, options.dilation_);
 }
 
+Tensor Conv1d::forward_relu(const Tensor& x) {
+  check_defined(x, "Conv1d");
+  if (x.dim() != 3 || x.size(1) != options.in_)
+    fail("Conv1d({}): expected input [N, {}, T], got {}", extra_repr(), options.in_, shape_str(x.shape()));
+  return conv1d_relu(x, weight, bias, options.stride_, options.padding_, options.dilation_);
+}
+
 std::string Conv1d::extra_repr() const {
   std::string s = fmt::format("{}, {}, kernel_size=({},), stride=({},)", options.in_, options.out_, options.kernel_,
                               options.stride_);
@@ -123,7 +130,18 @@ void Sequential::push_back(std::shared_ptr<Module> m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& [n, m] : children()) h = m->forward(h);
+  const auto& mods = children();
+  for (size_t i = 0; i < mods.size(); ++i) {
+    // A Conv1d followed by a ReLU runs as one fused op: the ReLU costs no
+    // pass of its own over the activations (same values and gradients).
+    auto* conv = dynamic_cast<Conv1d*>(mods[i].second.get());
+    if (conv && i + 1 < mods.size() && dynamic_cast<ReLU*>(mods[i + 1].second.get())) {
+      h = conv->forward_relu(h);
+      ++i;
+      continue;
+    }
+    h = mods[i].second->forward(h);
+  }
   return h;
 }
 

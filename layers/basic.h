@@ -53,6 +53,8 @@ class Conv1d : public Module {
   // x [N, C, T] -> [N, O, T']. A wrong channel count or rank is reported with
   // the module's configuration.
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) in one pass (Sequential uses it for Conv1d then ReLU).
+  Tensor forward_relu(const Tensor& x);
   std::string extra_repr() const override;
   Tensor weight;  // [O, C, K]
   Tensor bias;    // [O] or undefined

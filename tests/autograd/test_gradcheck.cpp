@@ -112,6 +112,9 @@ std::vector<Case> cases() {
       {"conv1d stride pad dilation no bias", {{1, 2, 12}, {3, 2, 3}},
        [](V x) { return conv1d(x[0], x[1], Tensor(), 3, 1, 2); }},
       {"conv1d nc input", {{2, 9, 3}, {4, 3, 3}, {4}}, [](V x) { return conv1d(transpose(x[0], 1, 2), x[1], x[2], 1, 1); }},
+      {"conv1d_relu (fused)", {{2, 3, 9}, {4, 3, 3}, {4}}, [](V x) { return conv1d_relu(x[0], x[1], x[2], 1, 1); }},
+      {"conv1d_relu one output channel", {{2, 3, 9}, {1, 3, 3}, {1}},
+       [](V x) { return conv1d_relu(x[0], x[1], x[2], 1, 1); }},
       // layer normalisation (the float64 path: a direct loop; oneDNN's float32
       // path is compared against it in tests/autograd/test_layernorm.cpp)
       {"layer_norm", {{3, 5}, {5}, {5}}, [](V x) { return layer_norm(x[0], x[1], x[2]); }},

@@ -216,3 +216,28 @@ TEST_CASE("worked example 5 through SelfAttention: W_K = c S copies the previous
   Tensor out = transpose(a.forward(x), 1, 2);  // rows = positions
   test::check_close(out, {0.25, 0.25, 0.25, 0.25, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}, 1e-6);
 }
+
+TEST_CASE("layers: Sequential runs Conv1d then ReLU fused, with the unfused values and gradients, bit for bit") {
+  for (int64_t in : {1, 3}) {  // one input channel: channels-last activations from the first layer on
+    INFO("in_channels=" << in);
+    Generator g(4);
+    auto c1 = std::make_shared<Conv1d>(Conv1dOptions(in, 16, 5).padding(2).generator(&g));
+    auto c2 = std::make_shared<Conv1d>(Conv1dOptions(16, 16, 5).padding(2).generator(&g));
+    auto c3 = std::make_shared<Conv1d>(Conv1dOptions(16, 1, 5).padding(2).generator(&g));
+    Sequential s{c1, std::make_shared<ReLU>(), c2, std::make_shared<ReLU>(), c3, std::make_shared<ReLU>()};
+    Tensor x = test::det_tensor({4, in, 30}, 7);
+    Tensor y = s.forward(x);
+    backward(sum(y * y));
+    std::vector<std::vector<float>> fused{y.to_vector<float>()};
+    for (auto& p : s.parameters()) fused.push_back(p.grad().to_vector<float>());
+    s.zero_grad();
+    // The same layers called one by one: conv1d, then relu.
+    Tensor h = relu(c3->forward(relu(c2->forward(relu(c1->forward(x))))));
+    backward(sum(h * h));
+    std::vector<std::vector<float>> plain{h.to_vector<float>()};
+    for (auto& p : s.parameters()) plain.push_back(p.grad().to_vector<float>());
+    REQUIRE(fused.size() == plain.size());
+    for (size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == plain[i]);
+    CHECK(y.grad_fn()->name == "conv1d_relu");  // after a one-output-channel conv too
+  }
+}
