@@ -47,8 +47,10 @@ namespace {
 // part of each diagonal block above the diagonal, so it prefers smaller ones.
 constexpr int64_t kDefaultBlock = 128, kDefaultCausalBlock = 64;
 
-// e^x: the vectorisable float version (core/fast_math.h), libm for double.
-inline float ex(float x) { return fast::exp(x); }
+// e^x: the vectorisable float version (core/fast_math.h; every argument here
+// is a score minus its row's maximum or log-sum-exp, so at most ~0), libm
+// for double.
+inline float ex(float x) { return fast::exp_softmax(x); }
 inline double ex(double x) { return std::exp(x); }
 
 // A matrix: element (i, j) at p[i * rs + j * cs], with rs or cs equal to 1.
@@ -170,34 +172,67 @@ Scratch<T>& scratch() {
   return s;
 }
 
-// Row reductions with 8 independent partial results, which the compiler
-// turns into vector max/add (a single running float accumulator is a serial
-// chain it may not reorder). The combination order is fixed: deterministic.
+// Row reductions with 16 independent partial results (one vector register
+// of floats), which the compiler turns into vector max/add: a single running
+// accumulator is a serial chain it may not reorder. The partials are combined
+// in a fixed order, so results are deterministic.
+constexpr int kLanes = 16;
+
 template <class T>
 T row_max(const T* x, int64_t n, T init) {
-  T m[8];
+  T m[kLanes];
   for (auto& v : m) v = init;
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int k = 0; k < 8; ++k) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
   for (; j < n; ++j) m[0] = x[j] > m[0] ? x[j] : m[0];
   T r = m[0];
-  for (int k = 1; k < 8; ++k) r = m[k] > r ? m[k] : r;
+  for (int l = 1; l < kLanes; ++l) r = m[l] > r ? m[l] : r;
   return r;
 }
 template <class T>
-T row_sum(const T* x, int64_t n) {
-  T a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+T lanes_sum(const T (&a)[kLanes]) {
+  T h[kLanes / 2];
+  for (int l = 0; l < kLanes / 2; ++l) h[l] = a[l] + a[l + kLanes / 2];
+  return ((h[0] + h[4]) + (h[1] + h[5])) + ((h[2] + h[6]) + (h[3] + h[7]));
+}
+// x_j = e^(x_j - c); returns sum_j x_j (the softmax denominator) from the
+// same pass.
+template <class T>
+T exp_shifted_sum(T* x, int64_t n, T c) {
+  T a[kLanes] = {};
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int k = 0; k < 8; ++k) a[k] += x[j + k];
-  for (; j < n; ++j) a[0] += x[j];
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const T e = ex(x[j + l] - c);
+      x[j + l] = e;
+      a[l] += e;
+    }
+  for (; j < n; ++j) {
+    x[j] = ex(x[j] - c);
+    a[0] += x[j];
+  }
+  return lanes_sum(a);
 }
 // x_j = e^(x_j - c): no reduction in the loop, so it vectorises.
 template <class T>
 void exp_shifted(T* x, int64_t n, T c) {
   for (int64_t j = 0; j < n; ++j) x[j] = ex(x[j] - c);
+}
+// sum_c a[c * sa] b[c * sb]; vectorised when both strides are 1.
+template <class T>
+T dot(const T* a, int64_t sa, const T* b, int64_t sb, int64_t n) {
+  if (sa != 1 || sb != 1) {
+    T s = 0;
+    for (int64_t c = 0; c < n; ++c) s += a[c * sa] * b[c * sb];
+    return s;
+  }
+  T p[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int l = 0; l < kLanes; ++l) p[l] += a[c + l] * b[c + l];
+  for (; c < n; ++c) p[0] += a[c] * b[c];
+  return lanes_sum(p);
 }
 
 // Hides the keys query i (a row of a block starting at query i0) may not see.
@@ -235,10 +270,11 @@ void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_
       // after the first block m is finite; a row fully hidden in a later
       // block keeps its m and adds exact zeros.
       const T corr = ex(m[i] - mx);
-      exp_shifted(srow, nb, mx);
-      l[i] = l[i] * corr + row_sum(srow, nb);
+      const T rs = exp_shifted_sum(srow, nb, mx);
+      l[i] = l[i] * corr + rs;
       m[i] = mx;
-      if (corr != T(1)) {
+      // The first block finds acc zero: nothing to rescale.
+      if (corr != T(1) && j0 > 0) {
         T* ai = acc + i * E;
         for (int64_t c = 0; c < E; ++c) ai[c] *= corr;
       }
@@ -279,11 +315,7 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
     const Mat<T> dQ = dq.at(n, h);
     const T* lse_h = lse + (n * P.H + h) * P.T_;
     T* D = w.d.data();  // D_i = dO_i . o_i
-    for (int64_t i = 0; i < P.T_; ++i) {
-      T sum = 0;
-      for (int64_t c = 0; c < E; ++c) sum += GO.p[i * GO.rs + c * GO.cs] * O.p[i * O.rs + c * O.cs];
-      D[i] = sum;
-    }
+    for (int64_t i = 0; i < P.T_; ++i) D[i] = dot(GO.p + i * GO.rs, GO.cs, O.p + i * O.rs, O.cs, E);
     for (int64_t i0 = 0; i0 < P.T_; i0 += P.bq) {
       const int64_t i1 = std::min(P.T_, i0 + P.bq), bq = i1 - i0, jend = P.key_end(i1);
       const Mat<const T> Qb = Q.from_row(i0), GOb = GO.from_row(i0);

@@ -49,6 +49,31 @@ inline float exp(float x) {
   return x == x ? y : x;
 }
 
+// e^x for the softmax's arguments, which are never far above 0 (scores minus
+// their running maximum or log-sum-exp): the same reduction and polynomial
+// as exp, but 2^n in one step (n in [-126, 127]) and no overflow handling.
+// Exact for x <= 88.7; 0 below -87.33 (and for -inf, the masked scores);
+// NaN stays NaN. Six vector operations fewer than exp, in the loop that
+// dominates attention outside its matrix products.
+inline float exp_softmax(float x) {
+  const float lo = -87.33f;
+  const float xc = x < lo ? lo : x;  // NaN compares false and stays NaN
+  const float shifter = 12582912.0f;
+  float n = (xc * 1.44269504088896341f + shifter) - shifter;
+  n = n == n ? n : 0.0f;  // NaN: any n (float -> int of NaN is undefined); the result is NaN anyway
+  float r = xc - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float y = p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return x < lo ? 0.0f : y;
+}
+
 // erf(x) = x P(x^2) / Q(x^2) on |x| <= 4, a rational approximation whose
 // coefficients heed fitted itself (least squares, then refined towards the
 // minimax error, against double-precision erf on [0, 4]): 6 + 5 terms, error
