@@ -13,25 +13,22 @@
 
 namespace heed::kernel::fast {
 
-// e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so n ln2 is exact
-// enough), e^r by a degree-6 Taylor polynomial (truncation error
-// < 0.35^7 / 7! = 1.3e-7 relative), 2^n built in the exponent bits.
-// Saturates to 0 below -87.3 and to +inf above 88.7; NaN stays NaN.
-inline float exp(float x) {
+// e^x = 2^n e^r with x = n ln2 + r, |r| <= ln2 / 2 (ln2 split in two so
+// n ln2 is exact enough), e^r by a degree-6 Taylor polynomial (truncation
+// error < 0.35^7 / 7! = 1.3e-7 relative). Returns e^r and sets n, an integer
+// in [-126, 128] for xc in [-87.33, 88.72]; a NaN xc gives a NaN e^r and
+// n = 0 (converting NaN to an integer would be undefined).
+inline float exp_reduce(float xc, int32_t& n_out) {
   // Every step is a value select, never a branch, so loops over exp
-  // vectorise; NaN compares false everywhere and is restored at the end.
-  const float hi = 88.72f, lo = -87.33f;
-  float xc = x > hi ? hi : x;
-  xc = xc < lo ? lo : xc;
-  // n = round(x / ln2) by the 1.5 * 2^23 trick: adding it pushes the
-  // fraction bits out, subtracting it back leaves the rounded integer (exact
-  // for |x / ln2| < 2^22). floorf would not vectorise without -fno-trapping-math.
+  // vectorise. n = round(x / ln2) by the 1.5 * 2^23 trick: adding it pushes
+  // the fraction bits out, subtracting it back leaves the rounded integer
+  // (exact for |x / ln2| < 2^22); floorf would not vectorise without
+  // -fno-trapping-math.
   const float shifter = 12582912.0f;
   float n = (xc * 1.44269504088896341f + shifter) - shifter;
-  n = n == n ? n : 0.0f;                  // NaN: any finite n, result replaced below
+  n = n == n ? n : 0.0f;
   float r = xc - n * 0.693145751953125f;  // ln2 high part (exact in float)
   r = r - n * 1.428606765330187e-06f;     // ln2 low part
-  r = r == r ? r : 0.0f;
   float p = 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
@@ -39,38 +36,38 @@ inline float exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  // n in [-126, 128]: 2^n as a float has exponent bits n + 127, which
-  // leaves the normal range at both ends, so scale by 2^a 2^b, a + b = n.
-  const int32_t ni = static_cast<int32_t>(n), a = ni >> 1, b = ni - a;
-  const float sa = std::bit_cast<float>((a + 127) << 23), sb = std::bit_cast<float>((b + 127) << 23);
-  float y = p * sa * sb;
+  n_out = static_cast<int32_t>(n);
+  return p;
+}
+
+// 2^n as a float, for n in [-126, 127] (the normal exponents).
+inline float pow2(int32_t n) { return std::bit_cast<float>((n + 127) << 23); }
+
+// e^x. Saturates to 0 below -87.3 and to +inf above 88.7; NaN stays NaN.
+inline float exp(float x) {
+  const float hi = 88.72f, lo = -87.33f;
+  float xc = x > hi ? hi : x;
+  xc = xc < lo ? lo : xc;
+  int32_t n;
+  const float p = exp_reduce(xc, n);
+  // n may be 128 or -126: 2^n in two normal factors 2^a 2^b, a + b = n.
+  const int32_t a = n >> 1;
+  float y = p * pow2(a) * pow2(n - a);
   y = x < lo ? 0.0f : y;
   y = x > hi ? __builtin_inff() : y;
   return x == x ? y : x;
 }
 
 // e^x for the softmax's arguments, which are never far above 0 (scores minus
-// their running maximum or log-sum-exp): the same reduction and polynomial
-// as exp, but 2^n in one step (n in [-126, 127]) and no overflow handling.
-// Exact for x <= 88.7; 0 below -87.33 (and for -inf, the masked scores);
-// NaN stays NaN. Six vector operations fewer than exp, in the loop that
-// dominates attention outside its matrix products.
+// their running maximum or log-sum-exp): exp without the overflow handling,
+// and 2^n in one factor. Exact as exp for x <= 88.7; 0 below -87.33 (and for
+// -inf, the masked scores); NaN stays NaN. Fewer vector operations than exp,
+// in the loop that dominates attention outside its matrix products.
 inline float exp_softmax(float x) {
   const float lo = -87.33f;
   const float xc = x < lo ? lo : x;  // NaN compares false and stays NaN
-  const float shifter = 12582912.0f;
-  float n = (xc * 1.44269504088896341f + shifter) - shifter;
-  n = n == n ? n : 0.0f;  // NaN: any n (float -> int of NaN is undefined); the result is NaN anyway
-  float r = xc - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float y = p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  int32_t n;
+  const float y = exp_reduce(xc, n) * pow2(n);
   return x < lo ? 0.0f : y;
 }
 
