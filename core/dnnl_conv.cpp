@@ -2,12 +2,15 @@
 // op::primitive_desc), plus a direct float64 loop.
 //
 // Primitive creation costs far more than a small convolution, so primitives
-// are built once per shape and cached. The primitives pick their own memory
-// layouts (format_tag::any: blocked nCw8c / OIw8i8o, for which oneDNN has
-// jit:avx2 kernels; the plain ncw layouts only get its gemm-based ones, ~1.3x
-// slower end to end). heed's tensors stay plain: each argument whose chosen
-// layout differs is reordered into a scratch tensor by a reorder primitive
-// that is also built once and cached with the convolution.
+// are built once per shape and cached. Activations come in two layouts:
+// - channels-last (nwc, stored [N, T, C]): oneDNN's jit and brgemm kernels
+//   read and write it where it lies, as fast as its own blocked layouts;
+//   only the weights are reordered. This is the layout of a model whose
+//   input has one channel (the toy models), from its first convolution on.
+// - contiguous (ncw): oneDNN only has gemm-based kernels for it (~1.8x
+//   slower), so the primitives pick their layouts (format_tag::any: blocked
+//   nCw16c / OIw16i16o) and each argument is reordered into a scratch tensor
+//   and back by reorder primitives built once and cached with the convolution.
 #include <dnnl.hpp>
 
 #include <map>
@@ -94,7 +97,8 @@ void ref_backward(const Tensor& gy, const Tensor& x, const Tensor& w, const Conv
 
 // ---- oneDNN ----
 using dnnl::memory;
-// Shape, geometry, bias, and whether the activations are channels-last.
+// Shape, geometry, bias, whether the activations are channels-last, and
+// whether a ReLU is fused into the forward primitive.
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
 
 // One argument of a primitive: heed's plain layout, the layout the
