@@ -323,8 +323,10 @@ int num_threads() { return omp_get_max_threads(); }
 std::string backend_info() {
   int par = openblas_get_parallel();
   const char* mode = par == 0 ? "sequential" : par == 1 ? "pthreads" : par == 2 ? "OpenMP" : "unknown";
-  return fmt::format("OpenBLAS [{}] threading={}; OpenMP threads={}", openblas_get_config(), mode,
-                     omp_get_max_threads());
+  const dnnl_version_t* v = dnnl::version();
+  const char* rt = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential" : "other";
+  return fmt::format("OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={}; OpenMP threads={}",
+                     openblas_get_config(), mode, v->major, v->minor, v->patch, rt, omp_get_max_threads());
 }
 
 }  // namespace heed::kernel

@@ -778,7 +778,7 @@ TEST_CASE("cross_entropy kernel on large logits stays finite and exact") {
 
 // ---- runtime ----
 
-TEST_CASE("set_num_threads controls the pools; backend_info reports OpenBLAS on OpenMP") {
+TEST_CASE("set_num_threads controls the pools; backend_info reports OpenBLAS and oneDNN on OpenMP") {
   const int before = k::num_threads();
   k::set_num_threads(1);
   CHECK(k::num_threads() == 1);
@@ -793,6 +793,9 @@ TEST_CASE("set_num_threads controls the pools; backend_info reports OpenBLAS on 
   INFO(info);
   CHECK(info.find("OpenBLAS") != std::string::npos);
   CHECK(info.find("threading=OpenMP") != std::string::npos);
+  // oneDNN (convolutions, the mid-sized matrix products) shares that pool.
+  CHECK(info.find("oneDNN") != std::string::npos);
+  CHECK(info.find("oneDNN") < info.rfind("threading=OpenMP"));
 }
 
 TEST_CASE("element-wise results keep a dense input's memory order (channels-last stays channels-last)") {
