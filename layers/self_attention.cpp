@@ -20,14 +20,27 @@ Tensor SelfAttention::forward(const Tensor& x) {
   check_defined(x, "SelfAttention");
   if (x.dim() != 3 || x.size(1) != options.in_)
     fail("SelfAttention({}): expected input [N, {}, T], got {}", extra_repr(), options.in_, shape_str(x.shape()));
+  const double scale = options.scaled_ ? 1.0 / std::sqrt(static_cast<double>(options.key_)) : 1.0;
+  auto rows = [](const Tensor& t) { return unsqueeze(transpose(t, 1, 2), 2); };  // [N, C, T] -> [N, T, 1, C]
+  const int64_t C = options.in_;
+  if (!keep_ && options.key_ >= C) {
+    // The scores only need Q^T K = x^T (Wq^T Wk) x: with key width >= input
+    // width, projecting x once by M = Wq^T Wk [C, C] costs no more than one
+    // of the two projections, and the other is x itself. The same function
+    // (rounded differently); gradients reach Wq and Wk through M.
+    Tensor m = matmul(transpose(reshape(conv_q->weight, {options.key_, C}), 0, 1),
+                      reshape(conv_k->weight, {options.key_, C}));                      // [C, C]
+    Tensor km = conv1d(x, reshape(m, {C, C, 1}), Tensor(), 1, 0, 1);                     // [N, C, T]: M x
+    Tensor v = conv_v->forward(x);                                                       // [N, O, T]
+    Tensor o = scaled_dot_product_attention(rows(x), rows(km), rows(v), false, scale);  // [N, T, 1, O]
+    return transpose(squeeze(o, 2), 1, 2);                                               // [N, O, T]
+  }
   Tensor q = conv_q->forward(x);  // [N, K, T]
   Tensor k = conv_k->forward(x);  // [N, K, T]
   Tensor v = conv_v->forward(x);  // [N, O, T]
-  const double scale = options.scaled_ ? 1.0 / std::sqrt(static_cast<double>(options.key_)) : 1.0;
   if (!keep_) {
     // Nobody asked for the map: the fused blockwise kernel never builds the
     // T x T matrix and reads the channels-first layout as it is.
-    auto rows = [](const Tensor& t) { return unsqueeze(transpose(t, 1, 2), 2); };  // [N, C, T] -> [N, T, 1, C]
     Tensor o = scaled_dot_product_attention(rows(q), rows(k), rows(v), false, scale);  // [N, T, 1, O]
     return transpose(squeeze(o, 2), 1, 2);                                              // [N, O, T]
   }

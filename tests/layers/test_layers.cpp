@@ -50,6 +50,10 @@ TEST_CASE("layers: Linear, Conv1d and SelfAttention gradients match finite diffe
     SelfAttention a(SelfAttentionOptions(3, 2, 5).scaled(true).generator(&g));
     check_module_grads(a, {2, 3, 5});
   }
+  SUBCASE("SelfAttention key width = input width (the toy model's; scores through Wq^T Wk)") {
+    SelfAttention a(SelfAttentionOptions(3, 4, 3).generator(&g));
+    check_module_grads(a, {2, 3, 6});
+  }
   SUBCASE("Sequential conv-relu-attention-conv") {
     Sequential s{std::make_shared<Conv1d>(Conv1dOptions(2, 4, 3).padding(1).generator(&g)), std::make_shared<GELU>(),
                  std::make_shared<SelfAttention>(SelfAttentionOptions(4, 4, 3).generator(&g)),
@@ -164,6 +168,35 @@ TEST_CASE("layers: SelfAttention keeps its attention map only when asked") {
   CHECK_FALSE(A.requires_grad());
   Tensor rows = kernel::sum(A, {-1});
   for (double v : rows.to_vector<double>()) CHECK(std::abs(v - 1.0) < 1e-5);
+}
+
+TEST_CASE("layers: SelfAttention computes the scores as x^T (Wq^T Wk) x when key >= in: the same outputs and gradients "
+          "as the three projections") {
+  for (int64_t key : {4, 6}) {
+    INFO("in 4, key " << key);
+    Generator g(5);
+    SelfAttention a(SelfAttentionOptions(4, 3, key).generator(&g));
+    a.to(DType::f64);
+    Tensor x = kernel::to_dtype(test::det_tensor({2, 4, 9}, 2), DType::f64);
+    x.set_requires_grad(true);
+    std::vector<std::vector<double>> res[2];
+    for (bool keep : {false, true}) {  // keep: the three projections and an explicit map
+      a.keep_attention(keep);
+      a.zero_grad();
+      x.zero_grad();
+      Tensor y = a.forward(x);
+      backward(sum(y * test::det_tensor(y.shape(), 3, -1, 1, DType::f64)));
+      auto& r = res[keep];
+      r.push_back(y.to_vector<double>());
+      r.push_back(x.grad().to_vector<double>());
+      for (auto& p : a.parameters()) r.push_back(p.grad().to_vector<double>());
+    }
+    REQUIRE(res[0].size() == res[1].size());
+    for (size_t i = 0; i < res[0].size(); ++i) {
+      REQUIRE(res[0][i].size() == res[1][i].size());
+      for (size_t j = 0; j < res[0][i].size(); ++j) CHECK(std::abs(res[0][i][j] - res[1][i][j]) < 1e-12);
+    }
+  }
 }
 
 // ---- the lectures' worked examples through the layer itself ----
