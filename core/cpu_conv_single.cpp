@@ -169,18 +169,18 @@ Tensor single_channel_conv1d_backward_weights(const Tensor& gy0, const Tensor& x
   Tensor gy = contiguous(gy0), x = cl ? x0 : contiguous(x0);
   const int64_t N = x.size(0), C = x.size(1), T = x.size(2), L = gy.size(2);
   Tensor gw = Tensor::empty({1, C, K});
+  const float *pg = gy.data<float>(), *px = x.data<float>();
+  float* pw = gw.data<float>();
   if (cl) {
-    // dw[c][k] = sum_n sum_t dy[n][t] x[n][t + k - P][c]: per sample a float
-    // sum over t (vectorised over c), then the samples summed in double, in
-    // order. Tasks split the channels, so each element has one thread.
-    const float* pg = gy.data<float>();
-    const float* px = x.data<float>();  // [N, T, C]
-    float* pw = gw.data<float>();
+    // x stored [N, T, C]. dw[c][k] = sum_n sum_t dy[n][t] x[n][t + k - P][c]:
+    // per sample a float sum over t (vectorised over c), then the samples
+    // summed in double, in order. Tasks split the channels, so each element
+    // has one thread.
     constexpr int64_t kBlock = 16;
-    const int64_t blocks = (C + kBlock - 1) / kBlock;
-    parallel_over(blocks, N * C * K * L, [&](int64_t blk) {
+    parallel_over((C + kBlock - 1) / kBlock, N * C * K * L, [&](int64_t blk) {
       const int64_t c0 = blk * kBlock, nc = std::min(kBlock, C - c0);
-      std::vector<double> tot(static_cast<size_t>(K * nc), 0.0);
+      thread_local std::vector<double> tot;
+      tot.assign(static_cast<size_t>(K * nc), 0.0);
       float part[kBlock];
       for (int64_t k = 0; k < K; ++k) {
         int64_t lo, hi;
@@ -199,41 +199,34 @@ Tensor single_channel_conv1d_backward_weights(const Tensor& gy0, const Tensor& x
       for (int64_t c = 0; c < nc; ++c)
         for (int64_t k = 0; k < K; ++k) pw[(c0 + c) * K + k] = static_cast<float>(tot[static_cast<size_t>(k * nc + c)]);
     });
-    if (gb) {
-      double sum = 0;
-      for (int64_t i = 0; i < N * L; ++i) sum += pg[i];
-      *gb = Tensor::full({1}, sum);
-    }
-    return gw;
-  }
-  const float *pg = gy.data<float>(), *px = x.data<float>();
-  float* pw = gw.data<float>();
-  // Per channel: acc[k][t] += dy[n][t] x[n][c][t + k - P] over n (vectorised
-  // over t), then each acc row summed in order.
-  parallel_over(C, N * C * K * L, [&](int64_t c) {
-    thread_local std::vector<float> acc;
-    acc.assign(static_cast<size_t>(K * L), 0.0f);
-    for (int64_t n = 0; n < N; ++n) {
-      const float* gr = pg + n * L;
-      const float* xr = px + (n * C + c) * T;
-      for (int64_t k = 0; k < K; ++k) {
-        int64_t lo, hi;
-        valid_range(k, P, T, L, lo, hi);
-        float* __restrict a = acc.data() + k * L;
-        const float* __restrict src = xr + k - P;
-        for (int64_t t = lo; t < hi; ++t) a[t] += gr[t] * src[t];
+  } else {
+    // Per channel: acc[k][t] += dy[n][t] x[n][c][t + k - P] over n (vectorised
+    // over t), then each acc row summed in order.
+    parallel_over(C, N * C * K * L, [&](int64_t c) {
+      thread_local std::vector<float> acc;
+      acc.assign(static_cast<size_t>(K * L), 0.0f);
+      for (int64_t n = 0; n < N; ++n) {
+        const float* gr = pg + n * L;
+        const float* xr = px + (n * C + c) * T;
+        for (int64_t k = 0; k < K; ++k) {
+          int64_t lo, hi;
+          valid_range(k, P, T, L, lo, hi);
+          float* __restrict a = acc.data() + k * L;
+          const float* __restrict src = xr + k - P;
+          for (int64_t t = lo; t < hi; ++t) a[t] += gr[t] * src[t];
+        }
       }
-    }
-    for (int64_t k = 0; k < K; ++k) {
-      double s = 0;
-      for (int64_t t = 0; t < L; ++t) s += acc[static_cast<size_t>(k * L + t)];
-      pw[c * K + k] = static_cast<float>(s);
-    }
-  });
+      for (int64_t k = 0; k < K; ++k) {
+        double sum = 0;
+        for (int64_t t = 0; t < L; ++t) sum += acc[static_cast<size_t>(k * L + t)];
+        pw[c * K + k] = static_cast<float>(sum);
+      }
+    });
+  }
   if (gb) {
-    double s = 0;
-    for (int64_t i = 0; i < N * L; ++i) s += pg[i];
-    *gb = Tensor::full({1}, s);
+    double sum = 0;
+    for (int64_t i = 0; i < N * L; ++i) sum += pg[i];
+    *gb = Tensor::full({1}, sum);
   }
   return gw;
 }

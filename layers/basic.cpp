@@ -51,17 +51,19 @@ Conv1d::Conv1d(const Conv1dOptions& o) : Module("Conv1d"), options(o) {
   }
 }
 
-Tensor Conv1d::forward(const Tensor& x) {
+void Conv1d::check_input(const Tensor& x) const {
   check_defined(x, "Conv1d");
   if (x.dim() != 3 || x.size(1) != options.in_)
     fail("Conv1d({}): expected input [N, {}, T], got {}", extra_repr(), options.in_, shape_str(x.shape()));
+}
+
+Tensor Conv1d::forward(const Tensor& x) {
+  check_input(x);
   return conv1d(x, weight, bias, options.stride_, options.padding_, options.dilation_);
 }
 
 Tensor Conv1d::forward_relu(const Tensor& x) {
-  check_defined(x, "Conv1d");
-  if (x.dim() != 3 || x.size(1) != options.in_)
-    fail("Conv1d({}): expected input [N, {}, T], got {}", extra_repr(), options.in_, shape_str(x.shape()));
+  check_input(x);
   return conv1d_relu(x, weight, bias, options.stride_, options.padding_, options.dilation_);
 }
 

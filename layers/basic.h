@@ -59,6 +59,9 @@ class Conv1d : public Module {
   Tensor weight;  // [O, C, K]
   Tensor bias;    // [O] or undefined
   Conv1dOptions options;
+
+ private:
+  void check_input(const Tensor& x) const;  // rank 3 with in_channels channels, or an error naming both
 };
 
 struct LayerNormOptions {
