@@ -83,6 +83,18 @@ struct RunControl {
   // ... and whether a checkpoint is written (when stopping, every
   // checkpoint_every steps, at the last step).
   bool checkpoint_now(int64_t step, int64_t total, bool stopping) const;
+  // Both at the end of step `step` of `total`: calls save() when a
+  // checkpoint is due, after flushing `log` (when given) so the log and the
+  // checkpoint agree, and returns whether the run stops here, before its end.
+  template <class Save>
+  bool end_step(int64_t step, int64_t total, const StopRequest* ctrl_c, RunLog* log, Save&& save) const {
+    const bool stop = stop_now(step, ctrl_c);
+    if (checkpoint_now(step, total, stop)) {
+      if (log) log->flush();
+      save();
+    }
+    return stop && step < total;
+  }
 };
 
 // Declares --checkpoint, --checkpoint-every, --resume and --stop-after.

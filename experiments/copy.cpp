@@ -150,12 +150,7 @@ struct CopyRun {
           fmt::print("step {}/{} loss {:.4f} accuracy {:.4f} attention on t-1 {:.3f} ({})\n", step, o.steps,
                      r.final_loss, r.accuracy, r.prev_mass, format_seconds(clock.seconds()));
       }
-      bool stop = o.run.stop_now(step, ctrl_c ? &*ctrl_c : nullptr);
-      if (o.run.checkpoint_now(step, o.steps, stop)) {
-        if (log) log->flush();
-        save();
-      }
-      if (stop && step < o.steps) {
+      if (o.run.end_step(step, o.steps, ctrl_c ? &*ctrl_c : nullptr, log, [&] { save(); })) {
         r.stopped = true;
         break;
       }

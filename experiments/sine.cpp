@@ -141,12 +141,7 @@ struct SineRun {
       opt.step();
       ++step;
       if (log) log->scalar("train_loss", step, mse);
-      bool stop = o.run.stop_now(step, ctrl_c ? &*ctrl_c : nullptr);
-      if (o.run.checkpoint_now(step, o.steps, stop)) {
-        if (log) log->flush();
-        save();
-      }
-      if (stop && step < o.steps) {
+      if (o.run.end_step(step, o.steps, ctrl_c ? &*ctrl_c : nullptr, log, [&] { save(); })) {
         r.stopped = true;
         break;
       }
