@@ -1,5 +1,7 @@
 // core/dnnl_conv.cpp: 1-D convolution on oneDNN (2.6 API: op::desc, then
-// op::primitive_desc), plus a direct float64 loop.
+// op::primitive_desc), plus a direct float64 loop. The dispatch lives here:
+// one output channel goes to core/cpu_conv_single.cpp, channels-last 5-tap
+// layers to Winograd (core/cpu_conv_winograd.cpp), the rest to oneDNN.
 //
 // Primitive creation costs far more than a small convolution, so primitives
 // are built once per shape and cached. Activations come in two layouts:
@@ -23,6 +25,7 @@
 #include "core/iter.h"
 #include "core/dnnl_context.h"
 #include "core/conv_single.h"
+#include "core/conv_winograd.h"
 #include "core/kernels.h"
 
 namespace heed::kernel {
@@ -258,6 +261,7 @@ Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
   }
   check_dtype(x, DType::f32, "conv1d");
   if (single_channel_conv_applies(x.dtype(), O, g)) return single_channel_conv1d_forward(x, w, b, g.padding);
+  if (winograd_conv1d_applies(x.dtype(), C, O, K, g, cl)) return winograd_conv1d_forward(x, w, b, g.padding, relu);
   Tensor y = empty_ncl(N, O, conv1d_out_length(L, K, g), cl, x.dtype());
   auto p = prims_for(N, C, L, O, K, g, b.defined(), cl, relu);
   Tensor xb, wb, yb;
@@ -270,16 +274,26 @@ Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
   return y;
 }
 
-Tensor conv1d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& xs, const Conv1dGeom& g,
-                            bool channels_last) {
-  const bool f32 = gy0.dtype() == DType::f32;
+bool conv1d_backward_fuses_relu(const Tensor& gy, const Shape& ws, const Conv1dGeom& g, bool x_channels_last) {
+  return winograd_conv1d_applies(gy.dtype(), ws[1], ws[0], ws[2], g,
+                                 x_channels_last && conv1d_channels_last(gy));
+}
+
+Tensor conv1d_backward_data(const Tensor& gy_in, const Tensor& w0, const Shape& xs, const Conv1dGeom& g,
+                            bool channels_last, const Tensor& relu_out) {
   Tensor w = contiguous(w0);
+  if (relu_out.defined() && conv1d_backward_fuses_relu(gy_in, w.shape(), g, channels_last))
+    return winograd_conv1d_backward_data(gy_in, relu_out, w, xs[2], g.padding);
+  const Tensor gy0 = relu_out.defined() ? unary_backward(Unary::relu, relu_out, gy_in) : gy_in;
+  const bool f32 = gy0.dtype() == DType::f32;
   if (single_channel_conv_applies(gy0.dtype(), w.size(0), g))
     return single_channel_conv1d_backward_data(contiguous(gy0), w, xs, g.padding, channels_last);
   // oneDNN reads gy and writes dx channels-last when both are (or gy has one
   // channel); otherwise both contiguous, and dx is permuted into the asked layout.
   const bool cl = f32 && channels_last && conv1d_channels_last(gy0);
   Tensor gy = cl ? gy0 : contiguous(gy0);
+  if (winograd_conv1d_applies(gy.dtype(), xs[1], w.size(0), w.size(2), g, cl))
+    return winograd_conv1d_backward_data(gy, Tensor(), w, xs[2], g.padding);
   if (!f32) {
     Tensor gx = Tensor::zeros(xs, gy.dtype());  // the float64 loop accumulates into zeros
     ref_backward<double>(gy, Tensor(), w, g, &gx, nullptr, nullptr);
@@ -300,13 +314,19 @@ Tensor conv1d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& xs
   return gx;
 }
 
-Tensor conv1d_backward_weights(const Tensor& gy0, const Tensor& x0, const Shape& ws, const Conv1dGeom& g, Tensor* gb) {
+Tensor conv1d_backward_weights(const Tensor& gy_in, const Tensor& x0, const Shape& ws, const Conv1dGeom& g, Tensor* gb,
+                               const Tensor& relu_out) {
+  if (relu_out.defined() && conv1d_backward_fuses_relu(gy_in, ws, g, conv1d_channels_last(x0)))
+    return winograd_conv1d_backward_weights(gy_in, relu_out, x0, g.padding, gb);
+  const Tensor gy0 = relu_out.defined() ? unary_backward(Unary::relu, relu_out, gy_in) : gy_in;
   if (single_channel_conv_applies(gy0.dtype(), ws[0], g))
     return single_channel_conv1d_backward_weights(contiguous(gy0), conv1d_channels_last(x0) ? x0 : contiguous(x0),
                                                   ws[2], g.padding, gb);
   // Channels-last when both x and gy are; else both contiguous.
   const bool cl = gy0.dtype() == DType::f32 && conv1d_channels_last(x0) && conv1d_channels_last(gy0);
   Tensor gy = cl ? gy0 : contiguous(gy0), x = cl ? x0 : contiguous(x0);
+  if (winograd_conv1d_applies(gy.dtype(), ws[1], ws[0], ws[2], g, cl))
+    return winograd_conv1d_backward_weights(gy, Tensor(), x, g.padding, gb);
   const bool f64 = gy.dtype() == DType::f64;  // the loop accumulates; oneDNN writes every element
   Tensor gw = f64 ? Tensor::zeros(ws, gy.dtype()) : Tensor::empty(ws, gy.dtype());
   if (gb) *gb = f64 ? Tensor::zeros({ws[0]}, gy.dtype()) : Tensor::empty({ws[0]}, gy.dtype());

@@ -1,0 +1,152 @@
+// tests/core/test_conv_winograd.cpp: the Winograd F(4, 5) convolution
+// (float32, channels-last) against the float64 direct loop, forward (with
+// and without bias and ReLU) and both gradients, over lengths that leave
+// partial tiles and every padding it accepts; the fused ReLU mask of the
+// backward passes; thread-count independence; and where it does not apply.
+#include <cmath>
+
+#include "core/conv_winograd.h"
+#include "test_util.h"
+
+using namespace heed;
+
+namespace {
+
+double max_abs(const Tensor& a) {
+  double m = 0;
+  for (double v : a.to_vector<double>()) m = std::max(m, std::abs(v));
+  return m;
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+// float32 copy of an [N, C, T] tensor, stored channels-last ([N, T, C]).
+Tensor f32_cl(const Tensor& t) {
+  Tensor s = kernel::to_dtype(t, DType::f32);
+  if (t.dim() != 3) return s;
+  return kernel::permute(kernel::contiguous(kernel::permute(s, {0, 2, 1})), {0, 2, 1});
+}
+
+}  // namespace
+
+TEST_CASE("Winograd conv1d equals the float64 direct convolution: forward, ReLU, both gradients, partial tiles") {
+  REQUIRE(kernel::conv1d_winograd());
+  struct Case {
+    int64_t N, C, O, T, P;
+  };
+  std::vector<Case> cases{{3, 64, 64, 100, 2}, {2, 32, 48, 7, 0}, {1, 16, 32, 10, 4}, {2, 48, 16, 9, 1},
+                          {2, 16, 16, 3, 3},   {1, 80, 16, 1, 2}, {4, 16, 64, 6, 2}};
+  for (int64_t T = 1; T <= 13; ++T) cases.push_back({2, 16, 32, T, 2});  // 1, 2, 3 or 4 outputs in the last tile
+  for (Case c : cases) {
+    INFO("N=" << c.N << " C=" << c.C << " O=" << c.O << " T=" << c.T << " P=" << c.P);
+    const kernel::Conv1dGeom g{1, c.P, 1};
+    const int64_t L = kernel::conv1d_out_length(c.T, 5, g);
+    REQUIRE(L >= 1);
+    Tensor x = test::det_tensor({c.N, c.C, c.T}, 1, -1, 1, DType::f64);
+    Tensor w = test::det_tensor({c.O, c.C, 5}, 2, -0.3, 0.3, DType::f64);
+    Tensor b = test::det_tensor({c.O}, 3, -1, 1, DType::f64);
+    Tensor gy = test::det_tensor({c.N, c.O, L}, 4, -1, 1, DType::f64);
+    REQUIRE(kernel::conv1d_channels_last(f32_cl(x)));
+    CHECK(kernel::winograd_conv1d_applies(DType::f32, c.C, c.O, 5, g, true) == kernel::winograd_conv1d_supported());
+    // A float32 sum of 5 C products of size ~0.3, through transforms with
+    // entries up to 160: ~1e-6 of the largest output (core/gen_winograd.py),
+    // so 2e-5 leaves a margin and still fails on any wrong tap or tile.
+    auto tol = [](const Tensor& ref) { return 2e-5 * std::max(1.0, max_abs(ref)); };
+
+    Tensor y64 = kernel::conv1d_forward(x, w, b, g);
+    Tensor y32 = kernel::conv1d_forward(f32_cl(x), f32_cl(w), f32_cl(b), g);
+    CHECK(y32.shape() == y64.shape());
+    CHECK(kernel::conv1d_channels_last(y32));
+    CHECK(max_diff(y32, y64) <= tol(y64));
+    Tensor y32n = kernel::conv1d_forward(f32_cl(x), f32_cl(w), Tensor(), g);
+    CHECK(max_diff(y32n, kernel::conv1d_forward(x, w, Tensor(), g)) <= tol(y64));
+    Tensor r32 = kernel::conv1d_forward(f32_cl(x), f32_cl(w), f32_cl(b), g, true);
+    CHECK(max_diff(r32, kernel::unary(kernel::Unary::relu, y64)) <= tol(y64));
+
+    Tensor gx64 = kernel::conv1d_backward_data(gy, w, x.shape(), g);
+    Tensor gx32 = kernel::conv1d_backward_data(f32_cl(gy), f32_cl(w), x.shape(), g, true);
+    CHECK(kernel::conv1d_channels_last(gx32));
+    CHECK(max_diff(gx32, gx64) <= tol(gx64));
+
+    Tensor gb64, gb32;
+    Tensor gw64 = kernel::conv1d_backward_weights(gy, x, w.shape(), g, &gb64);
+    Tensor gw32 = kernel::conv1d_backward_weights(f32_cl(gy), f32_cl(x), w.shape(), g, &gb32);
+    CHECK(gw32.shape() == gw64.shape());
+    CHECK(max_diff(gw32, gw64) <= tol(gw64));
+    CHECK(max_diff(gb32, gb64) <= tol(gb64));
+  }
+}
+
+TEST_CASE("Winograd conv1d backward with the ReLU mask fused equals masking first, bit for bit") {
+  if (!kernel::winograd_conv1d_supported()) {
+    CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, {1, 2, 1}, true));
+    return;
+  }
+  Tensor x = f32_cl(test::det_tensor({5, 32, 23}, 11, -1, 1, DType::f64));
+  Tensor w = test::det_tensor({48, 32, 5}, 12, -0.3, 0.3);
+  Tensor b = test::det_tensor({48}, 13, -0.2, 0.2);
+  Tensor y = kernel::winograd_conv1d_forward(x, w, b, 2, true);
+  Tensor gy = f32_cl(test::det_tensor({5, 48, 23}, 14, -1, 1, DType::f64));
+  Tensor masked = kernel::unary_backward(kernel::Unary::relu, y, gy);
+  int64_t zeros = 0;
+  for (float v : y.to_vector<float>()) zeros += v == 0.0f;
+  CHECK(zeros > 0);  // the mask removes something
+  CHECK(kernel::winograd_conv1d_backward_data(gy, y, w, 23, 2).to_vector<float>() ==
+        kernel::winograd_conv1d_backward_data(masked, Tensor(), w, 23, 2).to_vector<float>());
+  Tensor gb1, gb2;
+  CHECK(kernel::winograd_conv1d_backward_weights(gy, y, x, 2, &gb1).to_vector<float>() ==
+        kernel::winograd_conv1d_backward_weights(masked, Tensor(), x, 2, &gb2).to_vector<float>());
+  CHECK(gb1.to_vector<float>() == gb2.to_vector<float>());
+}
+
+TEST_CASE("Winograd conv1d: the same numbers on 1 and 2 threads; close to oneDNN's direct convolution") {
+  Tensor x = f32_cl(test::det_tensor({100, 64, 100}, 5, -1, 1, DType::f64));
+  Tensor w = test::det_tensor({64, 64, 5}, 6, -0.1, 0.1), b = test::det_tensor({64}, 8, -0.1, 0.1);
+  Tensor gy = f32_cl(test::det_tensor({100, 64, 100}, 7, -1, 1, DType::f64));
+  const kernel::Conv1dGeom g{1, 2, 1};
+  const int before = kernel::num_threads();
+  auto run = [&](int threads) {
+    kernel::set_num_threads(threads);
+    Tensor gb;
+    return std::vector<std::vector<float>>{kernel::conv1d_forward(x, w, b, g, true).to_vector<float>(),
+                                           kernel::conv1d_backward_data(gy, w, x.shape(), g, true).to_vector<float>(),
+                                           kernel::conv1d_backward_weights(gy, x, w.shape(), g, &gb).to_vector<float>(),
+                                           gb.to_vector<float>()};
+  };
+  auto a = run(1), c = run(2);
+  kernel::set_num_threads(before);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == c[i]);
+
+  kernel::set_conv1d_winograd(false);
+  CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, g, true));
+  auto direct = run(before);
+  kernel::set_conv1d_winograd(true);
+  for (size_t i = 0; i < a.size(); ++i) {
+    double worst = 0, scale = 1;
+    for (size_t j = 0; j < a[i].size(); ++j) {
+      worst = std::max(worst, double(std::abs(a[i][j] - direct[i][j])));
+      scale = std::max(scale, double(std::abs(direct[i][j])));
+    }
+    INFO("output " << i);
+    CHECK(worst <= 2e-5 * scale);
+  }
+}
+
+TEST_CASE("Winograd conv1d applies only where it is exact in shape") {
+  const bool on = kernel::winograd_conv1d_supported();
+  CHECK(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, {1, 2, 1}, true) == on);
+  CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, {1, 2, 1}, false));  // not channels-last
+  CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f64, 64, 64, 5, {1, 2, 1}, true));
+  CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 3, {1, 1, 1}, true));   // 3 taps
+  CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, {2, 2, 1}, true));   // stride 2
+  CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, {1, 4, 2}, true));   // dilation 2
+  CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, {1, 5, 1}, true));   // padding 5
+  CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 8, 64, 5, {1, 2, 1}, true));    // 8 channels
+  CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 1, 5, {1, 2, 1}, true));    // one output
+}
