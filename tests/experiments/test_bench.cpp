@@ -47,6 +47,15 @@ TEST_CASE("heed bench: one workload's figures and its per-op profile") {
   CHECK(has(r.out, "conv1d [100, 1, 100]"));
   CHECK(has(r.out, "(optimiser step)"));
   CHECK(has(r.out, "(accumulate grad)"));
+  CHECK(has(r.out, "effective"));  // the Winograd rates are labelled as such
+}
+
+TEST_CASE("heed bench --conv direct: the toy CNN on oneDNN's direct convolutions") {
+  Run r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --conv direct");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(has(r.out, "toy-cnn"));
+  CHECK_FALSE(has(r.out, "effective"));
 }
 
 TEST_CASE("heed bench: bad flags are refused, naming the value and what was expected") {
@@ -58,6 +67,10 @@ TEST_CASE("heed bench: bad flags are refused, naming the value and what was expe
   CHECK(r.status != 0);
   CHECK(has(r.out, "toy-transformer"));
   CHECK(has(r.out, "toy-cnn|toy-attention|gpt-128|gpt-256"));
+  r = run_cli("bench --conv fft");
+  CHECK(r.status != 0);
+  CHECK(has(r.out, "'fft'"));
+  CHECK(has(r.out, "winograd or direct"));
   r = run_cli("bench --attention-memory --compare");
   CHECK(r.status != 0);
   CHECK(has(r.out, "--attention-memory"));
