@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "autograd/ops.h"  // causal_mask
+#include "core/conv_winograd.h"  // winograd_conv1d_applies: which shapes get a _direct twin
 #include "core/kernels.h"
 #include "core/random.h"
 #include "core/tensor.h"
@@ -67,7 +68,7 @@ void add(const std::string& name, const std::string& label, F fn) {
   })->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
-// ---- 1-D convolution (oneDNN): x [N, C, T], w [O, C, K] -> y [N, O, T] ----
+// ---- 1-D convolution: x [N, C, T], w [O, C, K] -> y [N, O, T] ----
 void conv1d_benchmarks() {
   struct Conv {
     const char* label;
@@ -84,30 +85,44 @@ void conv1d_benchmarks() {
   auto act = [](int64_t N, int64_t C, int64_t T, uint64_t seed, bool nwc) {
     return nwc ? k::permute(rnd({N, T, C}, seed), {0, 2, 1}) : rnd({N, C, T}, seed);
   };
+  // Channels-last 5-tap layers run Winograd F(4, 5) by default; "_direct"
+  // is the same shape on oneDNN's direct kernels, for comparison. FLOP
+  // counts are the direct convolution's, so Winograd's rate is effective.
+  struct Mode {
+    bool nwc, winograd;
+    const char* suffix;
+  };
   for (const Conv& c : convs)
-    for (bool nwc : {true, false}) {
-      const std::string shape =
-          fmt::format("N{}_C{}_O{}_T{}_K{}_{}", c.N, c.C, c.O, c.T, c.K, nwc ? "nwc" : "ncw");
+    for (Mode m : {Mode{true, true, "nwc"}, Mode{true, false, "nwc_direct"}, Mode{false, true, "ncw"}}) {
       k::Conv1dGeom g;
       g.padding = c.padding;
+      if (!m.winograd && !k::winograd_conv1d_applies(heed::DType::f32, c.C, c.O, c.K, g, true)) continue;
+      const std::string shape = fmt::format("N{}_C{}_O{}_T{}_K{}_{}", c.N, c.C, c.O, c.T, c.K, m.suffix);
       const int64_t To = k::conv1d_out_length(c.T, c.K, g);
       const double flops = 2.0 * c.N * c.O * c.C * c.K * To;  // each of the three
+      const bool nwc = m.nwc, wino = m.winograd;
       add("conv1d_forward/" + shape, c.label, [=](benchmark::State& st) {
         Tensor x = act(c.N, c.C, c.T, 1, nwc), w = rnd({c.O, c.C, c.K}, 2), b = rnd({c.O}, 3);
+        k::set_conv1d_winograd(wino);
         for (auto _ : st) benchmark::DoNotOptimize(k::conv1d_forward(x, w, b, g));
+        k::set_conv1d_winograd(true);
         count_flops(st, flops);
       });
       add("conv1d_backward_data/" + shape, c.label, [=](benchmark::State& st) {
         Tensor gy = act(c.N, c.O, To, 1, nwc), w = rnd({c.O, c.C, c.K}, 2);
+        k::set_conv1d_winograd(wino);
         for (auto _ : st) benchmark::DoNotOptimize(k::conv1d_backward_data(gy, w, {c.N, c.C, c.T}, g, nwc));
+        k::set_conv1d_winograd(true);
         count_flops(st, flops);
       });
       add("conv1d_backward_weights/" + shape, c.label, [=](benchmark::State& st) {
         Tensor gy = act(c.N, c.O, To, 1, nwc), x = act(c.N, c.C, c.T, 2, nwc);
+        k::set_conv1d_winograd(wino);
         for (auto _ : st) {
           Tensor gb;
           benchmark::DoNotOptimize(k::conv1d_backward_weights(gy, x, {c.O, c.C, c.K}, g, &gb));
         }
+        k::set_conv1d_winograd(true);
         count_flops(st, flops);
       });
     }
