@@ -289,25 +289,57 @@ void correlate(const float* in, const float* mask, int64_t Ci, int64_t Co, const
 }
 
 // U[xi][c][o] = sum_k G[xi][k] w[o][c][k], or for the backward data pass
-// (flip) U[xi][o][c] = sum_k G[xi][k] w[o][c][4 - k].
-Tensor transform_weights(const Tensor& w, bool flip) {
-  const int64_t O = w.size(0), C = w.size(1);
+// (flip) U[xi][o][c] = sum_k G[xi][k] w[o][c][4 - k]. 16 outputs at a time
+// along U's unit-stride dim, whose taps lie 5 C (o) or 5 (c) floats apart in
+// w: gathered (the masked form, whose explicit source keeps GCC 12 from a
+// false -Wmaybe-uninitialized in its header).
+HEED_AVX512 void transform_weights_avx512(const float* pw, int64_t O, int64_t C, bool flip, float* pu) {
   const int64_t Ci = flip ? O : C, Co = flip ? C : O;
-  Tensor U = Tensor::empty({kN, Ci, Co});
-  const float* pw = w.data<float>();
-  float* pu = U.data<float>();
-  for (int64_t o = 0; o < O; ++o)
-    for (int64_t c = 0; c < C; ++c) {
-      float f[kR];
-      for (int k = 0; k < kR; ++k) f[k] = pw[(o * C + c) * kR + (flip ? kR - 1 - k : k)];
-      const int64_t at = flip ? o * Co + c : c * Co + o;
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(flip ? kR : kR * C)));
+  for (int64_t a = 0; a < Ci; ++a)       // a: U's row (c, or o when flipped)
+    for (int64_t b = 0; b < Co; b += 16) {  // b: 16 of U's columns
+      const float* base = flip ? pw + a * C * kR + b * kR : pw + b * C * kR + a * kR;
+      __m512 f[kR];
+#pragma GCC unroll 5
+      for (int k = 0; k < kR; ++k) f[k] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, idx, base + (flip ? kR - 1 - k : k), 4);
+#pragma GCC unroll 8
       for (int xi = 0; xi < kN; ++xi) {
-        float s = 0.0f;
-        for (int k = 0; k < kR; ++k) s += kG[xi][k] * f[k];
-        pu[xi * Ci * Co + at] = s;
+        __m512 u = _mm512_setzero_ps();
+#pragma GCC unroll 5
+        for (int k = 0; k < kR; ++k)
+          if (kG[xi][k] != 0.0f) u = _mm512_fmadd_ps(_mm512_set1_ps(kG[xi][k]), f[k], u);
+        _mm512_storeu_ps(pu + (xi * Ci + a) * Co + b, u);
       }
     }
+}
+
+Tensor transform_weights(const Tensor& w, bool flip) {
+  const int64_t O = w.size(0), C = w.size(1);
+  Tensor U = flip ? Tensor::empty({kN, O, C}) : Tensor::empty({kN, C, O});
+  transform_weights_avx512(w.data<float>(), O, C, flip, U.data<float>());
   return U;
+}
+
+// dw[o][c][k] = sum_xi G[xi][k] dU[xi][c][o], 16 o at a time, scattered
+// into w's layout (5 C floats apart).
+HEED_AVX512 void untransform_weight_grad(const float* dU, int64_t O, int64_t C, float* pw) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(kR * C)));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t o = 0; o < O; o += 16) {
+      __m512 d[kN];
+#pragma GCC unroll 8
+      for (int xi = 0; xi < kN; ++xi) d[xi] = _mm512_loadu_ps(dU + (xi * C + c) * O + o);
+#pragma GCC unroll 5
+      for (int k = 0; k < kR; ++k) {
+        __m512 s = _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int xi = 0; xi < kN; ++xi)
+          if (kG[xi][k] != 0.0f) s = _mm512_fmadd_ps(_mm512_set1_ps(kG[xi][k]), d[xi], s);
+        _mm512_i32scatter_ps(pw + o * C * kR + c * kR + k, idx, s, 4);
+      }
+    }
 }
 
 // An uninitialised channels-last [N, C, L] (stored [N, L, C]).
@@ -376,14 +408,7 @@ Tensor winograd_conv1d_backward_weights(const Tensor& gy, const Tensor& relu_out
   for (int64_t grp = 1; grp < groups; ++grp)
     for (int64_t i = 0; i < part_size; ++i) pp[i] += pp[grp * part_size + i];
   Tensor gw = Tensor::empty({O, C, kR});
-  float* pw = gw.data<float>();
-  for (int64_t o = 0; o < O; ++o)
-    for (int64_t c = 0; c < C; ++c)
-      for (int k = 0; k < kR; ++k) {
-        float s = 0.0f;
-        for (int xi = 0; xi < kN; ++xi) s += kG[xi][k] * pp[(xi * C + c) * O + o];
-        pw[(o * C + c) * kR + k] = s;
-      }
+  untransform_weight_grad(pp, O, C, gw.data<float>());
   if (gb) {
     *gb = Tensor::empty({O});
     std::copy(pp + kN * C * O, pp + part_size, gb->data<float>());
