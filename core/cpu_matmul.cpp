@@ -8,6 +8,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "core/conv_winograd.h"
 #include "core/dnnl_context.h"
 #include "core/error.h"
 #include "core/iter.h"
@@ -325,8 +326,13 @@ std::string backend_info() {
   const char* mode = par == 0 ? "sequential" : par == 1 ? "pthreads" : par == 2 ? "OpenMP" : "unknown";
   const dnnl_version_t* v = dnnl::version();
   const char* rt = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential" : "other";
-  return fmt::format("OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={}; OpenMP threads={}",
-                     openblas_get_config(), mode, v->major, v->minor, v->patch, rt, omp_get_max_threads());
+  // Which algorithm the 5-tap convolutions use changes float32 rounding, so
+  // run logs record it with the rest.
+  const char* conv = !winograd_conv1d_supported() ? "direct (no AVX-512)"
+                     : conv1d_winograd()          ? "Winograd F(4,5)"
+                                                  : "direct (switched off)";
+  return fmt::format("OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={}; OpenMP threads={}; conv1d 5-tap: {}",
+                     openblas_get_config(), mode, v->major, v->minor, v->patch, rt, omp_get_max_threads(), conv);
 }
 
 }  // namespace heed::kernel

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/conv_winograd.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -796,6 +797,12 @@ TEST_CASE("set_num_threads controls the pools; backend_info reports OpenBLAS and
   // oneDNN (convolutions, the mid-sized matrix products) shares that pool.
   CHECK(info.find("oneDNN") != std::string::npos);
   CHECK(info.find("oneDNN") < info.rfind("threading=OpenMP"));
+  // The 5-tap convolution algorithm, which run logs record.
+  CHECK(info.find(kernel::winograd_conv1d_supported() ? "conv1d 5-tap: Winograd F(4,5)" : "conv1d 5-tap: direct") !=
+        std::string::npos);
+  k::set_conv1d_winograd(false);
+  CHECK(k::backend_info().find("conv1d 5-tap: direct") != std::string::npos);
+  k::set_conv1d_winograd(true);
 }
 
 TEST_CASE("element-wise results keep a dense input's memory order (channels-last stays channels-last)") {
