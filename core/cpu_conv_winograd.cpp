@@ -383,6 +383,10 @@ Tensor winograd_conv1d_backward_weights(const Tensor& gy, const Tensor& relu_out
   const int64_t N = x.size(0), C = x.size(1), T = x.size(2), O = gy.size(1), L = gy.size(2);
   const Tiles tl(N, T, L, P);
   const int64_t total = tl.total(), nch = tl.chunks(), groups = std::min(kGroups, nch);
+  if (groups == 0) {  // an empty batch: zero gradients
+    if (gb) *gb = Tensor::zeros({O});
+    return Tensor::zeros({O, C, kR});
+  }
   const int64_t part_size = kN * C * O + O;  // dU [8][C][O], then db [O]
   Tensor parts = Tensor::empty({groups, part_size});
   const float* px = x.data<float>();

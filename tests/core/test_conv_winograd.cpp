@@ -83,6 +83,19 @@ TEST_CASE("Winograd conv1d equals the float64 direct convolution: forward, ReLU,
   }
 }
 
+TEST_CASE("Winograd conv1d on an empty batch: empty outputs, zero weight gradients") {
+  if (!kernel::winograd_conv1d_supported()) return;  // the oneDNN path is covered by the conv1d tests
+  Tensor x = f32_cl(test::det_tensor({0, 16, 9}, 1, -1, 1, DType::f64));
+  Tensor w = test::det_tensor({32, 16, 5}, 2), gy = f32_cl(test::det_tensor({0, 32, 9}, 3, -1, 1, DType::f64));
+  CHECK(kernel::winograd_conv1d_forward(x, w, Tensor(), 2, false).shape() == Shape{0, 32, 9});
+  CHECK(kernel::winograd_conv1d_backward_data(gy, Tensor(), w, 9, 2).shape() == Shape{0, 16, 9});
+  Tensor gb;
+  Tensor gw = kernel::winograd_conv1d_backward_weights(gy, Tensor(), x, 2, &gb);
+  CHECK(gw.shape() == w.shape());
+  for (float v : gw.to_vector<float>()) CHECK(v == 0.0f);
+  CHECK(gb.to_vector<float>() == std::vector<float>(32, 0.0f));
+}
+
 TEST_CASE("Winograd conv1d backward with the ReLU mask fused equals masking first, bit for bit") {
   if (!kernel::winograd_conv1d_supported()) {
     CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, {1, 2, 1}, true));
