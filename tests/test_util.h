@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -29,6 +30,20 @@ inline Tensor det_tensor(const Shape& shape, uint64_t seed, double lo = -1.0, do
                          DType dtype = DType::f32) {
   Tensor t = Tensor::from_f64(det_values(shape_numel(shape), seed, lo, hi), shape);
   return kernel::to_dtype(t, dtype);
+}
+
+// max |a|, and max |a - b| over same-sized tensors (any layout, any dtype).
+inline double max_abs(const Tensor& a) {
+  double m = 0;
+  for (double v : a.to_vector<double>()) m = std::max(m, std::abs(v));
+  return m;
+}
+inline double max_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
 }
 
 // Elementwise |a - b| <= tol, with a message listing the first mismatch.

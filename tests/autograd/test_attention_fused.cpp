@@ -38,13 +38,7 @@ Tensor leaf(const Shape& s, uint64_t seed, DType dt) {
   return t;
 }
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  auto x = contiguous(a).to_vector<double>(), y = contiguous(b).to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
+using test::max_diff;
 
 struct Case {
   int64_t N, T, S, H, G, K, E;

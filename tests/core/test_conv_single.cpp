@@ -8,24 +8,8 @@
 #include "test_util.h"
 
 using namespace heed;
-
-namespace {
-
-double max_abs(const Tensor& a) {
-  double m = 0;
-  for (double v : a.to_vector<double>()) m = std::max(m, std::abs(v));
-  return m;
-}
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
-
-}  // namespace
+using test::max_abs;
+using test::max_diff;
 
 TEST_CASE("single-output-channel conv1d equals the float64 direct convolution, forward and both gradients") {
   struct Case {

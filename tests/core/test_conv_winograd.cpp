@@ -9,22 +9,10 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::max_abs;
+using test::max_diff;
 
 namespace {
-
-double max_abs(const Tensor& a) {
-  double m = 0;
-  for (double v : a.to_vector<double>()) m = std::max(m, std::abs(v));
-  return m;
-}
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
 
 // float32 copy of an [N, C, T] tensor, stored channels-last ([N, T, C]).
 Tensor f32_cl(const Tensor& t) {
