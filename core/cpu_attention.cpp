@@ -178,16 +178,14 @@ Scratch<T>& scratch() {
 // in a fixed order, so results are deterministic.
 constexpr int kLanes = 16;
 
+// (The maximum is exact in any order, so an OpenMP simd reduction, which
+// the compiler vectorises where it left the lane-array form scalar, changes
+// no result.)
 template <class T>
 T row_max(const T* x, int64_t n, T init) {
-  T m[kLanes];
-  for (auto& v : m) v = init;
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
-  for (; j < n; ++j) m[0] = x[j] > m[0] ? x[j] : m[0];
-  T r = m[0];
-  for (int l = 1; l < kLanes; ++l) r = m[l] > r ? m[l] : r;
+  T r = init;
+#pragma omp simd reduction(max : r)
+  for (int64_t j = 0; j < n; ++j) r = x[j] > r ? x[j] : r;
   return r;
 }
 template <class T>
@@ -235,15 +233,14 @@ T dot(const T* a, int64_t sa, const T* b, int64_t sb, int64_t n) {
   return lanes_sum(p);
 }
 
-// Hides the keys query i (a row of a block starting at query i0) may not see.
+// How many of the nb keys from j0 query i sees: all but, when causal, those
+// after i + off. Only those get a probability (exp); the rest are set to an
+// exact 0 instead of a -inf score, which halves the exponentials of a
+// diagonal block.
 template <class T>
-void mask_block(const Problem<T>& P, T* s, int64_t bq, int64_t nb, int64_t i0, int64_t j0) {
-  if (!P.causal) return;
-  for (int64_t i = 0; i < bq; ++i) {
-    const int64_t first_hidden = std::max<int64_t>(i0 + i + P.off + 1 - j0, 0);
-    T* row = s + i * nb;
-    for (int64_t jj = first_hidden; jj < nb; ++jj) row[jj] = -std::numeric_limits<T>::infinity();
-  }
+int64_t visible_keys(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb) {
+  if (!P.causal) return nb;
+  return std::clamp<int64_t>(i + P.off + 1 - j0, 0, nb);
 }
 
 template <class T>
@@ -262,15 +259,16 @@ void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_
   for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
     const int64_t nb = std::min(P.bk, jend - j0);
     mm<T>(bq, nb, K, P.scale, Q, Kh.from_row(j0).t(), T(0), {s, nb, 1});  // S = scale Q K^T
-    mask_block(P, s, bq, nb, i0, j0);
     for (int64_t i = 0; i < bq; ++i) {
       T* srow = s + i * nb;
-      const T mx = row_max(srow, nb, m[i]);
+      const int64_t vis = visible_keys(P, i0 + i, j0, nb);
+      const T mx = row_max(srow, vis, m[i]);
       // Key 0 is visible to every query and blocks go in ascending order, so
       // after the first block m is finite; a row fully hidden in a later
       // block keeps its m and adds exact zeros.
       const T corr = ex(m[i] - mx);
-      const T rs = exp_shifted_sum(srow, nb, mx);
+      const T rs = exp_shifted_sum(srow, vis, mx);
+      std::fill(srow + vis, srow + nb, T(0));
       l[i] = l[i] * corr + rs;
       m[i] = mx;
       // The first block finds acc zero: nothing to rescale.
@@ -284,7 +282,11 @@ void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_
   const Mat<T> O = o.at(n, h).from_row(i0);
   for (int64_t i = 0; i < bq; ++i) {
     const T inv = T(1) / l[i];
-    for (int64_t c = 0; c < E; ++c) O.p[i * O.rs + c * O.cs] = acc[i * E + c] * inv;
+    T* orow = O.p + i * O.rs;
+    if (O.cs == 1)  // the usual layout: a loop the compiler vectorises
+      for (int64_t c = 0; c < E; ++c) orow[c] = acc[i * E + c] * inv;
+    else
+      for (int64_t c = 0; c < E; ++c) orow[c * O.cs] = acc[i * E + c] * inv;
     lse[(n * P.H + h) * P.T_ + i0 + i] = m[i] + std::log(l[i]);
   }
 }
@@ -322,9 +324,11 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
       for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
         const int64_t nb = std::min(P.bk, jend - j0);
         mm<T>(bq, nb, K, P.scale, Qb, Kh.from_row(j0).t(), T(0), {s, nb, 1});  // S
-        mask_block(P, s, bq, nb, i0, j0);
-        for (int64_t i = 0; i < bq; ++i) {
-          exp_shifted(s + i * nb, nb, lse_h[i0 + i]);  // P
+        for (int64_t i = 0; i < bq; ++i) {  // P, exact zeros where causal hides a key
+          T* srow = s + i * nb;
+          const int64_t vis = visible_keys(P, i0 + i, j0, nb);
+          exp_shifted(srow, vis, lse_h[i0 + i]);
+          std::fill(srow + vis, srow + nb, T(0));
         }
         mm<T>(bq, nb, E, T(1), GOb, V.from_row(j0).t(), T(0), {dp, nb, 1});  // dP = dO V^T
         for (int64_t i = 0; i < bq; ++i) {
