@@ -2,7 +2,7 @@
 // padding 0..4) by Winograd's minimal filtering F(4, 5), forward and both
 // backward passes, for channels-last float32 activations on AVX-512.
 //
-// Why: the toy models' 64 -> 64 convolutions are 96% of a training step, and
+// Why: the toy models' 64 -> 64 convolutions were over 90% of a training step, and
 // oneDNN's direct kernels already run them at the machine's sgemm peak. The
 // only way to go faster is fewer multiplications. F(4, 5) computes 4 outputs
 // of a 5-tap filter from 8 inputs with 8 products instead of 20 (2.5x fewer),
@@ -15,7 +15,7 @@
 //   forward    y[n][t][o]  = b[o] + sum_{c,k} w[o][c][k] x[n][t + k - P][c]
 //   per tile j (outputs 4j .. 4j+3, inputs d = x[4j - P .. 4j - P + 7]):
 //     V[xi][c] = sum_i BT[xi][i] d[i][c]           input transform
-//     U[xi][c][o] = sum_k G[xi][k] w[o][c][k]      weight transform (once)
+//     U[xi][c][o] = sum_k G[xi][k] w[o][c][k]      weight transform (once per call)
 //     M[xi][o] = sum_c V[xi][c] U[xi][c][o]        8 GEMMs, tiles x C x O
 //     y[4j + t][o] = b[o] + sum_xi AT[t][xi] M[xi][o]
 //   backward data: dx is the same correlation of dy with the flipped,
