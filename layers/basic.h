@@ -51,7 +51,10 @@ class Conv1d : public Module {
  public:
   explicit Conv1d(const Conv1dOptions& o);
   // x [N, C, T] -> [N, O, T']. A wrong channel count or rank is reported with
-  // the module's configuration.
+  // the module's configuration. Which kernel runs depends on the shape and the
+  // input's layout (kernel::conv1d_forward): float32 5-tap layers on
+  // channels-last activations use Winograd F(4, 5) on AVX-512 CPUs
+  // (kernel::set_conv1d_winograd(false) for oneDNN's direct kernels).
   Tensor forward(const Tensor& x) override;
   // relu(forward(x)) in one pass (Sequential uses it for Conv1d then ReLU).
   Tensor forward_relu(const Tensor& x);
