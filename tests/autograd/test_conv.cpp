@@ -99,6 +99,35 @@ TEST_CASE("conv1d: channels-last activations give the same numbers as contiguous
   CHECK(kernel::conv1d_backward_data(g1, w1, x.shape(), geo, false).is_contiguous());
 }
 
+TEST_CASE("conv1d and conv1d_relu on channels-last 5-tap layers (Winograd, ReLU mask in the backward) match float64") {
+  // 16 and 32 channels: the shapes the Winograd kernels take (on AVX-512;
+  // elsewhere oneDNN, and the comparison holds the same).
+  compare({2, 16, 23, 32, 5, 1, 2, 1, true}, true);
+  compare({3, 32, 10, 16, 5, 1, 0, 1, false}, true);
+  for (int64_t P : {1, 2, 4}) {
+    INFO("padding " << P);
+    Tensor x32 = channels_last(test::det_tensor({3, 16, 13}, 1)), w32 = test::det_tensor({32, 16, 5}, 2, -0.3, 0.3),
+           b32 = test::det_tensor({32}, 3, -0.5, 0.5);
+    std::vector<Tensor> t32{x32, w32, b32}, t64;
+    for (const Tensor& t : t32) t64.push_back(kernel::to_dtype(t, DType::f64));
+    std::vector<Tensor> out32, out64;
+    for (auto* set : {&t32, &t64}) {
+      for (Tensor& t : *set) t.set_requires_grad(true);
+      Tensor y = conv1d_relu((*set)[0], (*set)[1], (*set)[2], 1, P);
+      Tensor gy = test::det_tensor(y.shape(), 4, -1, 1, y.dtype());
+      if (y.dtype() == DType::f32) gy = channels_last(gy);
+      backward(y, gy);
+      auto& out = set == &t32 ? out32 : out64;
+      out.push_back(y);
+      for (Tensor& t : *set) out.push_back(t.grad());
+    }
+    int64_t zeros = 0;
+    for (double v : out64[0].to_vector<double>()) zeros += v == 0.0;
+    CHECK(zeros > 0);  // the ReLU masks something
+    for (size_t i = 0; i < out32.size(); ++i) test::check_close(out32[i], out64[i].to_vector<double>(), kTol);
+  }
+}
+
 TEST_CASE("conv1d: bad shapes are named") {
   Tensor x = Tensor::zeros({2, 3, 10}), w = Tensor::zeros({4, 5, 3});
   test::check_error([&] { conv1d(x, w); }, {"conv1d", "3 channels", "[2, 3, 10]", "expects 5", "[4, 5, 3]"});
