@@ -60,33 +60,43 @@ std::vector<float> taps_by_channel(const Tensor& w) {
   return wt;
 }
 
+// Sum of 16 lanes as a fixed tree (depth 4, not a chain of 15 dependent adds).
+inline float lanes_sum16(const float (&a)[16]) {
+  float h[8];
+  for (int l = 0; l < 8; ++l) h[l] = a[l] + a[l + 8];
+  return ((h[0] + h[4]) + (h[1] + h[5])) + ((h[2] + h[6]) + (h[3] + h[7]));
+}
+
 // Channels-last x: y[n][t] = b + sum_k sum_c wt[k][c] x[n][t + k - P][c].
+// Each output is a dot product of K rows of x with the weights, kept as 16
+// partial sums (one vector register) so the channel loop is a vector
+// multiply-add. kTB outputs are computed together, each with its own partial
+// sums, so their dependent multiply-add chains overlap.
 Tensor forward_channels_last(const Tensor& x, const Tensor& w, float b, int64_t P) {
+  constexpr int64_t kTB = 8;
   const int64_t N = x.size(0), C = x.size(1), T = x.size(2), K = w.size(2), L = T + 2 * P - K + 1;
   Tensor y = Tensor::empty({N, 1, L});
   const std::vector<float> wt = taps_by_channel(w);
   const float* px = x.data<float>();  // [N, T, C]
   float* py = y.data<float>();
+  const int64_t c16 = C / 16 * 16;
   parallel_over(N, N * C * K * L, [&](int64_t n) {
-    for (int64_t t = 0; t < L; ++t) {
-      // 16 partial sums (one vector register), so the channel loop is a
-      // vector multiply-add; a single float accumulator would be a serial
-      // chain the compiler may not reorder. Combined in a fixed order.
-      float part[16] = {};
-      float tail = 0.0f;
-      const int64_t c16 = C / 16 * 16;
+    for (int64_t t0 = 0; t0 < L; t0 += kTB) {
+      const int64_t nt = std::min(kTB, L - t0);
+      float part[kTB][16] = {};
+      float tail[kTB] = {};
       for (int64_t k = 0; k < K; ++k) {
-        const int64_t s = t + k - P;
-        if (s < 0 || s >= T) continue;
-        const float* __restrict xr = px + (n * T + s) * C;
         const float* __restrict wr = wt.data() + k * C;
-        for (int64_t c = 0; c < c16; c += 16)
-          for (int l = 0; l < 16; ++l) part[l] += xr[c + l] * wr[c + l];
-        for (int64_t c = c16; c < C; ++c) tail += xr[c] * wr[c];
+        for (int64_t i = 0; i < nt; ++i) {
+          const int64_t s = t0 + i + k - P;
+          if (s < 0 || s >= T) continue;
+          const float* __restrict xr = px + (n * T + s) * C;
+          for (int64_t c = 0; c < c16; c += 16)
+            for (int l = 0; l < 16; ++l) part[i][l] += xr[c + l] * wr[c + l];
+          for (int64_t c = c16; c < C; ++c) tail[i] += xr[c] * wr[c];
+        }
       }
-      float acc = 0.0f;
-      for (int l = 0; l < 16; ++l) acc += part[l];
-      py[n * L + t] = b + (acc + tail);
+      for (int64_t i = 0; i < nt; ++i) py[n * L + t0 + i] = b + (lanes_sum16(part[i]) + tail[i]);
     }
   });
   return y;
