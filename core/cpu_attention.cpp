@@ -39,6 +39,7 @@
 #include "core/fast_math.h"
 #include "core/format.h"
 #include "core/kernels.h"
+#include "core/lanes.h"
 
 namespace heed::kernel {
 namespace {
@@ -172,27 +173,15 @@ Scratch<T>& scratch() {
   return s;
 }
 
-// Row reductions with 16 independent partial results (one vector register
-// of floats), which the compiler turns into vector max/add: a single running
-// accumulator is a serial chain it may not reorder. The partials are combined
-// in a fixed order, so results are deterministic.
-constexpr int kLanes = 16;
-
-// (The maximum is exact in any order, so an OpenMP simd reduction, which
-// the compiler vectorises where it left the lane-array form scalar, changes
-// no result.)
+// Row sums use 16 partial results (core/lanes.h). The maximum is exact in
+// any order, so it is an OpenMP simd reduction (which the compiler
+// vectorises, where it left the lane-array form scalar).
 template <class T>
 T row_max(const T* x, int64_t n, T init) {
   T r = init;
 #pragma omp simd reduction(max : r)
   for (int64_t j = 0; j < n; ++j) r = x[j] > r ? x[j] : r;
   return r;
-}
-template <class T>
-T lanes_sum(const T (&a)[kLanes]) {
-  T h[kLanes / 2];
-  for (int l = 0; l < kLanes / 2; ++l) h[l] = a[l] + a[l + kLanes / 2];
-  return ((h[0] + h[4]) + (h[1] + h[5])) + ((h[2] + h[6]) + (h[3] + h[7]));
 }
 // x_j = e^(x_j - c); returns sum_j x_j (the softmax denominator) from the
 // same pass.

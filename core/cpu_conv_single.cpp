@@ -20,6 +20,7 @@
 
 #include "core/conv_single.h"
 #include "core/error.h"
+#include "core/lanes.h"
 
 namespace heed::kernel {
 
@@ -60,13 +61,6 @@ std::vector<float> taps_by_channel(const Tensor& w) {
   return wt;
 }
 
-// Sum of 16 lanes as a fixed tree (depth 4, not a chain of 15 dependent adds).
-inline float lanes_sum16(const float (&a)[16]) {
-  float h[8];
-  for (int l = 0; l < 8; ++l) h[l] = a[l] + a[l + 8];
-  return ((h[0] + h[4]) + (h[1] + h[5])) + ((h[2] + h[6]) + (h[3] + h[7]));
-}
-
 // Channels-last x: y[n][t] = b + sum_k sum_c wt[k][c] x[n][t + k - P][c].
 // Each output is a dot product of K rows of x with the weights, kept as 16
 // partial sums (one vector register) so the channel loop is a vector
@@ -79,11 +73,11 @@ Tensor forward_channels_last(const Tensor& x, const Tensor& w, float b, int64_t 
   const std::vector<float> wt = taps_by_channel(w);
   const float* px = x.data<float>();  // [N, T, C]
   float* py = y.data<float>();
-  const int64_t c16 = C / 16 * 16;
+  const int64_t c16 = C / kLanes * kLanes;
   parallel_over(N, N * C * K * L, [&](int64_t n) {
     for (int64_t t0 = 0; t0 < L; t0 += kTB) {
       const int64_t nt = std::min(kTB, L - t0);
-      float part[kTB][16] = {};
+      float part[kTB][kLanes] = {};
       float tail[kTB] = {};
       for (int64_t k = 0; k < K; ++k) {
         const float* __restrict wr = wt.data() + k * C;
@@ -91,12 +85,12 @@ Tensor forward_channels_last(const Tensor& x, const Tensor& w, float b, int64_t 
           const int64_t s = t0 + i + k - P;
           if (s < 0 || s >= T) continue;
           const float* __restrict xr = px + (n * T + s) * C;
-          for (int64_t c = 0; c < c16; c += 16)
-            for (int l = 0; l < 16; ++l) part[i][l] += xr[c + l] * wr[c + l];
+          for (int64_t c = 0; c < c16; c += kLanes)
+            for (int l = 0; l < kLanes; ++l) part[i][l] += xr[c + l] * wr[c + l];
           for (int64_t c = c16; c < C; ++c) tail[i] += xr[c] * wr[c];
         }
       }
-      for (int64_t i = 0; i < nt; ++i) py[n * L + t0 + i] = b + (lanes_sum16(part[i]) + tail[i]);
+      for (int64_t i = 0; i < nt; ++i) py[n * L + t0 + i] = b + (lanes_sum(part[i]) + tail[i]);
     }
   });
   return y;
