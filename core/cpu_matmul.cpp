@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "core/conv_winograd.h"
 #include "core/dnnl_context.h"
@@ -46,9 +47,23 @@ BlasMat blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return m;
 }
 
+// OpenBLAS never threads a product itself: its own split of a large product
+// changes the last bits with the thread count. heed splits products over its
+// threads instead (gemm_split). In the OpenMP build, openblas_set_num_threads
+// also sets OpenMP's thread count, which is put back.
+void openblas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const int n = omp_get_max_threads();
+    openblas_set_num_threads(1);
+    omp_set_num_threads(n);
+  });
+}
+
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
           T* C, int64_t ldc, T beta = T(0)) {
+  openblas_single_threaded();
   auto tA = ta ? CblasTrans : CblasNoTrans;
   auto tB = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
@@ -58,16 +73,20 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
 }
 
 // C = op(A) op(B) (+ C when beta = 1) on oneDNN's matmul (brgemm kernels),
-// for float32. On this machine they run the Linear layers' mid-sized products
-// 8-12% faster than OpenBLAS (e.g. [768, 128] x [128, 512]: 458 against
-// 496 us on 2 threads). Primitives are built once per shape, transposition,
-// leading dimensions and beta, and cached.
+// for float32, on the calling thread only. On this machine they run the
+// Linear layers' mid-sized products 8-12% faster than OpenBLAS (e.g.
+// [768, 128] x [128, 512]: 458 against 496 us on 2 threads). Primitives are
+// built once per shape, transposition, leading dimensions and beta, and
+// cached. They are built for one thread: oneDNN fixes a primitive's split
+// across threads when it is created, and on some CPUs (brgemm on AVX-512)
+// that split cuts the inner dimension K differently for 1 and 2 threads,
+// which changes the last bits. heed splits the work itself (gemm_split).
 void dnnl_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                 int64_t ldb, float* C, int64_t ldc, float beta) {
   using dnnl::memory;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
   struct Entry {
-    memory::desc a, b, c;
+    memory::desc a, b, c, scratch;
     dnnl::matmul prim;
   };
   static std::mutex mu;
@@ -78,70 +97,115 @@ void dnnl_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
     std::lock_guard<std::mutex> lock(mu);
     auto& slot = cache[Key{M, N, K, lda, ldb, ldc, ta, tb, acc}];
     if (!slot) {
-      slot = std::make_shared<Entry>();
+      auto entry = std::make_shared<Entry>();
       const auto f32 = memory::data_type::f32;
       // Row-major strides; a transposed operand is the stored matrix read by columns.
-      slot->a = memory::desc({M, K}, f32, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
-      slot->b = memory::desc({K, N}, f32, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-      slot->c = memory::desc({M, N}, f32, memory::dims{ldc, 1});
+      entry->a = memory::desc({M, K}, f32, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+      entry->b = memory::desc({K, N}, f32, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+      entry->c = memory::desc({M, N}, f32, memory::dims{ldc, 1});
       dnnl::primitive_attr attr;
+      // Threads run primitives side by side: each brings its own scratchpad
+      // (oneDNN's library-managed one is shared).
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       if (acc) {
         dnnl::post_ops po;
         po.append_sum(1.0f);  // C += A B
         attr.set_post_ops(po);
       }
-      auto& eng = detail::dnnl_engine();
-      slot->prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(slot->a, slot->b, slot->c), attr, eng));
+      // oneDNN (OpenMP runtime) reads the thread count of the creating thread.
+      const int threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      try {
+        auto& eng = detail::dnnl_engine();
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr, eng);
+        entry->scratch = pd.scratchpad_desc();
+        entry->prim = dnnl::matmul(pd);
+      } catch (...) {
+        omp_set_num_threads(threads);
+        throw;
+      }
+      omp_set_num_threads(threads);
+      slot = entry;
     }
     e = slot;
   }
+  thread_local std::vector<char> scratch;  // grows to the largest scratchpad this thread needed
+  if (scratch.size() < e->scratch.get_size()) scratch.resize(e->scratch.get_size());
   auto& eng = detail::dnnl_engine();
-  detail::dnnl_run(e->prim, {{DNNL_ARG_SRC, memory(e->a, eng, const_cast<float*>(A))},
-                             {DNNL_ARG_WEIGHTS, memory(e->b, eng, const_cast<float*>(B))},
-                             {DNNL_ARG_DST, memory(e->c, eng, C)}});
+  detail::dnnl_run_here(e->prim, {{DNNL_ARG_SRC, memory(e->a, eng, const_cast<float*>(A))},
+                                  {DNNL_ARG_WEIGHTS, memory(e->b, eng, const_cast<float*>(B))},
+                                  {DNNL_ARG_DST, memory(e->c, eng, C)},
+                                  {DNNL_ARG_SCRATCHPAD, memory(e->scratch, eng, scratch.data())}});
 }
 
-// A mid-sized GEMM (1 MFLOP to 2 GFLOP: the products of small models). In
-// float32 it runs on oneDNN's matmul (dnnl_sgemm), on any thread count, so
-// the numbers do not depend on which path a thread count would pick (the
-// determinism test checks 1 against 2 threads bit for bit). Otherwise it is
-// split across heed's threads by hand: each thread runs OpenBLAS
-// single-threaded (it is inside an active parallel region) on a slab of
-// output rows, or of columns when the rows are few, which scales better on
-// 2 cores than OpenBLAS's own threading; each output element is still one
-// dot product over the whole K, so the numbers do not depend on the split.
+// One single-threaded GEMM on the calling thread: oneDNN's matmul for float32
+// products from 1 MFLOP (faster than OpenBLAS there), OpenBLAS otherwise
+// (heed keeps OpenBLAS at one thread: set_num_threads).
 template <class T>
-void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
-                int64_t ldb, T* C, int64_t ldc, T beta = T(0)) {
-  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const int64_t flops = 2 * M * N * K;
-  // Large products: OpenBLAS's own threading (and its blocking) is better.
-  const bool mid = flops >= (int64_t{1} << 20) && flops <= (int64_t{1} << 31);
+void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+              T* C, int64_t ldc, T beta) {
   if constexpr (std::is_same_v<T, float>) {
-    if (mid && !omp_in_parallel() && (beta == 0.0f || beta == 1.0f)) {
+    if (2 * M * N * K >= (int64_t{1} << 20) && (beta == 0.0f || beta == 1.0f)) {
       dnnl_sgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
       return;
     }
   }
-  if (nt < 2 || !mid) {
-    gemm<T>(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
+  gemm<T>(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
+}
+
+// How gemm_split cuts a product: into `count` slabs of output rows (or of
+// columns, when the rows are fewer), `size` rows or columns each (the last
+// one shorter), a multiple of 16 so that slab edges fall on the libraries'
+// micro-kernel tiles. The cut depends on the shape only, never on the thread
+// count, and every output element is one dot product over the whole K
+// computed by one single-threaded call: the numbers are the same whatever
+// the thread count, on any CPU.
+struct Slabs {
+  bool by_rows = true;
+  int64_t size = 0, count = 1;
+};
+
+Slabs gemm_slabs(int64_t M, int64_t N, int64_t K) {
+  Slabs s;
+  s.by_rows = M >= N;
+  const int64_t total = s.by_rows ? M : N;
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  // Below 1 MFLOP one call does it all. Above, an even number of slabs (two
+  // cores share them evenly), more as the product grows, so that a slab
+  // stays near 256 MFLOP and its operands near the caches; at least 16 rows
+  // or columns each.
+  int64_t want = 1;
+  if (flops >= double(1 << 20)) {
+    want = 2;
+    while (want < 64 && flops / double(want) > double(1 << 28)) want *= 2;
+  }
+  want = std::max<int64_t>(1, std::min(want, total / 16));
+  s.size = ((total + want - 1) / want + 15) / 16 * 16;
+  s.count = (total + s.size - 1) / s.size;
+  return s;
+}
+
+// C = op(A) op(B) (+ C when beta = 1), split over heed's threads in slabs
+// (gemm_slabs), each slab one single-threaded call. Inside an active parallel
+// region the slabs run one after the other on the calling thread.
+template <class T>
+void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+                int64_t ldb, T* C, int64_t ldc, T beta = T(0)) {
+  const Slabs s = gemm_slabs(M, N, K);
+  auto slab = [&](int64_t i) {
+    const int64_t lo = i * s.size, hi = std::min(s.by_rows ? M : N, lo + s.size);
+    if (s.by_rows)
+      gemm_one<T>(ta, tb, hi - lo, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc, beta);
+    else
+      gemm_one<T>(ta, tb, M, hi - lo, K, A, lda, tb ? B + lo * ldb : B + lo, ldb, C + lo, ldc, beta);
+  };
+  const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), s.count));
+  if (nt < 2) {
+    for (int64_t i = 0; i < s.count; ++i) slab(i);
     return;
   }
-  const bool by_rows = M >= N;
-  const int64_t total = by_rows ? M : N;
-  // Slabs in multiples of 16 so that every slab's edges fall on the same
-  // micro-kernel tiles as a whole-matrix call would.
-  const int64_t step = ((total + nt - 1) / nt + 15) / 16 * 16;
-#pragma omp parallel num_threads(nt)
-  {
-    const int64_t lo = std::min(total, step * omp_get_thread_num()), hi = std::min(total, lo + step);
-    if (hi > lo) {
-      if (by_rows)
-        gemm<T>(ta, tb, hi - lo, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc, beta);
-      else
-        gemm<T>(ta, tb, M, hi - lo, K, A, lda, tb ? B + lo * ldb : B + lo, ldb, C + lo, ldc, beta);
-    }
-  }
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t i = 0; i < s.count; ++i) slab(i);
 }
 
 // y [R, O] = x [R, I] w[O, I]^T (+ b): the bias is written into y first and
@@ -237,23 +301,16 @@ Tensor matmul_impl(Tensor a, Tensor b, const Shape& batch) {
       ob += k * be.stride(d);
     }
   };
-  // Many small products: one GEMM per thread (OpenBLAS runs single-threaded
-  // inside a parallel region). Few large ones: let OpenBLAS split each. A
-  // batch with little work in all stays on one thread: a parallel region costs
-  // more than it saves there, and far more when the cores are busy (attention
-  // heads at generation time, gradient checks).
   auto one = [&](int64_t i) {
     int64_t oa, ob;
     batch_offsets(i, oa, ob);
-    if (nb == 1) gemm_split<T>(ma.trans, mb.trans, M, N, K, pa + oa, ma.ld, pb + ob, mb.ld, pc, N);
-    else gemm<T>(ma.trans, mb.trans, M, N, K, pa + oa, ma.ld, pb + ob, mb.ld, pc + i * M * N, N);
+    gemm_split<T>(ma.trans, mb.trans, M, N, K, pa + oa, ma.ld, pb + ob, mb.ld, pc + i * M * N, N);
   };
-  // Small products: one GEMM per thread (OpenBLAS sees an active parallel
-  // region and stays single-threaded). Large ones: OpenBLAS threads each.
-  // Not `omp parallel if (...)`: a false if still opens an (inactive)
-  // region, and OpenBLAS's own region inside it is then a nested one, for
-  // which libgomp creates and destroys threads on every call (2x slower
-  // GPT steps, worse with spinning waits).
+  // Many small products: one GEMM per thread. Larger ones: each split over
+  // the threads by gemm_split. A batch with little work in all stays on one
+  // thread: a parallel region costs more than it saves there, and far more
+  // when the cores are busy (attention heads at generation time, gradient
+  // checks).
   const bool small = M * N * K < (1 << 18);
   if (small && nb > 1 && nb * M * N * K > kParallelGrain) {
 #pragma omp parallel for schedule(static)
@@ -315,8 +372,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 void set_num_threads(int n) {
   if (n < 1) fail("set_num_threads: expected a thread count >= 1, got {}", n);
-  omp_set_num_threads(n);
-  openblas_set_num_threads(n);  // oneDNN uses OpenMP, so omp_set_num_threads covers it
+  openblas_single_threaded();
+  omp_set_num_threads(n);  // oneDNN uses OpenMP, so this covers it
 }
 
 int num_threads() { return omp_get_max_threads(); }

@@ -25,4 +25,10 @@ void dnnl_run(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memo
   ctx().stream.wait();
 }
 
+void dnnl_run_here(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args) {
+  thread_local dnnl::stream stream{ctx().eng};
+  p.execute(stream, args);
+  stream.wait();
+}
+
 }  // namespace heed::kernel::detail

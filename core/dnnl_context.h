@@ -16,5 +16,8 @@ dnnl::engine& dnnl_engine();
 dnnl::memory dnnl_mem(const dnnl::memory::desc& md, const Tensor& t);
 // Runs p on heed's stream and waits for it.
 void dnnl_run(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args);
+// The same on a stream of the calling thread's own, for primitives that heed's
+// threads run side by side (each built for one thread).
+void dnnl_run_here(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args);
 
 }  // namespace heed::kernel::detail

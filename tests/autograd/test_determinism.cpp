@@ -1,9 +1,10 @@
 // tests/autograd/test_determinism.cpp: the same training step gives the same
 // bits, run after run and whatever the thread count. heed's element-wise,
 // reduction, softmax, index and loss kernels compute each output element on one
-// thread in a fixed order (core/kernels.h), and OpenBLAS splits GEMMs over
-// the output only, never over the inner dimension, so the sums do not depend
-// on how many threads share the work.
+// thread in a fixed order (core/kernels.h), and GEMMs are cut into slabs of
+// output rows or columns by shape alone, each one single-threaded library
+// call (tests/core/test_matmul_threads.cpp), so the sums do not depend on
+// how many threads share the work.
 #include <cstring>
 
 #include "test_util.h"

@@ -1,0 +1,55 @@
+// tests/core/test_matmul_threads.cpp: matrix products give the same bits
+// whatever the thread count. heed splits every GEMM over output rows or
+// columns itself, in slabs that depend only on the shape, and runs each slab
+// on one thread (core/cpu_matmul.cpp); the libraries' own splits (oneDNN's
+// brgemm may split the inner dimension, and differently per thread count and
+// CPU) never decide the numbers.
+#include <array>
+#include <cstring>
+
+#include "test_util.h"
+
+using namespace heed;
+
+namespace {
+
+struct ThreadCount {
+  int before = kernel::num_threads();
+  ~ThreadCount() { kernel::set_num_threads(before); }
+};
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<float>(), y = b.to_vector<float>();
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("matmul and linear are bit-identical on 1, 2, 3 and 4 threads, for every GEMM path") {
+  ThreadCount restore;
+  // [M, K] x [K, N]: the shapes of the GPTs' and the determinism test's
+  // products (oneDNN's range), one too small for any split, one large enough
+  // for OpenBLAS's own threading, odd sizes that leave partial slabs, and few
+  // rows (split by columns).
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {512, 512, 256}, {512, 256, 512}, {256, 512, 512}, {768, 128, 512}, {768, 512, 128}, {3072, 256, 768},
+      {37, 300, 129},  {16, 4096, 64},  {5, 64, 4000},   {24, 24, 24},    {1100, 1030, 1000}};
+  for (auto [M, K, N] : shapes) {
+    Tensor a = test::det_tensor({M, K}, 11, -1, 1);
+    Tensor b = test::det_tensor({K, N}, 12, -1, 1);
+    Tensor bt = kernel::contiguous(kernel::transpose(test::det_tensor({K, N}, 13, -1, 1), 0, 1));  // [N, K]
+    Tensor bias = test::det_tensor({N}, 14, -1, 1);
+    std::vector<Tensor> ref;
+    for (int nt : {1, 2, 3, 4}) {
+      kernel::set_num_threads(nt);
+      std::vector<Tensor> got = {kernel::matmul(a, b), kernel::matmul(kernel::transpose(kernel::contiguous(kernel::transpose(a, 0, 1)), 0, 1), b),
+                                 kernel::linear(a, bt, bias)};
+      if (ref.empty()) ref = got;
+      for (size_t i = 0; i < got.size(); ++i) {
+        INFO("shape " << M << "x" << K << " @ " << K << "x" << N << ", product " << i << ", " << nt
+                      << " threads against 1");
+        CHECK(same_bits(got[i], ref[i]));
+      }
+    }
+  }
+}
