@@ -25,7 +25,7 @@
 #include <memory>
 
 #include "core/allocator.h"
-#include "experiments/args.h"
+#include "data/args.h"
 #include "experiments/common.h"
 #include "experiments/shapes_models.h"
 #include "heed.h"

@@ -3,13 +3,12 @@
 // generation from its checkpoint with cached keys and values).
 #include "experiments/charlm.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 
-#include "data/checkpoint.h"
-#include "data/runlog.h"
 #include "data/text.h"
-#include "experiments/args.h"
 #include "experiments/common.h"
 #include "heed.h"
 
@@ -26,10 +25,8 @@ struct Config {
   std::string schedule = "cosine";
   std::string init = "torch";
   int64_t eval_every = 200, eval_batches = 32;
-  int64_t seed = 0, threads = 2;
-  std::string text, out = "runs/charlm.h5", checkpoint, resume;
-  int64_t checkpoint_every = 500;
-  int64_t stop_after = 0;
+  int64_t seed = 0;
+  std::string text;
 };
 
 std::shared_ptr<nn::GPT> make_model(const Config& c, int64_t vocab, Generator* g) {
@@ -121,20 +118,23 @@ std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt
 
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
   Config c;
-  Args a("run charlm",
-         "Trains a character-level GPT (token + learned position embeddings, pre-LN transformer\n"
-         "blocks, AdamW, warm-up then cosine or constant learning rate, global-norm clipping) on a\n"
-         "text file (default: the King James Bible) and logs losses and attention maps to HDF5.");
-  a.integer("layers", &c.layers, "transformer blocks", 1)
+  Run run("charlm",
+          "Trains a character-level GPT (token + learned position embeddings, pre-LN transformer\n"
+          "blocks, AdamW, warm-up then cosine or constant learning rate, global-norm clipping) on a\n"
+          "text file (default: the King James Bible) and logs losses and attention maps to HDF5.",
+          RunOptions("runs/charlm.h5").steps(2000).checkpoint_every(500));
+  c.warmup = -1;  // default: 100 steps, at most a tenth of the run
+  run.args()
+      .integer("layers", &c.layers, "transformer blocks", 1)
       .integer("heads", &c.heads, "attention heads", 1)
       .integer("width", &c.width, "model width (divisible by heads)", 1)
       .integer("context", &c.context, "context length in characters", 2)
       .integer("batch", &c.batch, "sequences per step", 1)
-      .integer("steps", &c.steps, "training steps", 1)
       .real("lr", &c.lr, "peak learning rate", 0.0, 1e300, true)
       .real("min-lr", &c.min_lr, "final learning rate of the cosine schedule", 0.0)
-      .integer("warmup", &c.warmup, "linear warm-up steps", 0)
-      .choice("schedule", &c.schedule, {"cosine", "constant"}, "learning-rate schedule after warm-up")
+      .integer("warmup", &c.warmup, "linear warm-up steps (-1: 100, at most a tenth of --steps)", -1)
+      .choice("schedule", &c.schedule, {"cosine", "constant"},
+              "learning-rate schedule after warm-up (cosine decays to --min-lr at --steps, which a resumed run may raise)")
       .choice("init", &c.init, {"gpt2", "torch"},
               "initialisation: gpt2 (N(0, 0.02), scaled residual projections) or torch (PyTorch's layer defaults)")
       .real("weight-decay", &c.weight_decay, "AdamW decoupled weight decay", 0.0)
@@ -143,27 +143,14 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
       .integer("eval-every", &c.eval_every, "evaluate every N steps", 1)
       .integer("eval-batches", &c.eval_batches, "fixed batches per evaluation", 1)
       .integer("seed", &c.seed, "seed", 0)
-      .integer("threads", &c.threads, "threads for every backend", 1, 1024)
-      .text("text", &c.text, "UTF-8 text file to train on (default: the King James Bible)")
-      .text("out", &c.out, "HDF5 log file")
-      .text("checkpoint", &c.checkpoint, "checkpoint file (default: the log's name with .ckpt.h5)")
-      .integer("checkpoint-every", &c.checkpoint_every, "write a checkpoint every N steps (0: only at the end)", 0)
-      .text("resume", &c.resume, "continue the run saved in this checkpoint")
-      .integer("stop-after", &c.stop_after, "stop after step N with a checkpoint, as Ctrl-C does", 0);
-  if (!a.parse(args)) return 0;
-
-  Checkpoint resume_ck;
-  if (!c.resume.empty()) {
-    resume_ck = load_checkpoint(c.resume, "charlm");
-    restore_config(a, resume_ck.config, "run charlm");
-    if (!a.given("checkpoint")) c.checkpoint = c.resume;
-  }
-  if (c.width % c.heads != 0) fail("run charlm: --width {} is not divisible by --heads {}", c.width, c.heads);
-  if (c.warmup > c.steps) fail("run charlm: --warmup {} exceeds --steps {}", c.warmup, c.steps);
-  if (c.checkpoint.empty()) c.checkpoint = default_checkpoint_path(c.out);
-  if (c.resume.empty()) prepare_output_path(c.out);
-  prepare_output_path(c.checkpoint);
-  kernel::set_num_threads(static_cast<int>(c.threads));
+      .text("text", &c.text, "UTF-8 text file to train on (default: the King James Bible)");
+  if (!run.parse(args, command_line)) return 0;
+  c.steps = run.steps();
+  if (c.warmup < 0) c.warmup = std::min<int64_t>(100, c.steps / 10);  // saved resolved: a resumed run keeps it
+  if (c.width % c.heads != 0)
+    throw UsageError(fmt::format("run charlm: --width {} is not divisible by --heads {}", c.width, c.heads));
+  if (c.warmup > c.steps)
+    throw UsageError(fmt::format("run charlm: --warmup {} exceeds --steps {}", c.warmup, c.steps));
 
   // Data: the vocabulary is built from the whole corpus and saved with the model.
   Stopwatch sw;
@@ -177,153 +164,92 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   fmt::print("text: {} characters, vocabulary {} ({})\n", split.train.numel() + split.val.numel(), tok.vocab_size(),
              format_seconds(sw.seconds()));
 
-  Generator init(static_cast<uint64_t>(c.seed) * 7919 + 11);
+  Generator init(static_cast<uint64_t>(c.seed) * 7919 + 11), batches(static_cast<uint64_t>(c.seed));
   auto model = make_model(c, tok.vocab_size(), &init);
   optim::AdamW opt(model->named_parameters(), optim::AdamWOptions().lr(c.lr).weight_decay(c.weight_decay));
   std::unique_ptr<optim::LRSchedule> sched;
   if (c.schedule == "cosine") sched = std::make_unique<optim::WarmupCosineLR>(c.lr, c.warmup, c.steps, c.min_lr);
   else if (c.warmup > 0) sched = std::make_unique<optim::WarmupCosineLR>(c.lr, c.warmup, c.steps, c.lr);
   else sched = std::make_unique<optim::ConstantLR>(c.lr);
-  Generator batches(static_cast<uint64_t>(c.seed));
 
   // The probe: a fixed text whose attention maps are logged at each evaluation.
   std::string probe_text;
-  {
+  try {
+    tok.encode(kProbe);
     std::vector<uint32_t> cps = data::decode_utf8(kProbe);
-    std::vector<uint32_t> ok;
-    bool all_known = true;
-    try {
-      tok.encode(kProbe);
-    } catch (const Error&) {
-      all_known = false;
-    }
-    if (all_known) {
-      for (size_t i = 0; i < cps.size() && static_cast<int64_t>(i) < c.context; ++i) ok.push_back(cps[i]);
-      probe_text = data::encode_utf8(ok);
-    } else {
-      probe_text = tok.decode(std::vector<int64_t>(split.val.data<int64_t>(),
-                                                   split.val.data<int64_t>() + std::min<int64_t>(c.context, 48)));
-    }
+    cps.resize(std::min<size_t>(cps.size(), static_cast<size_t>(c.context)));
+    probe_text = data::encode_utf8(cps);
+  } catch (const Error&) {  // a corpus without some of its characters: the start of the validation text
+    probe_text = tok.decode(std::vector<int64_t>(split.val.data<int64_t>(),
+                                                 split.val.data<int64_t>() + std::min<int64_t>(c.context, 48)));
   }
-  std::vector<int64_t> probe_ids = tok.encode(probe_text);
+  const std::vector<int64_t> probe_ids = tok.encode(probe_text);
   const int64_t P = static_cast<int64_t>(probe_ids.size());
 
-  int64_t step = 0;
-  std::unique_ptr<RunLog> log;
-  if (c.resume.empty()) {
-    log = std::make_unique<RunLog>(RunLog::create(c.out));
-    write_run_metadata(*log, "charlm", command_line, a);
-    log->set_attr("probe_text", probe_text);
-    log->set_attr("vocabulary", tok.decode([&] {
-      std::vector<int64_t> all(static_cast<size_t>(tok.vocab_size()));
-      for (int64_t i = 0; i < tok.vocab_size(); ++i) all[static_cast<size_t>(i)] = i;
-      return all;
-    }()));
-    log->write_tensor("models/gpt/nb_parameters", Tensor::scalar(static_cast<double>(model->num_parameters()), DType::i64));
-    log->set_attr("summary", model->summary(), "models/gpt");
-    for (const char* m : {"train_loss", "lr", "grad_norm", "tokens_per_second", "val_loss", "train_eval_loss"})
-      log->declare_scalar(m);
-    for (int64_t l = 0; l < c.layers; ++l) log->declare_series(fmt::format("attention/layer{}/maps", l), {c.heads, P, P});
-    log->begin();
-  } else {
-    step = checkpoint_step(resume_ck, c.steps);
-    log = std::make_unique<RunLog>(RunLog::resume(c.out, step));
-    model->load_state_dict(resume_ck.get("model"));
-    opt.load_state_dict(resume_ck.get("optim"));
-    restore_generator(resume_ck, "rng/batches", batches);
-    auto dg = resume_ck.tensors.find("rng/default");
-    if (dg != resume_ck.tensors.end()) default_generator().set_state_tensor(dg->second);
-    fmt::print("resumed from {} at step {}/{}\n", c.resume, step, c.steps);
-  }
-  fmt::print("{}\nlogging to {}, checkpoints to {}\n", model->summary(), c.out, c.checkpoint);
-
-  auto save = [&] {
-    Checkpoint ck;
-    ck.experiment = "charlm";
-    for (const auto& [k, v] : a.values()) ck.config[k] = v;
-    ck.counters["step"] = step;
-    ck.put("model", model->state_dict());
-    ck.put("optim", opt.state_dict());
-    ck.tensors["rng/batches"] = batches.state_tensor();
-    ck.tensors["rng/default"] = default_generator().state_tensor();  // dropout draws from it
-    ck.tensors["tokenizer/codepoints"] = tok.to_tensor();
-    save_checkpoint(c.checkpoint, ck);
-  };
-
-  auto evaluate_and_log = [&] {
-    double val = eval_loss(*model, split.val, c, 12345);
-    double tr = eval_loss(*model, split.train, c, 54321);
-    log->scalar("val_loss", step, val);
-    log->scalar("train_eval_loss", step, tr);
-    {
-      autograd::NoGradGuard ng;
-      model->eval();
-      model->keep_attention(true);
-      model->forward(Tensor::from_i64(probe_ids, {1, P}));
-      auto maps = model->attention_maps();
-      for (int64_t l = 0; l < c.layers; ++l)
-        log->series(fmt::format("attention/layer{}/maps", l), step, kernel::reshape(maps[static_cast<size_t>(l)], {c.heads, P, P}));
-      model->keep_attention(false);
-      model->train();
-    }
-    log->flush();
-    return std::make_pair(tr, val);
-  };
-
-  StopRequest ctrl_c;
-  Progress progress;
-  Stopwatch clock;
-  const int64_t start = step;
   double last_val = NAN, last_train = NAN;
-  bool stopped = false;
-  while (step < c.steps) {
+  run.track("model", *model);
+  run.track("optim", opt);
+  run.track("rng/batches", batches);
+  run.track("result/val_loss", last_val);
+  run.track("result/train_loss", last_train);
+  run.track_constant("tokenizer/codepoints", tok.to_tensor());  // `heed sample` reads it; a changed corpus is refused
+  run.begin([&](RunLog& log) {
+    log.set_attr("probe_text", probe_text);
+    std::vector<int64_t> all(static_cast<size_t>(tok.vocab_size()));
+    for (int64_t i = 0; i < tok.vocab_size(); ++i) all[static_cast<size_t>(i)] = i;
+    log.set_attr("vocabulary", tok.decode(all));
+    log_model(log, "gpt", *model);
+    for (const char* m : {"train_loss", "lr", "grad_norm", "tokens_per_second", "val_loss", "train_eval_loss"})
+      log.declare_scalar(m);
+    for (int64_t l = 0; l < c.layers; ++l) log.declare_series(fmt::format("attention/layer{}/maps", l), {c.heads, P, P});
+  });
+  fmt::print("{}\n", model->summary());
+
+  auto evaluate_and_log = [&](int64_t step) {
+    last_val = eval_loss(*model, split.val, c, 12345);
+    last_train = eval_loss(*model, split.train, c, 54321);
+    run.log().scalar("val_loss", step, last_val);
+    run.log().scalar("train_eval_loss", step, last_train);
+    autograd::NoGradGuard ng;
+    model->eval();
+    model->keep_attention(true);
+    model->forward(Tensor::from_i64(probe_ids, {1, P}));
+    auto maps = model->attention_maps();
+    for (int64_t l = 0; l < c.layers; ++l)
+      run.log().series(fmt::format("attention/layer{}/maps", l), step,
+                       kernel::reshape(maps[static_cast<size_t>(l)], {c.heads, P, P}));
+    model->keep_attention(false);
+    model->train();
+    fmt::print("step {}/{}: train loss {:.4f} val loss {:.4f}\n", step, c.steps, last_train, last_val);
+  };
+
+  const double tokens = static_cast<double>(c.batch * c.context);
+  while (run.next()) {
+    const int64_t step = run.step();
     Stopwatch st;
-    sched->apply(opt, step);
+    sched->apply(opt, step - 1);
     Tensor x, y;
     data::random_windows(split.train, c.batch, c.context, batches, x, y);
     opt.zero_grad();
     Tensor loss = cross_entropy(model->forward(x), y);
     backward(loss);
-    double gn = c.clip > 0 ? optim::clip_grad_norm(model->named_parameters(), c.clip) : optim::grad_norm(model->named_parameters());
+    const double gn = c.clip > 0 ? optim::clip_grad_norm(model->named_parameters(), c.clip)
+                                 : optim::grad_norm(model->named_parameters());
     opt.step();
-    ++step;
-    double l = loss.item();
-    double tps = static_cast<double>(c.batch * c.context) / st.seconds();
-    log->scalar("train_loss", step, l);
-    log->scalar("lr", step, opt.lr());
-    log->scalar("grad_norm", step, gn);
-    log->scalar("tokens_per_second", step, tps);
-    if (step % c.eval_every == 0 || step == c.steps) {
-      auto [tr, val] = evaluate_and_log();
-      last_train = tr;
-      last_val = val;
-      fmt::print("step {}/{}: train loss {:.4f} val loss {:.4f}\n", step, c.steps, tr, val);
-    }
-    if (progress.due(step == c.steps)) {
-      double rate = static_cast<double>(step - start) / clock.seconds();
-      fmt::print("step {}/{} loss {:.4f} lr {:.2e} grad norm {:.2f} {:.0f} tokens/s ETA {}\n", step, c.steps, l, opt.lr(),
-                 gn, rate * static_cast<double>(c.batch * c.context), format_seconds(static_cast<double>(c.steps - step) / rate));
-      std::fflush(stdout);
-    }
-    bool stop = ctrl_c.requested() || (c.stop_after > 0 && step == c.stop_after);
-    if (stop || (c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps) {
-      log->flush();
-      save();
-    }
-    if (stop && step < c.steps) {
-      stopped = true;
-      break;
-    }
+    const double l = loss.item();
+    run.log().scalar("train_loss", step, l);
+    run.log().scalar("lr", step, opt.lr());
+    run.log().scalar("grad_norm", step, gn);
+    run.log().scalar("tokens_per_second", step, tokens / st.seconds());
+    run.show("loss", l);
+    run.show("grad norm", gn);
+    if (step % c.eval_every == 0 || step == c.steps) evaluate_and_log(step);
   }
-  log->close();
-  if (stopped) {
-    fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: heed run charlm --resume {}\n",
-               step, c.steps, c.checkpoint);
-    return 130;
-  }
-  fmt::print("\nfinal: train loss {:.4f}, validation loss {:.4f}, {} steps in {}\nlog: {}\ncheckpoint: {}\n"
+  if (int rc = run.finish()) return rc;
+  fmt::print("\nfinal: train loss {:.4f}, validation loss {:.4f}, {}\nlog: {}\ncheckpoint: {}\n"
              "sample it: heed sample {}\n",
-             last_train, last_val, step - start, format_seconds(clock.seconds()), c.out, c.checkpoint, c.checkpoint);
+             last_train, last_val, format_seconds(run.seconds()), run.log_path(), run.checkpoint_path(),
+             run.checkpoint_path());
   return 0;
 }
 
@@ -355,8 +281,13 @@ int run_sample(const std::vector<std::string>& args) {
   Config c;
   auto num = [&](const char* k) {
     auto it = ck.config.find(k);
-    if (it == ck.config.end()) fail("checkpoint '{}': config.{} is missing", path, k);
-    return std::stoll(it->second);
+    if (it == ck.config.end()) fail("sample: checkpoint '{}': config.{} is missing", path, k);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || errno != 0 || v < 1)
+      fail("sample: checkpoint '{}': config.{} is '{}', expected an integer >= 1", path, k, it->second);
+    return static_cast<int64_t>(v);
   };
   c.layers = num("layers");
   c.heads = num("heads");

@@ -3,17 +3,22 @@
 // example 5, learned instead of set by hand).
 #include "experiments/copy.h"
 
-#include <optional>
-
-#include "data/checkpoint.h"
-#include "data/runlog.h"
-#include "experiments/args.h"
 #include "experiments/common.h"
 #include "heed.h"
 
 namespace heed::experiments {
 
 namespace {
+
+struct CopyOptions {
+  int64_t batch = 64;
+  int64_t length = 16;  // T
+  int64_t vocab = 16;   // V
+  int64_t dim = 32;     // D
+  double lr = 1e-2;
+  int64_t seed = 0;
+  int64_t eval_every = 100;  // accuracy and attention on t-1 every N steps, and at the end
+};
 
 // Embedding + learned positions -> causal self-attention -> vocabulary logits.
 class CopyModel : public nn::Module {
@@ -69,159 +74,76 @@ void evaluate(CopyModel& m, const CopyOptions& o, Generator& g, double& acc, dou
   prev_mass = mass / static_cast<double>(count);
 }
 
-// One training run: built, and with o.run.resume restored from its
-// checkpoint (a bad one is refused here, before the caller touches the log),
-// then trained.
-struct CopyRun {
-  const CopyOptions& o;
-  Generator init, data, eval_gen;
-  CopyModel m;
-  optim::Adam opt;
-  CopyResult r;
-  int64_t step = 0;
-
-  explicit CopyRun(const CopyOptions& opts)
-      : o(opts),
-        init(static_cast<uint64_t>(opts.seed) * 7919 + 1),
-        data(static_cast<uint64_t>(opts.seed)),
-        eval_gen(static_cast<uint64_t>(opts.seed) + 1000003),
-        m(opts, &init),
-        opt(m.named_parameters(), optim::AdamOptions().lr(opts.lr)) {
-    if (o.run.stop_after > 0 && o.run.checkpoint.empty())
-      fail("train_copy: stop_after {} needs a checkpoint path to save the stopped run in", o.run.stop_after);
-    if (!o.run.resume.empty()) restore(load_checkpoint(o.run.resume, "copy"));
-  }
-
-  // The initial weights are overwritten; everything random from here on
-  // comes from the saved generators.
-  void restore(const Checkpoint& ck) {
-    step = checkpoint_step(ck, o.steps);
-    m.load_state_dict(ck.get("model"));
-    opt.load_state_dict(ck.get("optim"));
-    restore_generator(ck, "rng/data", data);
-    restore_generator(ck, "rng/eval", eval_gen);
-    restore_generator(ck, "rng/default", default_generator());
-    auto v = checkpoint_values(ck, "result", 3);
-    r.final_loss = v[0];
-    r.accuracy = v[1];
-    r.prev_mass = v[2];
-  }
-
-  void save() const {
-    Checkpoint ck;
-    ck.experiment = "copy";
-    ck.config = o.run.config;
-    ck.counters["step"] = step;
-    ck.put("model", m.state_dict());
-    ck.put("optim", opt.state_dict());
-    ck.tensors["rng/data"] = data.state_tensor();
-    ck.tensors["rng/eval"] = eval_gen.state_tensor();
-    ck.tensors["rng/default"] = default_generator().state_tensor();
-    // Bit for bit, so a resumed run reports what the uninterrupted one does.
-    ck.tensors["result"] = Tensor::from_f64({r.final_loss, r.accuracy, r.prev_mass}, {3});
-    save_checkpoint(o.run.checkpoint, ck);
-  }
-
-  CopyResult train(RunLog* log) {
-    if (o.verbose && step > 0) fmt::print("resumed from {} at step {}/{}\n", o.run.resume, step, o.steps);
-    // Ctrl-C stops the run cleanly only when there is somewhere to save it.
-    std::optional<StopRequest> ctrl_c;
-    if (!o.run.checkpoint.empty()) ctrl_c.emplace();
-    Stopwatch clock;
-    Progress progress(2.0);
-    const int64_t start = step;
-    while (step < o.steps) {
-      ++step;
-      Tensor x, y;
-      make_batch(o, data, x, y);
-      opt.zero_grad();
-      Tensor loss = cross_entropy(m.forward(x), y);
-      backward(loss);
-      opt.step();
-      r.final_loss = loss.item();
-      if (log) log->scalar("train_loss", step, r.final_loss);
-      if (step % o.eval_every == 0 || step == o.steps) {
-        evaluate(m, o, eval_gen, r.accuracy, r.prev_mass);
-        if (log) {
-          log->scalar("accuracy", step, r.accuracy);
-          log->scalar("prev_token_attention", step, r.prev_mass);
-        }
-        if (o.verbose && progress.due(step == o.steps))
-          fmt::print("step {}/{} loss {:.4f} accuracy {:.4f} attention on t-1 {:.3f} ({})\n", step, o.steps,
-                     r.final_loss, r.accuracy, r.prev_mass, format_seconds(clock.seconds()));
-      }
-      if (o.run.end_step(step, o.steps, ctrl_c ? &*ctrl_c : nullptr, log, [&] { save(); })) {
-        r.stopped = true;
-        break;
-      }
-    }
-    r.step = step;
-    r.seconds = clock.seconds();
-    if (log && !r.stopped && start < o.steps) {
-      autograd::NoGradGuard ng;
-      Tensor x, y;
-      make_batch(o, eval_gen, x, y);
-      m.attn->keep_attention(true);
-      m.forward(kernel::narrow(x, 0, 0, 1));
-      log->series("attention/maps", o.steps, kernel::reshape(m.attn->last_attention(), {1, o.length, o.length}));
-      m.attn->keep_attention(false);
-    }
-    return r;
-  }
-};
-
 }  // namespace
-
-CopyResult train_copy(const CopyOptions& o, RunLog* log) { return CopyRun(o).train(log); }
 
 int run_copy(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
   CopyOptions o;
-  o.run.checkpoint_every = 100;
-  std::string out = "runs/copy.h5";
-  int64_t threads = 2;
-  Args a("run copy",
-         "One causal self-attention layer over token + position embeddings learns to copy the\n"
-         "previous token (y_t = x_{t-1}). Reports accuracy and the attention mass on position t-1.\n"
-         "Logs to HDF5, writes checkpoints; --resume continues a stopped run bit for bit, and\n"
-         "Ctrl-C stops after the current step with a checkpoint.");
-  a.integer("steps", &o.steps, "training steps", 1)
+  Run run("copy",
+          "One causal self-attention layer over token + position embeddings learns to copy the\n"
+          "previous token (y_t = x_{t-1}). Reports accuracy and the attention mass on position t-1.",
+          RunOptions("runs/copy.h5").steps(300).checkpoint_every(100).progress_seconds(2));
+  run.args()
       .integer("batch", &o.batch, "sequences per step", 1)
       .integer("length", &o.length, "sequence length", 2)
       .integer("vocab", &o.vocab, "vocabulary size", 2)
       .integer("dim", &o.dim, "embedding width", 1)
       .real("lr", &o.lr, "Adam learning rate", 0.0, 1e300, true)
       .integer("eval-every", &o.eval_every, "evaluate every N steps (and at the end)", 1)
-      .integer("seed", &o.seed, "seed", 0)
-      .integer("threads", &threads, "threads for every backend", 1, 1024)
-      .text("out", &out, "HDF5 log file");
-  add_run_control_options(a, o.run);
-  if (!a.parse(args)) return 0;
-  prepare_run(a, o.run, "copy", "run copy", out);
-  kernel::set_num_threads(static_cast<int>(threads));
+      .integer("seed", &o.seed, "seed", 0);
+  if (!run.parse(args, command_line)) return 0;
 
-  CopyRun run(o);  // restores a checkpoint before the log is touched
-  RunLog log = o.run.resume.empty() ? RunLog::create(out) : RunLog::resume(out, run.step);
-  if (o.run.resume.empty()) {
-    write_run_metadata(log, "copy", command_line, a);
-    {
-      Generator g(0);  // describes the model only: the run builds its own
-      log_model(log, "copy", CopyModel(o, &g));
-    }
-    for (const char* m : {"train_loss", "accuracy", "prev_token_attention"}) log.declare_scalar(m);
+  Generator init(static_cast<uint64_t>(o.seed) * 7919 + 1), data(static_cast<uint64_t>(o.seed)),
+      eval_gen(static_cast<uint64_t>(o.seed) + 1000003);
+  CopyModel m(o, &init);
+  optim::Adam opt(m.named_parameters(), optim::AdamOptions().lr(o.lr));
+  double loss = 0, accuracy = 0, prev_mass = 0;
+  run.track("model", m);
+  run.track("optim", opt);
+  run.track("rng/data", data);
+  run.track("rng/eval", eval_gen);
+  run.track("result/accuracy", accuracy);  // bit for bit: a resumed run reports what the uninterrupted one does
+  run.track("result/prev_mass", prev_mass);
+  run.track("result/loss", loss);
+  run.begin([&](RunLog& log) {
+    log_model(log, "copy", m);
+    for (const char* name : {"train_loss", "accuracy", "prev_token_attention"}) log.declare_scalar(name);
     log.declare_series("attention/maps", {1, o.length, o.length});
-    log.begin();
+  });
+
+  while (run.next()) {
+    const int64_t step = run.step();
+    Tensor x, y;
+    make_batch(o, data, x, y);
+    opt.zero_grad();
+    Tensor l = cross_entropy(m.forward(x), y);
+    backward(l);
+    opt.step();
+    loss = l.item();
+    run.log().scalar("train_loss", step, loss);
+    run.show("loss", loss);
+    const bool last = step == run.steps();
+    if (step % o.eval_every == 0 || last) {
+      evaluate(m, o, eval_gen, accuracy, prev_mass);
+      run.log().scalar("accuracy", step, accuracy);
+      run.log().scalar("prev_token_attention", step, prev_mass);
+      run.show("accuracy", accuracy);
+      run.show("attention on t-1", prev_mass);
+    }
+    if (last) {  // one attention map of the trained model
+      autograd::NoGradGuard ng;
+      Generator g(static_cast<uint64_t>(o.seed) + 17);
+      make_batch(o, g, x, y);
+      m.attn->keep_attention(true);
+      m.forward(kernel::narrow(x, 0, 0, 1));
+      run.log().series("attention/maps", step, kernel::reshape(m.attn->last_attention(), {1, o.length, o.length}));
+      m.attn->keep_attention(false);
+    }
   }
-  fmt::print("logging to {}, checkpoints to {}\n", out, o.run.checkpoint);
-  CopyResult r = run.train(&log);
-  log.close();
-  if (r.stopped) {
-    print_stopped("run copy", a, o.run.checkpoint, r.step, o.steps);
-    return 130;
-  }
+  if (int rc = run.finish()) return rc;
   fmt::print("\naccuracy {:.4f}, mean attention on the previous position {:.3f}, {} ({})\nlog: {}\ncheckpoint: {}\n",
-             r.accuracy, r.prev_mass, format_seconds(r.seconds),
-             r.accuracy >= 0.99 && r.prev_mass >= 0.9 ? "learned the shift" : "not learned yet: try more --steps", out,
-             o.run.checkpoint);
+             accuracy, prev_mass, format_seconds(run.seconds()),
+             accuracy >= 0.99 && prev_mass >= 0.9 ? "learned the shift" : "not learned yet: try more --steps",
+             run.log_path(), run.checkpoint_path());
   return 0;
 }
 

@@ -9,36 +9,38 @@
 #include "experiments/plot.h"
 #include "experiments/bench.h"
 #include "experiments/charlm.h"
-#include "experiments/copy.h"
+#include "experiments/common.h"
 #include "experiments/shapes.h"
-#include "experiments/sine.h"
 #include "heed.h"
 
 namespace {
 
-const char* kUsage =
-    "usage: heed <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  info              backends and thread count\n"
-    "  demo              the CNN-versus-attention experiment, 5 epochs (about 3-5 minutes on 2 cores)\n"
-    "  bench [opts]     training-step speed of the bundled workloads (--compare: side by side with PyTorch;\n"
-    "                   --micro: per-kernel micro-benchmarks; --attention-memory: memory against T)\n"
-    "  run charlm [opts] a character-level GPT on the King James Bible (heed run charlm --help)\n"
-    "  sample CKPT [opts] generate text from a charlm checkpoint (heed sample --help)\n"
-    "  run copy [opts]   one attention layer learns to copy the previous token (heed run copy --help)\n"
-    "  run shapes [opts] the CNN-versus-attention toy experiment (heed run shapes --help)\n"
-    "  run sine [opts]   fit sin(x) with a small MLP (heed run sine --help)\n"
-    "  inspect FILE.h5   summary of a run log or checkpoint: config, metrics, series, parameters\n"
-    "  plot FILE.h5      PNG figures of a run log, into FILE_plots/ (heed plot --help)\n"
-    "\n"
-    "Run logs are HDF5 files, readable while the run writes them: docs/log-format.md.\n";
+std::string usage() {
+  std::string experiments;
+  for (const auto& e : heed::experiments::experiments())
+    experiments += fmt::format("  run {:<15} {} (heed run {} --help)\n", std::string(e.name) + " [opts]", e.summary, e.name);
+  return "usage: heed <command> [options]\n"
+         "\n"
+         "commands:\n"
+         "  info              backends and thread count\n"
+         "  demo              the CNN-versus-attention experiment, 5 epochs (about 3-5 minutes on 2 cores)\n"
+         "  bench [opts]      training-step speed of the bundled workloads (--compare: side by side with PyTorch;\n"
+         "                    --micro: per-kernel micro-benchmarks; --attention-memory: memory against T)\n" +
+         experiments +
+         "  sample CKPT [opts] generate text from a charlm checkpoint (heed sample --help)\n"
+         "  inspect FILE.h5   summary of a run log or checkpoint: config, metrics, series, parameters\n"
+         "  plot FILE.h5      PNG figures of a run log, into FILE_plots/ (heed plot --help)\n"
+         "\n"
+         "Every run logs to HDF5 (readable while it runs: docs/log-format.md), writes checkpoints, stops\n"
+         "cleanly on Ctrl-C and continues with --resume CHECKPOINT (docs/checkpoint-format.md).\n"
+         "Exit status: 0 done, 1 error, 2 bad command line, 130 stopped with a checkpoint.\n";
+}
 
 int run(const std::vector<std::string>& args) {
   std::vector<std::string> full{"heed"};
   full.insert(full.end(), args.begin(), args.end());
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    fmt::print("{}", kUsage);
+    fmt::print("{}", usage());
     return 0;
   }
   if (args[0] == "info") {
@@ -72,15 +74,15 @@ int run(const std::vector<std::string>& args) {
   if (args[0] == "sample") return heed::experiments::run_sample({args.begin() + 1, args.end()});
   if (args[0] == "bench") return heed::experiments::run_bench({args.begin() + 1, args.end()});
   if (args[0] == "run") {
+    std::string names;
+    for (const auto& e : heed::experiments::experiments()) names += (names.empty() ? "" : ", ") + std::string(e.name);
     if (args.size() < 2) {
-      fmt::print(stderr, "heed: run expects an experiment name (expected one of: charlm, copy, shapes, sine)\n");
+      fmt::print(stderr, "heed: run expects an experiment name (expected one of: {})\n", names);
       return 2;
     }
-    if (args[1] == "sine") return heed::experiments::run_sine({args.begin() + 2, args.end()}, full);
-    if (args[1] == "charlm") return heed::experiments::run_charlm({args.begin() + 2, args.end()}, full);
-    if (args[1] == "copy") return heed::experiments::run_copy({args.begin() + 2, args.end()}, full);
-    if (args[1] == "shapes") return heed::experiments::run_shapes({args.begin() + 2, args.end()}, full);
-    fmt::print(stderr, "heed: unknown experiment '{}' (expected one of: charlm, copy, shapes, sine)\n", args[1]);
+    for (const auto& e : heed::experiments::experiments())
+      if (args[1] == e.name) return e.run({args.begin() + 2, args.end()}, full);
+    fmt::print(stderr, "heed: unknown experiment '{}' (expected one of: {})\n", args[1], names);
     return 2;
   }
   fmt::print(stderr, "heed: unknown command '{}' (expected one of: info, demo, run, inspect, plot; see heed --help)\n",
@@ -93,8 +95,17 @@ int run(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const heed::UsageError& e) {
+    fmt::print(stderr, "heed: {}\n", e.what());
+    return 2;
   } catch (const heed::Error& e) {
     fmt::print(stderr, "heed: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // a library's own exception: still a message, never `terminate called`
+    fmt::print(stderr, "heed: {}\n", e.what());
+    return 1;
+  } catch (...) {
+    fmt::print(stderr, "heed: unknown error\n");
     return 1;
   }
 }

@@ -7,10 +7,7 @@
 #include <memory>
 
 #include "data/batch.h"
-#include "data/checkpoint.h"
-#include "data/runlog.h"
 #include "data/shapes.h"
-#include "experiments/args.h"
 #include "experiments/common.h"
 #include "experiments/shapes_metrics.h"
 #include "experiments/shapes_models.h"
@@ -34,13 +31,7 @@ struct Config {
   bool positional = false;
   bool scaled = false;
   int64_t seed = 0;
-  int64_t threads = 2;
   int64_t attention_every = 1;
-  std::string out = "runs/shapes.h5";
-  std::string checkpoint;  // default: <out without .h5>.ckpt.h5
-  int64_t checkpoint_every = 250;
-  std::string resume;
-  int64_t stop_after = 0;
 };
 
 struct Data {
@@ -104,62 +95,43 @@ void log_samples(RunLog& log, ModelRun& m, const Data& d, int64_t step, bool wit
   m.net->train();
 }
 
+// Both models see the same batches: one step trains each on the next batch.
 struct Trainer {
   const Config& c;
   const Data& d;
   std::vector<ModelRun>& runs;
-  RunLog& log;
+  Run& run;
   data::BatchSampler sampler;
   std::vector<std::unique_ptr<optim::Adam>> opts;
-  // Per model: loss summed over the current epoch (weighted by rows), rows,
-  // and seconds spent in forward + backward + update.
+  // Per model: loss summed over the current epoch (weighted by rows), and
+  // seconds spent in forward + backward + update.
   std::vector<double> epoch_loss, compute_seconds;
   int64_t epoch_rows = 0;
-  int64_t step = 0;
 
-  Trainer(const Config& c_, const Data& d_, std::vector<ModelRun>& r, RunLog& l)
-      : c(c_), d(d_), runs(r), log(l), sampler(d_.train_x.size(0), data::BatchSamplerOptions{c_.batch, false, false, 0}),
+  Trainer(const Config& c_, const Data& d_, std::vector<ModelRun>& r, Run& run_)
+      : c(c_), d(d_), runs(r), run(run_),
+        sampler(d_.train_x.size(0), data::BatchSamplerOptions{c_.batch, false, false, 0}),
         epoch_loss(r.size(), 0.0), compute_seconds(r.size(), 0.0) {
     for (auto& m : runs) opts.push_back(std::make_unique<optim::Adam>(m.net->named_parameters(), optim::AdamOptions().lr(c.lr)));
+    // Data and initial weights come from generators seeded by --seed, rebuilt
+    // identically on resume; the rest is this.
+    for (size_t i = 0; i < runs.size(); ++i) {
+      run.track("model/" + runs[i].name, *runs[i].net);
+      run.track("optim/" + runs[i].name, *opts[i]);
+      run.track("acc/" + runs[i].name + "/epoch_loss", epoch_loss[i]);  // the epoch's running MSE, bit for bit
+      run.track("acc/" + runs[i].name + "/seconds", compute_seconds[i]);
+      run.track("result/" + runs[i].name + "/train_mse", runs[i].final_train);
+      run.track("result/" + runs[i].name + "/test_mse", runs[i].final_test);
+      if (runs[i].attn) run.track("result/" + runs[i].name + "/pair_score", runs[i].pair_score);
+    }
+    run.track("epoch_rows", epoch_rows);
+    run.track("sampler", sampler);
   }
 
   int64_t steps_per_epoch() const { return sampler.batches_per_epoch(); }
-  int64_t total_steps() const { return steps_per_epoch() * c.epochs; }
 
-  Checkpoint checkpoint(const Args& a) const {
-    Checkpoint ck;
-    ck.experiment = "shapes";
-    for (const auto& [k, v] : a.values()) ck.config[k] = v;
-    ck.counters["step"] = step;
-    ck.counters["epoch_rows"] = epoch_rows;
-    for (size_t i = 0; i < runs.size(); ++i) {
-      ck.put("model/" + runs[i].name, runs[i].net->state_dict());
-      ck.put("optim/" + runs[i].name, opts[i]->state_dict());
-      // Doubles stored bit for bit, so the epoch's running MSE resumes exactly.
-      ck.tensors["acc/" + runs[i].name] = Tensor::from_f64({epoch_loss[i], compute_seconds[i]}, {2});
-    }
-    ck.tensors["sampler/state"] = sampler.state_tensor();
-    return ck;
-  }
-
-  void restore(const Checkpoint& ck) {
-    step = checkpoint_step(ck, total_steps());
-    epoch_rows = ck.counter("epoch_rows");
-    for (size_t i = 0; i < runs.size(); ++i) {
-      runs[i].net->load_state_dict(ck.get("model/" + runs[i].name));
-      opts[i]->load_state_dict(ck.get("optim/" + runs[i].name));
-      auto acc = checkpoint_values(ck, "acc/" + runs[i].name, 2);
-      epoch_loss[i] = acc[0];
-      compute_seconds[i] = acc[1];
-    }
-    auto s = ck.tensors.find("sampler/state");
-    if (s == ck.tensors.end()) fail("checkpoint: 'sampler/state' is missing");
-    sampler.set_state_tensor(s->second);
-    // Nothing else is random here: data and initial weights come from
-    // generators seeded by --seed, rebuilt identically on resume.
-  }
-
-  void end_of_epoch(int64_t epoch) {
+  void end_of_epoch(int64_t step, int64_t epoch) {
+    RunLog& log = run.log();
     bool last = epoch + 1 == c.epochs;
     bool attn_due = last || (epoch + 1) % c.attention_every == 0;
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -187,17 +159,12 @@ struct Trainer {
     std::fflush(stdout);
   }
 
-  // Returns true when the run was stopped early (Ctrl-C or --stop-after).
-  bool run(const Args& a, const std::string& ckpt_path, const StopRequest& ctrl_c) {
-    const int64_t total = total_steps(), start = step;
-    Progress progress;
-    Stopwatch clock;
+  void train() {
     std::vector<int64_t> idx;
-    while (step < total) {
+    while (run.next()) {
+      const int64_t step = run.step();
       idx = sampler.next_batch();
       Tensor x = data::slice_batch(d.train_x, idx), y = data::slice_batch(d.train.target, idx);
-      ++step;
-      std::string losses;
       for (size_t i = 0; i < runs.size(); ++i) {
         ModelRun& m = runs[i];
         Stopwatch sw;
@@ -209,29 +176,15 @@ struct Trainer {
         compute_seconds[i] += secs;
         double l = loss.item();
         epoch_loss[i] += l * static_cast<double>(idx.size());
-        log.scalar(m.name + "/train_loss", step, l);
-        log.scalar(m.name + "/step_seconds", step, secs);
-        losses += fmt::format(" {} {:.4f}", m.name, l);
+        run.log().scalar(m.name + "/train_loss", step, l);
+        run.log().scalar(m.name + "/step_seconds", step, secs);
+        run.show(m.name, l);
       }
       epoch_rows += static_cast<int64_t>(idx.size());
-      const int64_t epoch = (step - 1) / steps_per_epoch();
-      if (progress.due(step == total)) {
-        double rate = static_cast<double>(step - start) / clock.seconds();
-        fmt::print("epoch {}/{} step {}/{} loss{} | {:.1f} steps/s ETA {}\n", epoch + 1, c.epochs, step, total,
-                   losses, rate, format_seconds(static_cast<double>(total - step) / rate));
-        std::fflush(stdout);
-      }
-      if (step % steps_per_epoch() == 0) end_of_epoch(epoch);
-      bool stop = ctrl_c.requested() || (c.stop_after > 0 && step == c.stop_after);
-      if (stop || (c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == total) {
-        log.flush();
-        save_checkpoint(ckpt_path, checkpoint(a));
-      }
-      if (stop && step < total) return true;
+      if (step % steps_per_epoch() == 0) end_of_epoch(step, (step - 1) / steps_per_epoch());
     }
     for (size_t i = 0; i < runs.size(); ++i)
-      runs[i].ms_per_step = 1000.0 * compute_seconds[i] / static_cast<double>(std::max<int64_t>(step, 1));
-    return false;
+      runs[i].ms_per_step = 1000.0 * compute_seconds[i] / static_cast<double>(std::max<int64_t>(run.step(), 1));
   }
 };
 
@@ -239,11 +192,13 @@ struct Trainer {
 
 int run_shapes(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
   Config c;
-  Args a("run shapes",
-         "Trains a CNN and the same CNN with one self-attention layer on the toy shapes task\n"
-         "(each output depends on a partner shape up to ~90 positions away) and logs both to HDF5.");
-  a.choice("model", &c.model, {"cnn", "attention", "both"}, "which model(s) to train")
-      .integer("epochs", &c.epochs, "passes over the training set", 1)
+  Run run("shapes",
+          "Trains a CNN and the same CNN with one self-attention layer on the toy shapes task\n"
+          "(each output depends on a partner shape up to ~90 positions away) and logs both to HDF5.",
+          RunOptions("runs/shapes.h5").checkpoint_every(250));
+  run.args()
+      .choice("model", &c.model, {"cnn", "attention", "both"}, "which model(s) to train")
+      .integer("epochs", &c.epochs, "passes over the training set (may be raised on --resume to train longer)", 1)
       .integer("train", &c.train, "training samples", 1)
       .integer("test", &c.test, "test samples (at least 15 are logged)", kSamples)
       .integer("batch", &c.batch, "batch size", 1)
@@ -252,29 +207,9 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
       .flag("positional", &c.positional, "append 7 binary positional channels to the input")
       .flag("scaled", &c.scaled, "scale attention scores by 1/sqrt(d_k) (the reference does not)")
       .integer("seed", &c.seed, "seed for data and initialisation", 0)
-      .integer("threads", &c.threads, "threads for every backend", 1, 1024)
-      .integer("attention-every", &c.attention_every, "log attention maps every N epochs (and at the end)", 1)
-      .text("out", &c.out, "HDF5 log file")
-      .text("checkpoint", &c.checkpoint, "checkpoint file (default: the log's name with .ckpt.h5)")
-      .integer("checkpoint-every", &c.checkpoint_every, "write a checkpoint every N steps (0: only at the end)", 0)
-      .text("resume", &c.resume, "continue the run saved in this checkpoint (appends to its log)")
-      .integer("stop-after", &c.stop_after, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0);
-  if (!a.parse(args)) return 0;
-
-  // Resuming continues the same run: its configuration comes from the
-  // checkpoint, and an option given now that contradicts it is an error.
-  Checkpoint resume_ck;
-  if (!c.resume.empty()) {
-    resume_ck = load_checkpoint(c.resume, "shapes");
-    restore_config(a, resume_ck.config, "run shapes");
-    if (!a.given("checkpoint")) c.checkpoint = c.resume;
-  }
-  if (c.checkpoint.empty()) c.checkpoint = default_checkpoint_path(c.out);
-
-  // Everything that can be refused is checked before any work.
-  if (c.resume.empty()) prepare_output_path(c.out);
-  prepare_output_path(c.checkpoint);
-  kernel::set_num_threads(static_cast<int>(c.threads));
+      .integer("attention-every", &c.attention_every, "log attention maps every N epochs (and at the end)", 1);
+  run.may_change_on_resume("epochs");
+  if (!run.parse(args, command_line)) return 0;
 
   Stopwatch total_clock;
   Data d;
@@ -308,58 +243,38 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
     runs.push_back({"attention", net, std::dynamic_pointer_cast<nn::SelfAttention>((*net)[4])});
   }
 
-  std::unique_ptr<RunLog> log;
-  if (c.resume.empty()) {
-    log = std::make_unique<RunLog>(RunLog::create(c.out));
-    write_run_metadata(*log, "shapes", command_line, a);
-    log->write_tensor("samples/input", kernel::narrow(d.test.input, 0, 0, kSamples));
-    log->write_tensor("samples/input_standardised", kernel::narrow(d.test_x, 0, 0, kSamples));
-    log->write_tensor("samples/target", kernel::narrow(d.test.target, 0, 0, kSamples));
-    log->write_tensor("samples/centres", kernel::narrow(d.test.centres, 0, 0, kSamples));
-    log->write_tensor("samples/widths", kernel::narrow(d.test.widths, 0, 0, kSamples));
-    log->write_tensor("samples/heights", kernel::narrow(d.test.heights, 0, 0, kSamples));
-    log->write_tensor("samples/kinds", kernel::narrow(d.test.kinds, 0, 0, kSamples));
-    log->write_tensor("samples/partner", kernel::narrow(d.test.partner, 0, 0, kSamples));
+  Trainer trainer(c, d, runs, run);
+  run.set_steps(trainer.steps_per_epoch() * c.epochs);
+  run.begin([&](RunLog& log) {
+    log.write_tensor("samples/input", kernel::narrow(d.test.input, 0, 0, kSamples));
+    log.write_tensor("samples/input_standardised", kernel::narrow(d.test_x, 0, 0, kSamples));
+    log.write_tensor("samples/target", kernel::narrow(d.test.target, 0, 0, kSamples));
+    log.write_tensor("samples/centres", kernel::narrow(d.test.centres, 0, 0, kSamples));
+    log.write_tensor("samples/widths", kernel::narrow(d.test.widths, 0, 0, kSamples));
+    log.write_tensor("samples/heights", kernel::narrow(d.test.heights, 0, 0, kSamples));
+    log.write_tensor("samples/kinds", kernel::narrow(d.test.kinds, 0, 0, kSamples));
+    log.write_tensor("samples/partner", kernel::narrow(d.test.partner, 0, 0, kSamples));
     for (auto& m : runs) {
-      log_model(*log, m.name, *m.net);
+      log_model(log, m.name, *m.net);
       for (const char* metric : {"train_loss", "step_seconds", "train_mse", "test_mse"})
-        log->declare_scalar(m.name + "/" + metric);
-      log->declare_series(m.name + "/output", {kSamples, 1, d.test_x.size(2)});
+        log.declare_scalar(m.name + "/" + metric);
+      log.declare_series(m.name + "/output", {kSamples, 1, d.test_x.size(2)});
       if (m.attn) {
-        log->declare_scalar("attention/pair_score");
-        log->declare_series("attention/maps", {kSamples, d.test_x.size(2), d.test_x.size(2)});
+        log.declare_scalar("attention/pair_score");
+        log.declare_series("attention/maps", {kSamples, d.test_x.size(2), d.test_x.size(2)});
       }
     }
-    log->begin();
-  }
-
-  if (!c.resume.empty()) log = std::make_unique<RunLog>(RunLog::resume(c.out, resume_ck.counter("step")));
-  Trainer trainer(c, d, runs, *log);
-  if (!c.resume.empty()) {
-    trainer.restore(resume_ck);
-    fmt::print("resumed from {} at step {}/{}\n", c.resume, trainer.step, trainer.total_steps());
-  }
-  fmt::print("logging to {}, checkpoints to {}\n", c.out, c.checkpoint);
+  });
   for (auto& m : runs) fmt::print("{}\n", m.net->summary());
-
-  bool stopped = false;
-  {
-    StopRequest ctrl_c;
-    stopped = trainer.run(a, c.checkpoint, ctrl_c);
-  }
-  log->close();
-
-  if (stopped) {
-    print_stopped("run shapes", a, c.checkpoint, trainer.step, trainer.total_steps());
-    return 130;
-  }
+  trainer.train();
+  if (int rc = run.finish()) return rc;
 
   fmt::print("\n{:<10} {:>11} {:>10} {:>10} {:>15} {:>9}\n", "model", "parameters", "train mse", "test mse",
              "pair-attention", "ms/step");
   for (auto& m : runs)
     fmt::print("{:<10} {:>11} {:>10.4f} {:>10.4f} {:>15} {:>9.1f}\n", m.name, m.net->num_parameters(), m.final_train,
                m.final_test, m.attn ? fmt::format("{:.3f}", m.pair_score) : std::string("-"), m.ms_per_step);
-  fmt::print("\nlog: {} (total {})\n", c.out, format_seconds(total_clock.seconds()));
+  fmt::print("\nlog: {} (total {})\n", run.log_path(), format_seconds(total_clock.seconds()));
   return 0;
 }
 

@@ -1,15 +1,10 @@
 // experiments/sine.cpp
 #include "experiments/sine.h"
 
-#include <fmt/core.h>
-
 #include <cmath>
 #include <numbers>
-#include <optional>
 
-#include "data/checkpoint.h"
-#include "data/runlog.h"
-#include "experiments/args.h"
+#include "experiments/common.h"
 #include "heed.h"
 
 namespace heed::experiments {
@@ -29,177 +24,78 @@ class SineNet : public nn::Module {
   std::shared_ptr<nn::Linear> l1, l2, l3;
 };
 
-// The command's options, bound to o.
-Args sine_args(SineOptions& o) {
-  Args a("run sine",
-         "Fits a 1 -> H -> H -> 1 tanh MLP to y = sin(x) on [-pi, pi] with full-batch SGD\n"
-         "and momentum 0.9, and prints the final mean squared error. Logs to HDF5, writes\n"
-         "checkpoints; --resume continues a stopped run bit for bit, and Ctrl-C stops after\n"
-         "the current step with a checkpoint.");
-  a.integer("steps", &o.steps, "training steps", 1)
-      .real("lr", &o.lr, "learning rate", 0.0, 1e300, /*min_exclusive=*/true)
-      .integer("hidden", &o.hidden, "hidden width H", 1)
-      .integer("seed", &o.seed, "initialisation seed", 0)
-      .integer("threads", &o.threads, "threads for heed's kernels, 0 = heed's default", 0)
-      .text("out", &o.out, "HDF5 log file");
-  add_run_control_options(a, o.run);
-  return a;
-}
-
-// The data: N evenly spaced points on [-pi, pi] and their sines, as column vectors [N, 1].
+// N evenly spaced points on [-pi, pi] and their sines, as columns [N, 1].
 void sine_points(int64_t n, Tensor& x, Tensor& y) {
   const double pi = std::numbers::pi;
-  std::vector<float> xs(n), ys(n);
-  for (int64_t i = 0; i < n; ++i) {
-    double v = -pi + 2 * pi * static_cast<double>(i) / static_cast<double>(n - 1);
+  std::vector<float> xs(static_cast<size_t>(n)), ys(static_cast<size_t>(n));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double v = -pi + 2 * pi * static_cast<double>(i) / static_cast<double>(n - 1);
     xs[i] = static_cast<float>(v);
     ys[i] = static_cast<float>(std::sin(v));
   }
-  x = Tensor::from(xs, {n, 1});  // [N, 1]
-  y = Tensor::from(ys, {n, 1});  // [N, 1]
+  x = Tensor::from(xs, {n, 1});
+  y = Tensor::from(ys, {n, 1});
 }
-
-// Refuses bad options before anything is built, and sets the thread count.
-const SineOptions& prepared(const SineOptions& o) {
-  if (o.steps < 1 || o.hidden < 1 || o.points < 2 || !(o.lr > 0))
-    fail("train_sine: expected steps >= 1, hidden >= 1, points >= 2, lr > 0; got {}, {}, {}, {}", o.steps, o.hidden,
-         o.points, o.lr);
-  if (o.run.stop_after > 0 && o.run.checkpoint.empty())
-    fail("train_sine: stop_after {} needs a checkpoint path to save the stopped run in", o.run.stop_after);
-  if (o.threads > 0) kernel::set_num_threads(static_cast<int>(o.threads));
-  return o;
-}
-
-// One training run: built, and with o.run.resume restored from its
-// checkpoint (a bad one is refused here, before the caller touches the log),
-// then trained.
-struct SineRun {
-  const SineOptions& o;
-  Tensor x, y;  // [N, 1] each
-  Generator gen;
-  SineNet net;
-  optim::SGD opt;  // v = mu v + g, p = p - lr v (PyTorch's SGD with momentum, dampening 0)
-  SineResult r;
-  int64_t step = 0;
-
-  explicit SineRun(const SineOptions& opts)
-      : o(prepared(opts)),
-        gen(static_cast<uint64_t>(opts.seed)),
-        net(opts.hidden, &gen),
-        opt(net.named_parameters(), optim::SGDOptions(opts.lr).momentum(opts.momentum)) {
-    sine_points(o.points, x, y);
-    if (!o.run.resume.empty()) restore(load_checkpoint(o.run.resume, "sine"));
-  }
-
-  // The data is rebuilt exactly and the weights are overwritten; nothing
-  // here draws random numbers after initialisation, but the default
-  // generator is kept all the same.
-  void restore(const Checkpoint& ck) {
-    step = checkpoint_step(ck, o.steps);
-    net.load_state_dict(ck.get("model"));
-    opt.load_state_dict(ck.get("optim"));
-    restore_generator(ck, "rng/default", default_generator());
-    r.initial_mse = checkpoint_values(ck, "result", 1)[0];
-  }
-
-  void save() const {
-    Checkpoint ck;
-    ck.experiment = "sine";
-    ck.config = o.run.config;
-    ck.counters["step"] = step;
-    ck.put("model", net.state_dict());
-    ck.put("optim", opt.state_dict());
-    ck.tensors["rng/default"] = default_generator().state_tensor();
-    ck.tensors["result"] = Tensor::from_f64({r.initial_mse}, {1});  // the step-0 MSE, bit for bit
-    save_checkpoint(o.run.checkpoint, ck);
-  }
-
-  SineResult train(RunLog* log) {
-    if (o.print_every > 0) {
-      fmt::print("sine: {} parameters, {} points, {} steps, lr {}, momentum {}\n", net.num_parameters(), o.points,
-                 o.steps, o.lr, o.momentum);
-      if (step > 0) fmt::print("resumed from {} at step {}/{}\n", o.run.resume, step, o.steps);
-    }
-    // Ctrl-C stops the run cleanly only when there is somewhere to save it.
-    std::optional<StopRequest> ctrl_c;
-    if (!o.run.checkpoint.empty()) ctrl_c.emplace();
-    const int64_t start = step;
-    while (step < o.steps) {
-      opt.zero_grad();
-      Tensor loss = mse_loss(net.forward(x), y);  // of the parameters after `step` updates
-      const double mse = loss.item();
-      if (step == 0) r.initial_mse = mse;
-      if (!std::isfinite(mse)) {  // diverged: more steps cannot recover, and no checkpoint is worth writing
-        if (o.print_every > 0) fmt::print("step {:5d}  mse {} (diverged; try a smaller --lr)\n", step, mse);
-        if (log) log->scalar("train_loss", step + 1, mse);
-        r.final_mse = mse;
-        r.step = step;
-        return r;
-      }
-      if (o.print_every > 0 && step % o.print_every == 0) fmt::print("step {:5d}  mse {:.6f}\n", step, mse);
-      backward(loss);
-      opt.step();
-      ++step;
-      if (log) log->scalar("train_loss", step, mse);
-      if (o.run.end_step(step, o.steps, ctrl_c ? &*ctrl_c : nullptr, log, [&] { save(); })) {
-        r.stopped = true;
-        break;
-      }
-    }
-    r.step = step;
-    autograd::NoGradGuard no_grad;
-    r.final_mse = mse_loss(net.forward(x), y).item();
-    if (log && !r.stopped && start < o.steps) log->scalar("final_mse", step, r.final_mse);
-    return r;
-  }
-};
 
 }  // namespace
 
-bool parse_sine_args(const std::vector<std::string>& args, SineOptions& o) { return sine_args(o).parse(args); }
-
-SineResult train_sine(const SineOptions& o, RunLog* log) { return SineRun(o).train(log); }
-
 int run_sine(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
-  SineOptions o;
-  o.out = "runs/sine.h5";
-  o.run.checkpoint_every = 500;
-  Args a = sine_args(o);
-  try {
-    if (!a.parse(args)) return 0;  // --help
-  } catch (const Error& e) {
-    fmt::print(stderr, "heed: {}\n", e.what());
-    return 2;
-  }
-  std::vector<std::string> typed = command_line;
-  if (typed.empty()) {
-    typed = {"heed", "run", "sine"};
-    typed.insert(typed.end(), args.begin(), args.end());
-  }
-  prepare_run(a, o.run, "sine", "run sine", o.out);
+  double lr = 0.05, momentum = 0.9;
+  int64_t hidden = 32, seed = 0, points = 256;
+  Run run("sine",
+          "Fits a 1 -> H -> H -> 1 tanh MLP to y = sin(x) on [-pi, pi] with full-batch SGD\n"
+          "and momentum, and prints the final mean squared error.",
+          RunOptions("runs/sine.h5").steps(1500).checkpoint_every(500).progress_seconds(1));
+  run.args()
+      .real("lr", &lr, "learning rate", 0.0, 1e300, /*min_exclusive=*/true)
+      .real("momentum", &momentum, "heavy-ball momentum: v = mu v + g, p = p - lr v", 0.0, 1.0)
+      .integer("hidden", &hidden, "hidden width H", 1)
+      .integer("points", &points, "training points, evenly spaced on [-pi, pi]", 2)
+      .integer("seed", &seed, "initialisation seed", 0);
+  if (!run.parse(args, command_line)) return 0;
 
-  SineRun run(o);  // restores a checkpoint before the log is touched
-  RunLog log = o.run.resume.empty() ? RunLog::create(o.out) : RunLog::resume(o.out, run.step);
-  if (o.run.resume.empty()) {
-    write_run_metadata(log, "sine", typed, a);
-    {
-      Generator g(0);  // describes the model only: the run builds its own
-      log_model(log, "mlp", SineNet(o.hidden, &g));
-    }
+  Tensor x, y;  // [N, 1] each
+  sine_points(points, x, y);
+  Generator gen(static_cast<uint64_t>(seed));
+  SineNet net(hidden, &gen);
+  optim::SGD opt(net.named_parameters(), optim::SGDOptions(lr).momentum(momentum));
+  double initial_mse = 0, mse = 0;
+  run.track("model", net);
+  run.track("optim", opt);
+  run.track("result/initial_mse", initial_mse);
+  run.begin([&](RunLog& log) {
+    log_model(log, "mlp", net);
     log.declare_scalar("train_loss");
     log.declare_scalar("final_mse");
-    log.begin();
+  });
+
+  while (run.next()) {
+    opt.zero_grad();
+    Tensor loss = mse_loss(net.forward(x), y);  // of the parameters after step - 1 updates
+    mse = loss.item();
+    if (run.step() == 1) initial_mse = mse;
+    run.log().scalar("train_loss", run.step(), mse);
+    run.show("mse", mse);
+    if (!std::isfinite(mse)) {  // diverged: more steps cannot recover, and no checkpoint is worth writing
+      run.finish();
+      fail("run sine: the loss diverged at step {} ({}); try a smaller --lr", run.step(), mse);
+    }
+    backward(loss);
+    opt.step();
+    if (run.step() == run.steps()) {
+      autograd::NoGradGuard no_grad;
+      mse = mse_loss(net.forward(x), y).item();
+      run.log().scalar("final_mse", run.step(), mse);
+    }
   }
-  if (o.print_every > 0) fmt::print("logging to {}, checkpoints to {}\n", o.out, o.run.checkpoint);
-  SineResult r = run.train(&log);
-  log.close();
-  if (r.stopped) {
-    print_stopped("run sine", a, o.run.checkpoint, r.step, o.steps);
-    return 130;
+  if (int rc = run.finish()) return rc;
+  {
+    autograd::NoGradGuard no_grad;
+    mse = mse_loss(net.forward(x), y).item();
   }
-  bool ok = r.final_mse < kSineMseThreshold;
-  fmt::print("final mse {:.6f} (initial {:.6f}; threshold {}): {}\nlog: {}\n", r.final_mse, r.initial_mse,
-             kSineMseThreshold, ok ? "below the threshold" : "NOT below the threshold", o.out);
+  const bool ok = mse < kSineMseThreshold;
+  fmt::print("final mse {:.6f} (initial {:.6f}; threshold {}): {}\nlog: {}\n", mse, initial_mse, kSineMseThreshold,
+             ok ? "below the threshold" : "NOT below the threshold", run.log_path());
   return ok ? 0 : 1;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "core/state.h"
 #include "core/tensor.h"
 
 namespace heed {
@@ -22,7 +23,7 @@ class Generator;
 
 namespace heed::nn {
 
-class Module {
+class Module : public Stateful {
  public:
   explicit Module(std::string type_name) : type_(std::move(type_name)) {}
   virtual ~Module() = default;
@@ -59,11 +60,11 @@ class Module {
   std::string summary() const;
 
   // Parameters and buffers by dotted name (the tensors themselves, not copies).
-  std::map<std::string, Tensor> state_dict() const;
+  std::map<std::string, Tensor> state_dict() const override;
   // Copies values into the existing tensors. Validates everything first: a
   // missing or unexpected key, or a shape/dtype mismatch, throws naming the
   // key and both shapes, and nothing is changed.
-  void load_state_dict(const std::map<std::string, Tensor>& state);
+  void load_state_dict(const std::map<std::string, Tensor>& state) override;
 
  protected:
   Tensor register_parameter(const std::string& name, Tensor t);

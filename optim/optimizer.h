@@ -35,11 +35,12 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "core/state.h"
 #include "core/tensor.h"
 
 namespace heed::optim {
 
-class Optimizer {
+class Optimizer : public Stateful {
  public:
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
@@ -67,11 +68,11 @@ class Optimizer {
 
   // A snapshot (deep copies, unlike Module::state_dict): training can go on
   // while the map is held, e.g. until a checkpoint is written.
-  std::map<std::string, Tensor> state_dict() const;
+  std::map<std::string, Tensor> state_dict() const override;
   // Validates everything first: a missing or unexpected key, or a shape or
   // dtype mismatch, throws naming the key and both shapes/dtypes, and nothing
   // is changed. Then copies the values in (exactly: the dtypes match).
-  void load_state_dict(const std::map<std::string, Tensor>& state);
+  void load_state_dict(const std::map<std::string, Tensor>& state) override;
 
  protected:
   // Rejects (heed::Error naming the parameter) an empty list, duplicate names

@@ -1,4 +1,4 @@
-// experiments/args.h: command-line options for heed's commands. Every option
+// data/args.h: command-line options for heed's commands. Every option
 // is declared with its type, default and help; a bad value is reported with
 // the option, the value and what was expected, before any work starts.
 #pragma once
@@ -7,7 +7,14 @@
 #include <string>
 #include <vector>
 
-namespace heed::experiments {
+#include "core/error.h"
+
+namespace heed {
+
+// A command line that cannot be parsed (exit status 2 in heed's commands).
+struct UsageError : Error {
+  using Error::Error;
+};
 
 class Args {
  public:
@@ -23,14 +30,17 @@ class Args {
   Args& flag(const std::string& name, bool* v, const std::string& help);
 
   // Parses args (without the command words). Returns false when --help was
-  // asked for (help is printed); throws heed::Error on a bad option.
+  // asked for (help is printed); throws UsageError on a bad option.
   bool parse(const std::vector<std::string>& args);
   std::string help() const;
   // Whether the option appeared on the command line (not just its default).
   bool given(const std::string& name) const;
-  // Sets an option from text as if it had been given (used to restore a
-  // checkpoint's configuration); throws like parse() on a bad value.
+  // Sets an option from its saved text (a checkpoint's configuration, as
+  // values() wrote it; a text option may be empty there); throws naming the
+  // option and the value when it does not fit.
   void assign(const std::string& name, const std::string& value);
+  bool has(const std::string& name) const { return find(name) != nullptr; }
+  const std::string& command() const { return command_; }
   // The options as "name=value" pairs, for logging the full config.
   std::vector<std::pair<std::string, std::string>> values() const;
 
@@ -38,7 +48,7 @@ class Args {
   struct Opt {
     std::string name, help, metavar;
     bool is_flag = false;
-    std::function<void(const std::string&)> set;
+    std::function<void(const std::string&, bool restoring)> set;
     std::function<std::string()> show;
   };
   const Opt* find(const std::string& name) const;
@@ -47,4 +57,4 @@ class Args {
   std::vector<std::string> given_;
 };
 
-}  // namespace heed::experiments
+}  // namespace heed

@@ -1,24 +1,32 @@
-// experiments/args.cpp
-#include "experiments/args.h"
+// data/args.cpp
+#include "data/args.h"
 
 #include <cerrno>
 #include <cstdlib>
 
 #include "core/error.h"
 
-namespace heed::experiments {
+namespace heed {
+
+namespace {
+template <class... A>
+[[noreturn]] void usage(fmt::format_string<A...> f, A&&... a) {
+  throw UsageError(fmt::format(f, std::forward<A>(a)...));
+}
+}  // namespace
+
 
 Args& Args::integer(const std::string& name, int64_t* v, const std::string& help, int64_t min, int64_t max) {
   std::string range = min == INT64_MIN ? "an integer"
                       : max == INT64_MAX ? fmt::format("an integer >= {}", min)
                                          : fmt::format("an integer in {}..{}", min, max);
   opts_.push_back({name, help, "N", false,
-                   [=, this](const std::string& s) {
+                   [=, this](const std::string& s, bool) {
                      char* end = nullptr;
                      errno = 0;
                      long long x = std::strtoll(s.c_str(), &end, 10);
                      if (s.empty() || *end != '\0' || errno != 0 || x < min || x > max)
-                       fail("{}: --{} expects {}, got '{}'", command_, name, range, s);
+                       usage("{}: --{} expects {}, got '{}'", command_, name, range, s);
                      *v = x;
                    },
                    [v] { return std::to_string(*v); }});
@@ -31,13 +39,13 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
                       : max >= 1e300 ? fmt::format("a number {} {}", min_exclusive ? ">" : ">=", min)
                                      : fmt::format("a number in {}{}, {}]", min_exclusive ? "(" : "[", min, max);
   opts_.push_back({name, help, "X", false,
-                   [=, this](const std::string& s) {
+                   [=, this](const std::string& s, bool) {
                      char* end = nullptr;
                      errno = 0;
                      double x = std::strtod(s.c_str(), &end);
                      bool low = min_exclusive ? x <= min : x < min;
                      if (s.empty() || *end != '\0' || errno != 0 || x != x || low || x > max)
-                       fail("{}: --{} expects {}, got '{}'", command_, name, range, s);
+                       usage("{}: --{} expects {}, got '{}'", command_, name, range, s);
                      *v = x;
                    },
                    [v] { return fmt::format("{}", *v); }});
@@ -45,8 +53,9 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
 }
 
 Args& Args::text(const std::string& name, std::string* v, const std::string& help) {
-  opts_.push_back({name, help, "TEXT", false, [=, this](const std::string& s) {
-                     if (s.empty()) fail("{}: --{} expects a value, got an empty string", command_, name);
+  opts_.push_back({name, help, "TEXT", false, [=, this](const std::string& s, bool restoring) {
+                     if (s.empty() && !restoring)
+                       usage("{}: --{} expects a value, got an empty string", command_, name);
                      *v = s;
                    },
                    [v] { return *v; }});
@@ -58,20 +67,20 @@ Args& Args::choice(const std::string& name, std::string* v, const std::vector<st
   std::string list;
   for (const auto& c : choices) list += (list.empty() ? "" : "|") + c;
   opts_.push_back({name, help, list, false,
-                   [=, this](const std::string& s) {
+                   [=, this](const std::string& s, bool) {
                      for (const auto& c : choices)
                        if (s == c) {
                          *v = s;
                          return;
                        }
-                     fail("{}: --{} expects one of {}, got '{}'", command_, name, list, s);
+                     usage("{}: --{} expects one of {}, got '{}'", command_, name, list, s);
                    },
                    [v] { return *v; }});
   return *this;
 }
 
 Args& Args::flag(const std::string& name, bool* v, const std::string& help) {
-  opts_.push_back({name, help, "", true, [v](const std::string&) { *v = true; },
+  opts_.push_back({name, help, "", true, [v](const std::string& s, bool) { *v = s != "false"; },
                    [v] { return std::string(*v ? "true" : "false"); }});
   return *this;
 }
@@ -89,7 +98,7 @@ bool Args::parse(const std::vector<std::string>& args) {
       fmt::print("{}", help());
       return false;
     }
-    if (a.rfind("--", 0) != 0) fail("{}: unexpected argument '{}' (options start with --; see --help)", command_, a);
+    if (a.rfind("--", 0) != 0) usage("{}: unexpected argument '{}' (options start with --; see --help)", command_, a);
     std::string name = a.substr(2), value;
     bool has_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {
@@ -98,18 +107,18 @@ bool Args::parse(const std::vector<std::string>& args) {
       has_value = true;
     }
     const Opt* o = find(name);
-    if (!o) fail("{}: unknown option '--{}' (see --help)", command_, name);
+    if (!o) usage("{}: unknown option '--{}' (see --help)", command_, name);
     given_.push_back(name);
     if (o->is_flag) {
-      if (has_value) fail("{}: --{} is a flag and takes no value", command_, name);
-      o->set("");
+      if (has_value) usage("{}: --{} is a flag and takes no value", command_, name);
+      o->set("", false);
       continue;
     }
     if (!has_value) {
-      if (i + 1 >= args.size()) fail("{}: --{} expects a value ({})", command_, name, o->metavar);
+      if (i + 1 >= args.size()) usage("{}: --{} expects a value ({})", command_, name, o->metavar);
       value = args[++i];
     }
-    o->set(value);
+    o->set(value, false);
   }
   return true;
 }
@@ -123,11 +132,9 @@ bool Args::given(const std::string& name) const {
 void Args::assign(const std::string& name, const std::string& value) {
   const Opt* o = find(name);
   if (!o) fail("{}: unknown option '--{}'", command_, name);
-  if (o->is_flag) {
-    if (value == "true") o->set("");
-    return;
-  }
-  o->set(value);
+  if (o->is_flag && value != "true" && value != "false")
+    fail("{}: --{} is a flag, expected true or false, got '{}'", command_, name, value);
+  o->set(value, true);
 }
 
 std::string Args::help() const {
@@ -148,4 +155,4 @@ std::vector<std::pair<std::string, std::string>> Args::values() const {
   return out;
 }
 
-}  // namespace heed::experiments
+}  // namespace heed

@@ -1,0 +1,442 @@
+// data/run.cpp
+#include "data/run.h"
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/random.h"
+#include "data/h5.h"
+
+#ifndef HEED_GIT_COMMIT
+#define HEED_GIT_COMMIT "unknown"
+#endif
+#ifndef HEED_VERSION
+#define HEED_VERSION "0.1.0"
+#endif
+
+namespace heed {
+
+namespace fs = std::filesystem;
+
+std::string heed_version() { return HEED_VERSION; }
+std::string git_commit() { return HEED_GIT_COMMIT; }
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(p + 2);
+    }
+  return "unknown";
+}
+
+std::string default_checkpoint_path(const std::string& out) {
+  bool h5 = out.size() > 3 && out.compare(out.size() - 3, 3, ".h5") == 0;
+  return (h5 ? out.substr(0, out.size() - 3) : out) + ".ckpt.h5";
+}
+
+void prepare_output_path(const std::string& path) {
+  fs::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path() && !fs::exists(p.parent_path(), ec)) {
+    fs::create_directories(p.parent_path(), ec);
+    if (ec) fail("cannot create directory '{}' for '{}': {}", p.parent_path().string(), path, ec.message());
+  }
+  if (fs::is_directory(p, ec)) fail("'{}' is a directory; expected a file path like run.h5", path);
+  // Probe with a temporary file beside the target: never clobbers the target.
+  const std::string probe = path + ".probe";
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (!f) fail("cannot write '{}': {}", path, std::strerror(errno));
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
+std::string format_seconds(double s) {
+  if (s < 60) return fmt::format("{:.1f}s", s);
+  int64_t m = static_cast<int64_t>(s / 60);
+  return fmt::format("{}m{:02d}s", m, static_cast<int>(s - 60.0 * static_cast<double>(m)));
+}
+
+// ---- Ctrl-C ----
+
+namespace {
+// Set by the first SIGINT while a StopRequest lives; a signal handler may
+// only touch lock-free atomics.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_sigint(int) {
+  if (g_stop.exchange(true)) {  // the second Ctrl-C: end now, as if no handler were installed
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+
+// Whether two paths name the same file (existing or not).
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ea, eb;
+  fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (ea || eb) return fs::absolute(a, ea).lexically_normal() == fs::absolute(b, eb).lexically_normal();
+  return ca == cb;
+}
+}  // namespace
+
+StopRequest::StopRequest() {
+  g_stop = false;
+  previous_ = std::signal(SIGINT, on_sigint);
+}
+
+StopRequest::~StopRequest() { std::signal(SIGINT, previous_); }
+
+bool StopRequest::requested() const { return g_stop.load(); }
+
+struct Run::StopGuard {
+  StopRequest request;
+};
+
+// ---- Run ----
+
+Run::Run(std::string experiment, std::string summary, RunOptions defaults)
+    : experiment_(std::move(experiment)),
+      defaults_(std::move(defaults)),
+      args_("run " + experiment_, std::move(summary)) {
+  if (defaults_.program_.empty()) defaults_.program_ = "heed run " + experiment_;
+  out_ = defaults_.out_;
+  checkpoint_every_ = defaults_.checkpoint_every_;
+  threads_ = defaults_.threads_;
+  steps_ = defaults_.steps_;
+  // Dropout and anything else drawing from the default generator.
+  track("rng/default", default_generator());
+}
+
+Run::~Run() = default;
+
+void Run::may_change_on_resume(const std::string& option) { changeable_.insert(option); }
+
+bool Run::parse(int argc, char** argv) {
+  std::vector<std::string> line(argv, argv + argc);
+  defaults_.program_ = line.empty() ? defaults_.program_ : line[0];
+  return parse(std::vector<std::string>(line.begin() + (line.empty() ? 0 : 1), line.end()), line);
+}
+
+bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> command_line) {
+  if (defaults_.steps_ > 0) args_.integer("steps", &steps_, "training steps (may be raised on --resume to train longer)", 1);
+  args_.text("out", &out_, "HDF5 log file")
+      .text("checkpoint", &checkpoint_, "checkpoint file (default: the log's name with .ckpt.h5; on --resume: that file)")
+      .integer("checkpoint-every", &checkpoint_every_, "write a checkpoint every N steps (0: only at the end and when stopped)", 0)
+      .text("resume", &resume_, "continue the run saved in this checkpoint, appending to its log")
+      .integer("stop-after", &stop_after_, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0)
+      .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024);
+  if (!args_.parse(argv)) return false;
+  if (command_line.empty()) {
+    command_line = {defaults_.program_};
+    command_line.insert(command_line.end(), argv.begin(), argv.end());
+  }
+  command_line_ = std::move(command_line);
+  if (out_.empty()) throw UsageError(fmt::format("{}: --out expects a log file path", args_.command()));
+  if (resuming()) {
+    if (same_file(resume_, out_))
+      throw UsageError(fmt::format("{}: --resume '{}' is the run's log; expected its checkpoint (e.g. {})",
+                                   args_.command(), resume_, default_checkpoint_path(out_)));
+    resume_ck_ = std::make_unique<Checkpoint>(load_checkpoint(resume_, experiment_));
+    restore_config();
+  }
+  check_paths();
+  if (resuming()) check_resumed_log();
+  kernel::set_num_threads(static_cast<int>(threads_));
+  return true;
+}
+
+// Options that may differ between a run and its continuation; the rest of
+// the configuration is the checkpoint's.
+void Run::restore_config() {
+  const std::set<std::string> never = {"resume", "stop-after"};
+  std::set<std::string> changeable = {"threads", "checkpoint", "checkpoint-every", "steps"};
+  changeable.insert(changeable_.begin(), changeable_.end());
+  std::map<std::string, std::string> now;
+  for (const auto& [k, v] : args_.values()) now[k] = v;
+  for (const auto& [k, v] : resume_ck_->config) {
+    if (never.count(k)) continue;
+    if (!args_.has(k))
+      fail("{}: checkpoint '{}' has option --{} {}, which this program does not know (written by another version?)",
+           args_.command(), resume_, k, v);
+    if (args_.given(k)) {
+      if (!changeable.count(k) && now[k] != v)
+        throw UsageError(fmt::format("{}: --{} {} contradicts the checkpoint's {} (a resumed run keeps its "
+                                     "configuration; only --{} may change)",
+                                     args_.command(), k, now[k], v, fmt::join(changeable, ", --")));
+      continue;
+    }
+    if (k == "checkpoint") continue;  // the resumed file, unless --checkpoint says otherwise
+    try {
+      args_.assign(k, v);
+    } catch (const Error& e) {
+      fail("{}: checkpoint '{}' holds a bad configuration: {}", args_.command(), resume_, e.what());
+    }
+  }
+  if (!args_.given("checkpoint")) checkpoint_ = resume_;
+}
+
+void Run::check_paths() {
+  if (checkpoint_.empty()) checkpoint_ = default_checkpoint_path(out_);
+  if (same_file(checkpoint_, out_))
+    throw UsageError(fmt::format("{}: --checkpoint '{}' is the log --out '{}'; they must be two files",
+                                 args_.command(), checkpoint_, out_));
+  if (!resuming()) prepare_output_path(out_);
+  prepare_output_path(checkpoint_);
+}
+
+void Run::check_resumed_log() const {
+  std::error_code ec;
+  if (!fs::exists(out_, ec))
+    fail("{}: the log '{}' of the run in '{}' is missing (give --out if it moved)", args_.command(), out_, resume_);
+  h5::File f(out_, h5::File::Mode::read_swmr);
+  auto text = [&](const char* name) {
+    if (!f.has_attr("/", name)) return std::string();
+    h5::Attr a = f.get_attr("/", name);
+    return std::holds_alternative<std::string>(a) ? std::get<std::string>(a) : std::string();
+  };
+  if (!f.has_attr("/", "heed_log_format")) fail("{}: '{}' is not a heed run log", args_.command(), out_);
+  const std::string exp = text("experiment");
+  if (exp != experiment_)
+    fail("{}: the log '{}' is of experiment '{}', not '{}'", args_.command(), out_, exp.empty() ? "?" : exp,
+         experiment_);
+}
+
+void Run::set_steps(int64_t total) {
+  if (begun_) fail("Run::set_steps: the run has begun");
+  if (total < 0) fail("Run::set_steps: expected a step count >= 0, got {}", total);
+  steps_ = total;
+}
+
+void Run::check_name(const std::string& name) const {
+  if (begun_) fail("Run::track: '{}' registered after begin()", name);
+  if (name.empty() || name == "step") fail("Run::track: expected a name other than '' and 'step', got '{}'", name);
+  for (const auto& e : entries_)
+    if (e.name == name) fail("Run::track: '{}' is registered twice", name);
+  if (counters_.count(name) || constants_.count(name)) fail("Run::track: '{}' is registered twice", name);
+}
+
+void Run::add_entry(const std::string& name, bool prefix, std::function<Tensor()> save,
+                    std::function<void(const Tensor&)> load) {
+  check_name(name);
+  Entry e;
+  e.name = name;
+  e.prefix = prefix;
+  e.save = std::move(save);
+  e.load = std::move(load);
+  entries_.push_back(std::move(e));
+}
+
+void Run::track(const std::string& name, Stateful& s) {
+  check_name(name);
+  Entry e;
+  e.name = name;
+  e.prefix = true;
+  e.save_dict = [&s] { return s.state_dict(); };
+  e.load_dict = [&s](const std::map<std::string, Tensor>& m) { s.load_state_dict(m); };
+  entries_.push_back(std::move(e));
+}
+
+void Run::track(const std::string& name, int64_t& counter) {
+  check_name(name);
+  counters_[name] = &counter;
+}
+
+void Run::track(const std::string& name, double& value) {
+  add_entry(name, false, [&value] { return Tensor::from_f64({value}, {1}); },
+            [&value, name](const Tensor& t) {
+              if (t.shape() != Shape{1} || t.dtype() != DType::f64)
+                fail("'{}' is {} {}, expected float64 [1]", name, dtype_name(t.dtype()), shape_str(t.shape()));
+              value = t.to_vector<double>()[0];
+            });
+}
+
+void Run::track_constant(const std::string& name, const Tensor& value) {
+  check_name(name);
+  constants_[name] = value;
+}
+
+void Run::restore_state() {
+  const Checkpoint& ck = *resume_ck_;
+  const std::string where = fmt::format("{}: checkpoint '{}'", args_.command(), resume_);
+  step_ = ck.counter("step");
+  if (step_ < 0 || step_ > steps_)
+    throw UsageError(fmt::format("{} is at step {}, beyond this run's {} steps (the length may only grow on resume)",
+                                 where, step_, steps_));
+  std::set<std::string> used;
+  std::vector<std::string> missing;
+  for (const Entry& e : entries_) {
+    if (e.prefix) {
+      auto m = ck.get(e.name);
+      if (m.empty()) {
+        missing.push_back(e.name + "/...");
+        continue;
+      }
+      for (const auto& [k, t] : m) used.insert(e.name + "/" + k);
+    } else {
+      if (!ck.tensors.count(e.name)) missing.push_back(e.name);
+      used.insert(e.name);
+    }
+  }
+  for (const auto& [name, t] : constants_) {
+    if (!ck.tensors.count(name)) missing.push_back(name);
+    used.insert(name);
+  }
+  for (const auto& [name, p] : counters_)
+    if (!ck.counters.count(name)) missing.push_back("counter " + name);
+  std::vector<std::string> unexpected;
+  for (const auto& [k, t] : ck.tensors)
+    if (!used.count(k)) unexpected.push_back(k);
+  for (const auto& [k, v] : ck.counters)
+    if (k != "step" && !counters_.count(k)) unexpected.push_back("counter " + k);
+  if (!missing.empty() || !unexpected.empty())
+    fail("{} does not fit this run: missing [{}], unexpected [{}]", where, fmt::join(missing, ", "),
+         fmt::join(unexpected, ", "));
+  for (const auto& [name, value] : constants_) {
+    const Tensor& saved = ck.tensors.at(name);
+    if (saved.shape() != value.shape() || saved.to_vector<double>() != value.to_vector<double>())
+      fail("{}: '{}' differs from this run's (its inputs changed since the checkpoint)", where, name);
+  }
+  // Every piece validates before it changes anything; a piece that does not
+  // fit stops the resume before any file is touched.
+  for (const Entry& e : entries_) {
+    try {
+      if (e.prefix) e.load_dict(ck.get(e.name));
+      else e.load(ck.tensors.at(e.name));
+    } catch (const Error& err) {
+      fail("{}: '{}' does not fit this run: {}", where, e.name, err.what());
+    }
+  }
+  for (const auto& [name, p] : counters_) *p = ck.counters.at(name);
+}
+
+void Run::begin(const std::function<void(RunLog&)>& schema) {
+  if (begun_) fail("Run::begin: called twice");
+  if (steps_ < 1 && !resuming()) fail("{}: the run has no steps (RunOptions::steps or set_steps)", args_.command());
+  if (resuming()) {
+    restore_state();
+    resume_ck_.reset();
+    log_ = std::make_unique<RunLog>(RunLog::resume(out_, step_));
+    fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
+  } else {
+    log_ = std::make_unique<RunLog>(RunLog::create(out_));
+    write_metadata();
+    if (schema) schema(*log_);
+    log_->begin();
+  }
+  fmt::print("logging to {}, checkpoints to {}\n", out_, checkpoint_);
+  std::fflush(stdout);
+  begun_ = true;
+  start_step_ = step_;
+  ctrl_c_ = std::make_unique<StopGuard>();
+  t0_ = std::chrono::steady_clock::now();
+  last_progress_ = t0_;
+}
+
+RunLog& Run::log() {
+  if (!log_) fail("Run::log: the log exists from begin() on");
+  return *log_;
+}
+
+void Run::write_metadata() {
+  std::string cmd;
+  for (const auto& a : command_line_) cmd += (cmd.empty() ? "" : " ") + a;
+  std::time_t now = std::time(nullptr);
+  char iso[32];
+  std::strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  RunLog& log = *log_;
+  log.set_attr("experiment", experiment_);
+  log.set_attr("heed_version", heed_version());
+  log.set_attr("git_commit", git_commit());
+  log.set_attr("command_line", cmd);
+  log.set_attr("threads", threads_);
+  log.set_attr("cpu", cpu_model());
+  log.set_attr("start_time", std::string(iso));
+  log.set_attr("backends", kernel::backend_info());
+  for (const auto& [k, v] : args_.values()) log.set_attr("config." + k, v);
+}
+
+void Run::save() const {
+  Checkpoint ck;
+  ck.experiment = experiment_;
+  for (const auto& [k, v] : args_.values()) ck.config[k] = v;
+  ck.counters["step"] = step_;
+  for (const auto& [name, p] : counters_) ck.counters[name] = *p;
+  for (const Entry& e : entries_) {
+    if (e.prefix) ck.put(e.name, e.save_dict());
+    else ck.tensors[e.name] = e.save();
+  }
+  for (const auto& [name, t] : constants_) ck.tensors[name] = t;
+  save_checkpoint(checkpoint_, ck);
+}
+
+bool Run::next() {
+  if (!begun_) fail("Run::next: call begin() first");
+  if (in_step_) {
+    in_step_ = false;
+    const bool stop = ctrl_c_->request.requested() || (stop_after_ > 0 && step_ == stop_after_);
+    const bool last = step_ == steps_;
+    if (stop || last || (checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0)) {
+      log_->flush();  // the log and the checkpoint agree
+      save();
+    }
+    print_progress(last || stop);
+    if (stop && !last) {
+      stopped_ = true;
+      return false;
+    }
+  }
+  if (step_ >= steps_) return false;
+  ++step_;
+  in_step_ = true;
+  return true;
+}
+
+void Run::show(const std::string& name, double value) {
+  for (auto& [n, v] : shown_)
+    if (n == name) {
+      v = value;
+      return;
+    }
+  shown_.emplace_back(name, value);
+}
+
+double Run::seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+void Run::print_progress(bool force) {
+  if (defaults_.progress_seconds_ <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && std::chrono::duration<double>(now - last_progress_).count() < defaults_.progress_seconds_) return;
+  last_progress_ = now;
+  const double rate = static_cast<double>(step_ - start_step_) / std::max(seconds(), 1e-9);
+  std::string values;
+  for (const auto& [n, v] : shown_) values += fmt::format(" {} {:.4f}", n, v);
+  fmt::print("step {}/{}{} | {:.1f} steps/s ETA {}\n", step_, steps_, values, rate,
+             format_seconds(rate > 0 ? static_cast<double>(steps_ - step_) / rate : 0.0));
+  std::fflush(stdout);
+}
+
+int Run::finish() {
+  if (log_) log_->close();
+  ctrl_c_.reset();
+  if (stopped_) {
+    fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {} --resume {}\n", step_,
+               steps_, defaults_.program_, checkpoint_);
+    std::fflush(stdout);
+    return 130;
+  }
+  return 0;
+}
+
+}  // namespace heed

@@ -1,0 +1,214 @@
+// data/run.h: a training run as one library object. It owns what every
+// training program needs around its loop: the command line of the run
+// (--out, --checkpoint, --checkpoint-every, --resume, --stop-after,
+// --threads, --steps), the HDF5 log (docs/log-format.md) and its metadata,
+// atomic CRC-checked checkpoints (docs/checkpoint-format.md), bit-identical
+// resume, Ctrl-C and --stop-after, and the progress line. A program
+// registers its state once by name (model, optimiser, generators, data
+// position, counters) and writes its loop:
+//
+//   heed::Run run("mine", "what it does", heed::RunOptions("runs/mine.h5").steps(1000));
+//   run.args().real("lr", &lr, "learning rate");      // the program's own options
+//   if (!run.parse(argc, argv)) return 0;               // --help
+//   ... build model, optimiser, data from the options ...
+//   run.track("model", model);
+//   run.track("optim", opt);
+//   run.track("rng/data", gen);
+//   run.begin([&](heed::RunLog& log) { log.declare_scalar("train_loss"); });
+//   while (run.next()) {
+//     ... one step ...
+//     run.log().scalar("train_loss", run.step(), loss);
+//     run.show("loss", loss);
+//   }
+//   return run.finish();                               // 0, or 130 when stopped
+//
+// Every file is checked before any is touched: a resume that is refused
+// (another experiment's checkpoint, another model, a damaged file, an option
+// that contradicts the checkpoint) leaves the log and the checkpoint as they
+// were.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/state.h"
+#include "core/tensor.h"
+#include "data/args.h"
+#include "data/checkpoint.h"
+#include "data/runlog.h"
+
+namespace heed {
+
+// The defaults of a run's own options.
+struct RunOptions {
+  explicit RunOptions(std::string out) : out_(std::move(out)) {}
+  RunOptions& steps(int64_t n) { steps_ = n; return *this; }
+  RunOptions& checkpoint_every(int64_t n) { checkpoint_every_ = n; return *this; }
+  RunOptions& threads(int64_t n) { threads_ = n; return *this; }
+  RunOptions& progress_seconds(double s) { progress_seconds_ = s; return *this; }
+  RunOptions& program(std::string p) { program_ = std::move(p); return *this; }
+  std::string out_;                 // --out: the HDF5 log
+  int64_t steps_ = 0;               // --steps; 0: no --steps option, the program calls set_steps()
+  int64_t checkpoint_every_ = 500;  // --checkpoint-every N (0: only at the end and when stopped)
+  int64_t threads_ = 2;             // --threads
+  double progress_seconds_ = 5.0;   // a progress line at most this often (0: none)
+  std::string program_;             // how the printed resume command starts; default "heed run <experiment>"
+};
+
+class Run {
+ public:
+  Run(std::string experiment, std::string summary, RunOptions defaults);
+  ~Run();
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  // The program's own options are declared here before parse().
+  Args& args() { return args_; }
+  // An option of the program's that may take a new value when a run is
+  // resumed (like --steps: training for longer). Every other option is
+  // restored from the checkpoint, and one given with another value is refused.
+  void may_change_on_resume(const std::string& option);
+
+  // Parses the command line, then with --resume loads and verifies the
+  // checkpoint, restores the run's whole configuration into the options and
+  // checks the log it continues; checks every path; sets the thread count.
+  // Touches no file. Returns false when --help was asked for (printed).
+  // Throws UsageError on a bad option, heed::Error on anything else.
+  bool parse(const std::vector<std::string>& argv, std::vector<std::string> command_line = {});
+  bool parse(int argc, char** argv);
+
+  const std::string& experiment() const { return experiment_; }
+  bool resuming() const { return !resume_.empty(); }
+  const std::string& log_path() const { return out_; }
+  const std::string& checkpoint_path() const { return checkpoint_; }
+  int64_t steps() const { return steps_; }
+  // For programs whose length is not --steps (e.g. epochs x batches).
+  void set_steps(int64_t total);
+
+  // ---- the state a checkpoint holds, each registered once by name ----
+  void track(const std::string& name, Stateful& s);  // name/<key> for each key of its state dict
+  void track(const std::string& name, int64_t& counter);
+  void track(const std::string& name, double& value);  // bit for bit
+  // Anything with Tensor state_tensor() and set_state_tensor(const Tensor&):
+  // Generator, data::BatchSampler.
+  template <class T>
+    requires requires(T& t, const Tensor& s) {
+      { t.state_tensor() } -> std::same_as<Tensor>;
+      t.set_state_tensor(s);
+    }
+  void track(const std::string& name, T& x) {
+    add_entry(name, false, [&x] { return x.state_tensor(); }, [&x](const Tensor& t) { x.set_state_tensor(t); });
+  }
+  // A tensor the run derives from its inputs (e.g. a tokenizer's alphabet):
+  // saved, and on resume compared with the value rebuilt now (refused when
+  // they differ: the inputs changed).
+  void track_constant(const std::string& name, const Tensor& value);
+
+  // Restores every registered piece of state from the checkpoint (resuming:
+  // all validated before the log is reopened and cut back to the
+  // checkpoint's step), or creates the log, writes the run's metadata, calls
+  // schema(log) to declare its datasets, and starts appending.
+  void begin(const std::function<void(RunLog&)>& schema = {});
+  RunLog& log();
+
+  // The loop: ends the step just done (checkpoint when due, stop on Ctrl-C
+  // or --stop-after, progress line), then starts the next one. False when
+  // the run is complete or stopped.
+  bool next();
+  int64_t step() const { return step_; }  // the step in progress, 1-based (0 before the first)
+  bool stopped() const { return stopped_; }
+  // A value for the progress line ("loss 1.2345"), kept until replaced.
+  void show(const std::string& name, double value);
+  double seconds() const;  // since begin()
+
+  // Closes the log. When stopped prints where and the command that resumes
+  // the run and returns 130, else returns 0.
+  int finish();
+
+ private:
+  struct Entry {
+    std::string name;
+    bool prefix = false;  // a state dict under name/
+    std::function<Tensor()> save;
+    std::function<void(const Tensor&)> load;
+    std::function<std::map<std::string, Tensor>()> save_dict;
+    std::function<void(const std::map<std::string, Tensor>&)> load_dict;
+  };
+  void add_entry(const std::string& name, bool prefix, std::function<Tensor()> save,
+                 std::function<void(const Tensor&)> load);
+  void check_name(const std::string& name) const;
+  void restore_config();
+  void check_paths();
+  void check_resumed_log() const;
+  void restore_state();
+  void save() const;
+  void write_metadata();
+  void print_progress(bool force);
+
+  std::string experiment_;
+  RunOptions defaults_;
+  Args args_;
+  std::set<std::string> changeable_;
+  std::vector<std::string> command_line_;
+  // The run's own options.
+  std::string out_, checkpoint_, resume_;
+  int64_t checkpoint_every_ = 0, stop_after_ = 0, threads_ = 2, steps_ = 0;
+
+  std::unique_ptr<Checkpoint> resume_ck_;  // loaded by parse(), consumed by begin()
+  std::vector<Entry> entries_;
+  std::map<std::string, int64_t*> counters_;
+  std::map<std::string, Tensor> constants_;
+  std::unique_ptr<RunLog> log_;
+  struct StopGuard;
+  std::unique_ptr<StopGuard> ctrl_c_;
+  int64_t step_ = 0, start_step_ = 0;
+  bool in_step_ = false, stopped_ = false, begun_ = false;
+  std::vector<std::pair<std::string, double>> shown_;
+  std::chrono::steady_clock::time_point t0_, last_progress_;
+};
+
+// Ctrl-C during training. While a StopRequest lives, the first SIGINT only
+// sets a flag that the run reads after each step: it finishes the step,
+// writes a checkpoint, flushes the log and returns, and the command exits
+// with 130. A second SIGINT ends the process at once, as usual. The previous
+// handler comes back when the StopRequest goes; one at a time.
+class StopRequest {
+ public:
+  StopRequest();
+  ~StopRequest();
+  StopRequest(const StopRequest&) = delete;
+  StopRequest& operator=(const StopRequest&) = delete;
+  bool requested() const;
+
+ private:
+  void (*previous_)(int);
+};
+
+// "runs/x.h5" -> "runs/x.ckpt.h5"
+std::string default_checkpoint_path(const std::string& out);
+// Creates the parent directory of path if needed and checks that a file can
+// be created there (naming the path when not); never touches path itself.
+void prepare_output_path(const std::string& path);
+// "1m05s", "12.3s"
+std::string format_seconds(double s);
+std::string cpu_model();
+std::string heed_version();
+std::string git_commit();
+
+class Stopwatch {
+ public:
+  Stopwatch() : t0_(std::chrono::steady_clock::now()) {}
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  void reset() { t0_ = std::chrono::steady_clock::now(); }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace heed

@@ -1,0 +1,175 @@
+// tests/data/test_run.cpp: heed::Run, the library object that owns a
+// training run's log, checkpoints, resume and stop (data/run.h), driven the
+// way a user's program drives it.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "../experiments/resume_check.h"
+#include "test_util.h"
+
+using namespace heed;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A toy program on the Run: a linear model fitted by SGD to fixed data, with
+// a generator that draws each step's noise and a user counter.
+struct Toy {
+  Generator init{1}, noise{2};
+  nn::Linear model;
+  optim::SGD opt;
+  int64_t counter = 0;
+  double last = 0;
+  Run run;
+  explicit Toy(int64_t width = 3)
+      : model(nn::LinearOptions(width, 2).generator(&init)),
+        opt(model.named_parameters(), optim::SGDOptions(0.1).momentum(0.9)),
+        run("toy", "a toy", RunOptions("unused.h5").steps(10).checkpoint_every(3).progress_seconds(0)) {}
+  // Runs the program with argv; returns finish()'s status.
+  int go(const std::vector<std::string>& argv) {
+    if (!run.parse(argv)) return 0;
+    run.track("model", model);
+    run.track("optim", opt);
+    run.track("rng/noise", noise);
+    run.track("counter", counter);
+    run.track("last", last);
+    run.begin([](RunLog& log) { log.declare_scalar("loss"); });
+    Tensor x = test::det_tensor({4, model.weight.size(1)}, 5), y = test::det_tensor({4, 2}, 6);
+    while (run.next()) {
+      opt.zero_grad();
+      Tensor loss = mse_loss(model.forward(x + randn({4, model.weight.size(1)}, &noise) * 0.01), y);
+      backward(loss);
+      opt.step();
+      last = loss.item();
+      counter += 2;
+      run.log().scalar("loss", run.step(), last);
+    }
+    return run.finish();
+  }
+};
+
+std::string bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+}  // namespace
+
+TEST_CASE("Run: stopped at step 4 and resumed, a program's log and checkpoint equal the uninterrupted run's") {
+  test::TempDir d("heed-run-");
+  Toy straight;
+  REQUIRE(straight.go({"--out", d.path + "/a.h5"}) == 0);
+  Toy first;
+  REQUIRE(first.go({"--out", d.path + "/b.h5", "--stop-after", "4"}) == 130);
+  CHECK(load_checkpoint(d.path + "/b.ckpt.h5", "toy").counter("step") == 4);
+  Toy rest;
+  REQUIRE(rest.go({"--resume", d.path + "/b.ckpt.h5"}) == 0);
+  CHECK(rest.counter == 20);  // the user's counter came back with the rest
+  CHECK(rest.last == straight.last);
+  test::check_same_log(d.path + "/a.h5", d.path + "/b.h5");
+  test::check_same_checkpoint(d.path + "/a.ckpt.h5", d.path + "/b.ckpt.h5", "toy");
+  // Everything registered is in the checkpoint, each once, by its name.
+  Checkpoint ck = load_checkpoint(d.path + "/b.ckpt.h5", "toy");
+  CHECK(ck.counters.at("counter") == 20);
+  CHECK(ck.tensors.count("model/weight") == 1);
+  CHECK(ck.tensors.count("rng/noise") == 1);
+  CHECK(ck.tensors.count("rng/default") == 1);
+  CHECK(ck.tensors.count("last") == 1);
+  CHECK(ck.config.at("checkpoint-every") == "3");
+}
+
+TEST_CASE("Run: resume restores the whole configuration; only the run's length and where it writes may change") {
+  test::TempDir d("heed-run-");
+  Toy first;
+  REQUIRE(first.go({"--out", d.path + "/r.h5", "--checkpoint-every", "2", "--stop-after", "4"}) == 130);
+  const std::string ck = d.path + "/r.ckpt.h5";
+  {
+    Toy more;  // --checkpoint-every comes back; --steps may grow
+    REQUIRE(more.run.parse({"--resume", ck, "--steps", "14"}));
+    CHECK(more.run.log_path() == d.path + "/r.h5");
+    CHECK(more.run.checkpoint_path() == ck);
+    CHECK(more.run.steps() == 14);
+    CHECK(more.run.args().values().size() > 0);
+    bool every2 = false;
+    for (const auto& [k, v] : more.run.args().values()) every2 = every2 || (k == "checkpoint-every" && v == "2");
+    CHECK(every2);
+  }
+  test::check_error([&] { Toy().run.parse({"--resume", ck, "--out", d.path + "/other.h5"}); },
+                    {"--out", "contradicts", "r.h5"});
+  test::check_error([&] { Toy().run.parse({"--out", d.path + "/x.h5", "--checkpoint", d.path + "/x.h5"}); },
+                    {"--checkpoint", "is the log --out", "two files"});
+  test::check_error([&] { Toy().run.parse({"--resume", d.path + "/r.h5"}); }, {"r.h5", "not a heed checkpoint"});
+  CHECK_FALSE(fs::exists(d.path + "/x.h5"));
+}
+
+TEST_CASE("Run: a finished run continues for more steps, and the log has every step once") {
+  test::TempDir d("heed-run-");
+  REQUIRE(Toy().go({"--out", d.path + "/f.h5"}) == 0);
+  Toy more;
+  REQUIRE(more.go({"--resume", d.path + "/f.ckpt.h5", "--steps", "16"}) == 0);
+  CHECK(more.counter == 32);
+  std::vector<double> rows = h5::File(d.path + "/f.h5", h5::File::Mode::read).read_tensor("metrics/loss").to_vector<double>();
+  REQUIRE(rows.size() == 3 * 16);
+  for (size_t i = 0; i < 16; ++i) CHECK(rows[3 * i] == double(i + 1));
+  test::check_error([&] { Toy().go({"--resume", d.path + "/f.ckpt.h5", "--steps", "5"}); },
+                    {"at step 16", "beyond this run's 5 steps"});
+}
+
+TEST_CASE("Run: a checkpoint that does not fit the program is refused before any file changes") {
+  test::TempDir d("heed-run-");
+  REQUIRE(Toy().go({"--out", d.path + "/g.h5"}) == 0);
+  const std::string log = d.path + "/g.h5", ck = d.path + "/g.ckpt.h5";
+  const std::string log_bytes = bytes(log), ck_bytes = bytes(ck);
+  SUBCASE("another model") {  // width 5 instead of 3: the weight's shape differs
+    test::check_error([&] { Toy(5).go({"--resume", ck}); }, {"'model'", "weight", "[2, 3]", "[2, 5]"});
+  }
+  SUBCASE("a missing piece of state") {
+    Checkpoint c = load_checkpoint(ck, "toy");
+    c.tensors.erase("rng/noise");
+    c.counters.erase("counter");
+    c.tensors["extra/thing"] = Tensor::zeros({2});
+    save_checkpoint(d.path + "/m.ckpt.h5", c);
+    test::check_error([&] { Toy().go({"--resume", d.path + "/m.ckpt.h5"}); },
+                      {"does not fit", "missing [rng/noise, counter counter]", "unexpected [extra/thing]"});
+  }
+  SUBCASE("another experiment's checkpoint") {
+    Checkpoint c = load_checkpoint(ck, "toy");
+    c.experiment = "copy";
+    save_checkpoint(d.path + "/e.ckpt.h5", c);
+    test::check_error([&] { Toy().go({"--resume", d.path + "/e.ckpt.h5"}); }, {"e.ckpt.h5", "'copy'", "'toy'"});
+  }
+  CHECK(bytes(log) == log_bytes);
+  CHECK(bytes(ck) == ck_bytes);
+}
+
+TEST_CASE("Run: registering a name twice, or after begin, is refused naming it") {
+  test::TempDir d("heed-run-");
+  Toy t;
+  REQUIRE(t.run.parse({"--out", d.path + "/t.h5"}));
+  t.run.track("model", t.model);
+  test::check_error([&] { t.run.track("model", t.opt); }, {"'model'", "twice"});
+  test::check_error([&] { t.run.track("rng/default", t.noise); }, {"'rng/default'", "twice"});
+  t.run.begin();
+  test::check_error([&] { t.run.track("late", t.counter); }, {"'late'", "after begin"});
+  t.run.finish();
+}
+
+TEST_CASE("StopRequest: the first SIGINT only sets the flag; the previous handler comes back afterwards") {
+  auto outer = std::signal(SIGINT, SIG_IGN);  // a known handler to come back to
+  {
+    StopRequest ctrl_c;
+    CHECK_FALSE(ctrl_c.requested());
+    std::raise(SIGINT);  // the process goes on
+    CHECK(ctrl_c.requested());
+  }
+  bool restored = std::signal(SIGINT, SIG_IGN) == SIG_IGN;
+  CHECK(restored);
+  {
+    StopRequest again;  // a new run starts without the old request
+    CHECK_FALSE(again.requested());
+  }
+  std::signal(SIGINT, outer);
+}
+
