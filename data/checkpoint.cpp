@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/error.h"
@@ -66,6 +68,24 @@ int64_t Checkpoint::counter(const std::string& name) const {
   return it->second;
 }
 
+namespace {
+// Fault injection for the tests (tests/experiments/test_fault_matrix.cpp):
+// with HEED_FAULT_KILL_IN_CHECKPOINT_WRITE=N in the environment, the N-th
+// checkpoint this process writes dies by SIGKILL halfway through its
+// temporary file, as a kill -9 at the worst moment would.
+void fault_point_in_checkpoint_write(h5::File& f) {
+  static const long n = [] {
+    const char* v = std::getenv("HEED_FAULT_KILL_IN_CHECKPOINT_WRITE");
+    return v ? std::atol(v) : 0L;
+  }();
+  static long count = 0;
+  if (n > 0 && ++count == n) {
+    f.flush();
+    std::raise(SIGKILL);
+  }
+}
+}  // namespace
+
 void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   namespace fs = std::filesystem;
   std::string tmp = path + ".tmp";
@@ -75,7 +95,9 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
     f.set_attr("/", "experiment", ck.experiment);
     for (const auto& [k, v] : ck.config) f.set_attr("/", "config." + k, v);
     for (const auto& [k, v] : ck.counters) f.set_attr("/", "counter." + k, v);
+    size_t written = 0;
     for (const auto& [k, t] : ck.tensors) {
+      if (written++ == ck.tensors.size() / 2) fault_point_in_checkpoint_write(f);
       f.write_tensor("tensors/" + k, t);
       f.set_attr("tensors/" + k, "crc32", static_cast<int64_t>(tensor_crc(t)));
     }

@@ -52,7 +52,9 @@ void prepare_output_path(const std::string& path) {
     fs::create_directories(p.parent_path(), ec);
     if (ec) fail("cannot create directory '{}' for '{}': {}", p.parent_path().string(), path, ec.message());
   }
-  if (fs::is_directory(p, ec)) fail("'{}' is a directory; expected a file path like run.h5", path);
+  const fs::file_status st = fs::status(p, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) fail("cannot write '{}': {}", path, ec.message());
+  if (fs::is_directory(st)) fail("'{}' is a directory; expected a file path like run.h5", path);
   // Probe with a temporary file beside the target: never clobbers the target.
   const std::string probe = path + ".probe";
   std::FILE* f = std::fopen(probe.c_str(), "wb");

@@ -1,0 +1,172 @@
+// tests/experiments/test_bad_inputs.cpp: the `heed` program given bad input,
+// as a user would give it: every case ends with `heed: ...` naming the value
+// or file and what was expected, exit status 1 (2 for a bad command line),
+// never `terminate called`, and no file written. Then the cases that used to
+// be refused and are now accepted.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/checkpoint.h"
+#include "data/h5.h"
+#include "resume_check.h"
+#include "test_util.h"
+
+extern char** environ;
+
+using namespace heed;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status = 0;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+Result heed_cli(std::vector<std::string> args, const std::string& dir) {
+  args.insert(args.begin(), HEED_CLI_PATH);
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string out = dir + "/.stdout", err = dir + "/.stderr";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(out), slurp(err)};
+  fs::remove(out);
+  fs::remove(err);
+  return r;
+}
+
+// Every file under dir with its bytes.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file(ec)) m[e.path().string()] = slurp(e.path().string());
+  return m;
+}
+
+const std::vector<std::string> kTinyLM = {"--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
+                                          "--batch", "4", "--eval-every", "2", "--eval-batches", "1"};
+
+std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("bad inputs: each gives its message and status, never 'terminate called', and changes no file") {
+  test::TempDir d("heed-bad-");
+  const std::string p = d.path;
+  const std::string text = p + "/t.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 100; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  // A run to resume, and files made bad on purpose.
+  REQUIRE(heed_cli(cat({"run", "charlm", "--text", text, "--steps", "6", "--stop-after", "2", "--out", p + "/lm.h5"},
+                       kTinyLM),
+                   p)
+              .status == 130);
+  const std::string ckpt = p + "/lm.ckpt.h5";
+  const std::string longname = p + "/" + std::string(300, 'a') + ".h5";
+  fs::create_symlink(p + "/loop1", p + "/loop2");
+  fs::create_symlink(p + "/loop2", p + "/loop1");
+  {
+    Checkpoint c = load_checkpoint(ckpt, "charlm");
+    c.config["layers"] = "two";
+    save_checkpoint(p + "/badconfig.ckpt.h5", c);
+  }
+
+  struct Case {
+    std::string what;
+    std::vector<std::string> args;
+    int status;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {"unknown command", {"frobnicate"}, 2, {"unknown command 'frobnicate'"}},
+      {"unknown experiment", {"run", "nope"}, 2, {"unknown experiment 'nope'", "charlm, copy, shapes, sine"}},
+      {"bad number", {"run", "copy", "--steps", "ten"}, 2, {"--steps", "'ten'", "integer"}},
+      {"unknown option", {"run", "sine", "--epochs", "3"}, 2, {"unknown option '--epochs'"}},
+      {"--checkpoint equal to --out",
+       {"run", "sine", "--out", p + "/same.h5", "--checkpoint", p + "/same.h5"},
+       2,
+       {"same.h5", "two files"}},
+      {"300-character --out", {"run", "sine", "--out", longname}, 1, {"aaaaaaaa"}},
+      {"300-character --resume", {"run", "sine", "--resume", longname}, 1, {"aaaaaaaa"}},
+      {"300-character --text", cat({"run", "charlm", "--text", longname, "--out", p + "/x.h5"}, kTinyLM), 1, {"aaaaaaaa"}},
+      {"symlink loop as --text", cat({"run", "charlm", "--text", p + "/loop1", "--out", p + "/x.h5"}, kTinyLM), 1, {"loop1"}},
+      {"symlink loop as --resume", {"run", "charlm", "--resume", p + "/loop1"}, 1, {"loop1"}},
+      {"symlink loop as --out", {"run", "sine", "--out", p + "/loop1"}, 1, {"loop1"}},
+      {"a log as checkpoint", {"run", "charlm", "--resume", p + "/lm.h5"}, 1, {"lm.h5", "not a heed checkpoint"}},
+      {"sample: a non-numeric config value", {"sample", p + "/badconfig.ckpt.h5"}, 1,
+       {"config.layers is 'two'", "integer"}},
+      {"sample: a missing checkpoint", {"sample", p + "/none.ckpt.h5"}, 1, {"none.ckpt.h5"}},
+      {"inspect: a missing file", {"inspect", p + "/none.h5"}, 1, {"none.h5"}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const auto before = snapshot(p);
+    Result r = heed_cli(c.args, p);
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    CHECK(r.status == c.status);
+    CHECK(r.err.rfind("heed: ", 0) == 0);
+    for (const auto& m : c.message) CHECK(r.err.find(m) != std::string::npos);
+    CHECK(r.err.find("terminate called") == std::string::npos);
+    CHECK(snapshot(p) == before);
+  }
+}
+
+TEST_CASE("bad inputs no more: charlm resumes with the default corpus, short runs clamp the warm-up, "
+          "--checkpoint-every comes back on resume") {
+  test::TempDir d("heed-good-");
+  const std::string p = d.path;
+  SUBCASE("the default corpus (the King James Bible), stopped and resumed with the printed command") {
+    Result r = heed_cli(cat({"run", "charlm", "--steps", "4", "--stop-after", "2", "--out", p + "/kjv.h5"}, kTinyLM), p);
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 130);
+    CHECK(r.out.find("resume with: heed run charlm --resume " + p + "/kjv.ckpt.h5") != std::string::npos);
+    Result again = heed_cli({"run", "charlm", "--resume", p + "/kjv.ckpt.h5"}, p);
+    INFO(again.out << again.err);
+    CHECK(again.status == 0);
+    CHECK(load_checkpoint(p + "/kjv.ckpt.h5", "charlm").counter("step") == 4);
+  }
+  SUBCASE("--steps 60 with the default warm-up of 100") {
+    const std::string text = p + "/t.txt";
+    std::ofstream(text) << std::string(2000, 'a') + "bcd";
+    Result r = heed_cli(cat({"run", "charlm", "--text", text, "--steps", "60", "--out", p + "/w.h5"}, kTinyLM), p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(load_checkpoint(p + "/w.ckpt.h5", "charlm").config.at("warmup") == "6");
+  }
+  SUBCASE("--checkpoint-every is restored, and the printed command needs nothing else") {
+    Result r = heed_cli({"run", "sine", "--steps", "30", "--checkpoint-every", "7", "--stop-after", "8", "--out",
+                         p + "/e.h5"},
+                        p);
+    REQUIRE(r.status == 130);
+    CHECK(r.out.find("resume with: heed run sine --resume " + p + "/e.ckpt.h5\n") != std::string::npos);
+    REQUIRE(heed_cli({"run", "sine", "--resume", p + "/e.ckpt.h5", "--stop-after", "15"}, p).status == 130);
+    Checkpoint c = load_checkpoint(p + "/e.ckpt.h5", "sine");
+    CHECK(c.config.at("checkpoint-every") == "7");
+    CHECK(c.counter("step") == 15);
+  }
+}

@@ -1,0 +1,300 @@
+// tests/experiments/test_fault_matrix.cpp: no run is ever lost. Every bundled
+// experiment and the example user program (one row each; a new experiment
+// gets the whole matrix by adding a row) goes through the same faults as real
+// processes: --stop-after, Ctrl-C, kill -9 at several steps and in the middle
+// of a checkpoint write, each followed by the resume command the program
+// printed; the continued run must be bit-identical to one never interrupted
+// (every per-step loss, every final tensor; no step missing or doubled). Then
+// every refused resume must leave the log and the checkpoint byte-identical.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "data/checkpoint.h"
+#include "data/h5.h"
+#include "resume_check.h"
+#include "test_util.h"
+
+extern char** environ;
+
+using namespace heed;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Row {
+  std::string experiment;                // as the checkpoint names it
+  std::vector<std::string> program;      // the command without options
+  std::vector<std::string> args;         // small settings (without --out)
+  int64_t steps;                         // total steps of those settings
+  int done;                              // exit status of a completed run
+  std::vector<std::string> contradict;   // an option the resumed run may not change
+  std::vector<std::string> other_model;  // options of a differently shaped model
+  std::vector<std::string> longer;       // options that continue a finished run by 4 steps
+  std::vector<std::string> skip_tensors; // checkpoint keys that hold timings
+};
+
+std::string corpus_path() {
+  static const std::string path = [] {
+    std::string p = (fs::temp_directory_path() / ("heed-fault-corpus-" + std::to_string(getpid()) + ".txt")).string();
+    std::ofstream f(p);
+    for (int i = 0; i < 120; ++i) f << "In the beginning God created the heaven and the earth. ";
+    return p;
+  }();
+  return path;
+}
+
+std::vector<Row> rows() {
+  const std::string cli = HEED_CLI_PATH;
+  return {
+      {"copy", {cli, "run", "copy"}, {"--steps", "24", "--batch", "16", "--eval-every", "5"}, 24, 0,
+       {"--dim", "64"}, {"--dim", "16"}, {"--steps", "28"}, {}},
+      {"sine", {cli, "run", "sine"}, {"--steps", "40", "--hidden", "8"}, 40, 1, {"--lr", "0.01"}, {"--hidden", "6"},
+       {"--steps", "44"}, {}},
+      {"charlm", {cli, "run", "charlm"},
+       {"--text", corpus_path(), "--layers", "1", "--heads", "2", "--width", "16", "--context", "16", "--batch", "4",
+        "--steps", "24", "--eval-every", "10", "--eval-batches", "2"},
+       24, 0, {"--heads", "4"}, {"--width", "24"}, {"--steps", "28"}, {}},
+      {"shapes", {cli, "run", "shapes"}, {"--train", "80", "--test", "15", "--batch", "20", "--epochs", "5"}, 20, 0,
+       {"--lr", "0.01"}, {"--model", "cnn"}, {"--epochs", "6"}, {"acc/"}},
+      {"fit_sine", {HEED_EXAMPLE_PATH}, {"--steps", "40"}, 40, 0, {"--lr", "0.01"}, {}, {"--steps", "44"}, {}},
+  };
+}
+
+struct Result {
+  int status = 0;  // exit status, or 128 + signal
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Starts argv with stdout and stderr into files; returns the pid.
+pid_t start(const std::vector<std::string>& argv_s, const std::string& out, const std::string& err) {
+  std::vector<std::string> copy = argv_s;
+  std::vector<char*> argv;
+  for (auto& s : copy) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+int wait_status(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Result run(const std::vector<std::string>& argv, const std::string& dir) {
+  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
+  Result r;
+  r.status = wait_status(start(argv, out, err));
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The command after "resume with: ", split at spaces (the test's paths have none).
+std::vector<std::string> printed_resume(const Result& r) {
+  const std::string key = "resume with: ";
+  auto at = r.out.rfind(key);
+  REQUIRE(at != std::string::npos);
+  std::istringstream line(r.out.substr(at + key.size(), r.out.find('\n', at) - at - key.size()));
+  std::vector<std::string> words;
+  for (std::string w; line >> w;) words.push_back(w);
+  if (!words.empty() && words[0] == "heed") words[0] = HEED_CLI_PATH;
+  return words;
+}
+
+// The step of the checkpoint at path (-1 when there is none yet).
+int64_t checkpoint_step(const std::string& path) {
+  try {
+    h5::File f(path, h5::File::Mode::read);
+    return std::get<int64_t>(f.get_attr("/", "counter.step"));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The step column of a metric: every step once, in order, from 1.
+void check_every_step_once(const std::string& log, const std::string& metric, int64_t last) {
+  std::vector<double> rows = h5::File(log, h5::File::Mode::read).read_tensor("metrics/" + metric).to_vector<double>();
+  REQUIRE(static_cast<int64_t>(rows.size()) == 3 * last);
+  for (int64_t i = 0; i < last; ++i) CHECK(rows[static_cast<size_t>(3 * i)] == static_cast<double>(i + 1));
+}
+
+// After a kill: the log opens for SWMR readers (h5py, as users read live
+// logs) and `heed inspect` reads it.
+void check_readable_after_kill(const std::string& log, const std::string& dir) {
+  Result py = run({"/usr/bin/python3", "-c",
+                   "import sys, h5py\n"
+                   "f = h5py.File(sys.argv[1], 'r', libver='latest', swmr=True)\n"
+                   "n = sum(1 for k in f['metrics'])\n"
+                   "print('metrics', n)\n",
+                   log},
+                  dir);
+  INFO("h5py: " << py.out << py.err);
+  CHECK(py.status == 0);
+  Result in = run({HEED_CLI_PATH, "inspect", log}, dir);
+  INFO("heed inspect: " << in.out << in.err);
+  CHECK(in.status == 0);
+}
+
+}  // namespace
+
+TEST_CASE("fault matrix: stop, Ctrl-C and kill -9 (also mid-checkpoint), then resume, equal the uninterrupted run") {
+  for (const Row& row : rows()) {
+    CAPTURE(row.experiment);
+    test::TempDir d("heed-fault-" + row.experiment + "-");
+    const std::string& p = d.path;
+    auto cmd = [&](const std::string& name, std::vector<std::string> extra = {}) {
+      return cat(cat(cat(row.program, row.args), {"--out", p + "/" + name + ".h5", "--checkpoint-every", "2"}), extra);
+    };
+    const std::string metric = row.experiment == "shapes" ? "cnn/train_loss" : "train_loss";
+    // The reference: never interrupted.
+    Result ref = run(cmd("ref"), p);
+    INFO("reference: " << ref.out << ref.err);
+    REQUIRE(ref.status == row.done);
+    check_every_step_once(p + "/ref.h5", metric, row.steps);
+
+    // The same run, taken through every fault: a stop, Ctrl-C, kill -9 at a
+    // step, kill -9 inside a checkpoint write; each time resumed with the
+    // command the program printed (or the documented one after a kill).
+    const std::string log = p + "/f.h5", ckpt = p + "/f.ckpt.h5";
+    Result r = run(cmd("f", {"--stop-after", "3"}), p);
+    INFO("stopped run: " << r.out << r.err);
+    REQUIRE(r.status == 130);
+    CHECK(checkpoint_step(ckpt) == 3);
+    std::vector<std::string> resume = printed_resume(r);
+    CHECK(resume == cat(row.program, {"--resume", ckpt}));
+
+    {  // Ctrl-C: finish the step, checkpoint, flush, print the resume command, exit 130.
+      pid_t pid = start(resume, p + "/int.out", p + "/int.err");
+      for (int i = 0; i < 3000 && checkpoint_step(ckpt) < 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      kill(pid, SIGINT);
+      int status = wait_status(pid);
+      Result ri{status, slurp(p + "/int.out"), slurp(p + "/int.err")};
+      INFO("after Ctrl-C: " << ri.out << ri.err);
+      if (status == 130) {
+        CHECK(printed_resume(ri) == resume);
+        const int64_t at = checkpoint_step(ckpt);
+        CHECK(ri.out.find(fmt::format("stopped at step {}/{}", at, row.steps)) != std::string::npos);
+        check_every_step_once(log, metric, at);
+      } else {
+        CHECK(status == row.done);  // the run ended before the signal came (a fast machine): nothing to stop
+      }
+    }
+    for (int kills = 0; kills < 2 && checkpoint_step(ckpt) < row.steps - 4; ++kills) {  // kill -9 at two later steps
+      const int64_t before = checkpoint_step(ckpt);
+      pid_t pid = start(resume, p + "/kill.out", p + "/kill.err");
+      for (int i = 0; i < 3000 && checkpoint_step(ckpt) < before + 2; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      kill(pid, SIGKILL);
+      int status = wait_status(pid);
+      CHECK((status == 128 + SIGKILL || status == row.done));
+      check_readable_after_kill(log, p);
+    }
+    if (checkpoint_step(ckpt) < row.steps - 2) {  // kill -9 inside the next checkpoint write
+      const int64_t before = checkpoint_step(ckpt);
+      setenv("HEED_FAULT_KILL_IN_CHECKPOINT_WRITE", "1", 1);
+      Result rk = run(resume, p);
+      unsetenv("HEED_FAULT_KILL_IN_CHECKPOINT_WRITE");
+      INFO("killed in a checkpoint write: " << rk.out << rk.err);
+      CHECK(rk.status == 128 + SIGKILL);
+      CHECK(checkpoint_step(ckpt) == before);  // the previous checkpoint is intact
+      check_readable_after_kill(log, p);
+    }
+    Result fin = run(resume, p);
+    INFO("final resume: " << fin.out << fin.err);
+    REQUIRE(fin.status == row.done);
+    check_every_step_once(log, metric, row.steps);
+    test::check_same_log(p + "/ref.h5", log);
+    test::check_same_checkpoint(p + "/ref.ckpt.h5", ckpt, row.experiment, row.skip_tensors);
+
+    // A finished run continues for more steps.
+    Result more = run(cat(cat(row.program, {"--resume", ckpt}), row.longer), p);
+    INFO("continued: " << more.out << more.err);
+    CHECK(more.status == row.done);
+    CHECK(checkpoint_step(ckpt) > row.steps);
+  }
+}
+
+TEST_CASE("fault matrix: every refused resume names the problem and leaves log and checkpoint byte-identical") {
+  const std::vector<Row> all = rows();
+  for (const Row& row : all) {
+    CAPTURE(row.experiment);
+    test::TempDir d("heed-refuse-" + row.experiment + "-");
+    const std::string& p = d.path;
+    const std::string log = p + "/r.h5", ckpt = p + "/r.ckpt.h5";
+    REQUIRE(run(cat(cat(row.program, row.args), {"--out", log, "--stop-after", "5"}), p).status == 130);
+    // Another experiment's checkpoint (the next row's).
+    const Row& other = all[(&row - all.data() + 1) % all.size()];
+    const std::string other_ckpt = p + "/other.ckpt.h5";
+    REQUIRE(run(cat(cat(other.program, other.args), {"--out", p + "/other.h5", "--stop-after", "2"}), p).status == 130);
+    // The same experiment with another model.
+    std::string model_ckpt;
+    if (!row.other_model.empty()) {
+      REQUIRE(run(cat(cat(cat(row.program, row.args), row.other_model), {"--out", p + "/m.h5", "--stop-after", "2"}), p)
+                  .status == 130);
+      Checkpoint c = load_checkpoint(p + "/m.ckpt.h5", row.experiment);
+      c.config = load_checkpoint(ckpt, row.experiment).config;  // this run's configuration, the other's tensors
+      model_ckpt = p + "/model.ckpt.h5";
+      save_checkpoint(model_ckpt, c);
+    }
+    const std::string good = slurp(ckpt);
+    // A flipped byte in the middle, and the first half only.
+    const std::string corrupt = p + "/corrupt.ckpt.h5", truncated = p + "/truncated.ckpt.h5";
+    {
+      std::string b = good;
+      b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 0x5a);
+      std::ofstream(corrupt, std::ios::binary) << b;
+      std::ofstream(truncated, std::ios::binary) << good.substr(0, good.size() / 2);
+    }
+    struct Refusal {
+      std::string what;
+      std::vector<std::string> args;
+      std::vector<std::string> message;
+    };
+    std::vector<Refusal> refusals = {
+        {"another experiment's checkpoint", {"--resume", other_ckpt}, {"other.ckpt.h5", other.experiment}},
+        {"a corrupt checkpoint", {"--resume", corrupt}, {"corrupt.ckpt.h5"}},
+        {"a truncated checkpoint", {"--resume", truncated}, {"truncated.ckpt.h5"}},
+        {"a contradicting option", cat({"--resume", ckpt}, row.contradict), {"--" + row.contradict[0].substr(2), "contradicts"}},
+        {"the log given as checkpoint", {"--resume", log}, {"r.h5"}},
+        {"fewer steps than done", cat({"--resume", ckpt}, {row.longer[0], "1"}), {"step"}},
+    };
+    if (!model_ckpt.empty()) refusals.push_back({"another model", {"--resume", model_ckpt}, {"model", "does not fit"}});
+    for (const Refusal& f : refusals) {
+      CAPTURE(f.what);
+      const std::string log_before = slurp(log), ckpt_before = slurp(ckpt);
+      Result r = run(cat(row.program, f.args), p);
+      INFO("stdout: " << r.out << "\nstderr: " << r.err);
+      CHECK((r.status == 1 || r.status == 2));
+      for (const auto& m : f.message) CHECK(r.err.find(m) != std::string::npos);
+      CHECK(r.err.find("terminate called") == std::string::npos);
+      CHECK(slurp(log) == log_before);
+      CHECK(slurp(ckpt) == ckpt_before);
+    }
+  }
+}
