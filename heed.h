@@ -11,6 +11,7 @@
 #include "autograd/gradcheck.h"
 #include "data/shapes.h"
 #include "data/batch.h"
+#include "data/text.h"
 #include "data/h5.h"
 #include "data/args.h"
 #include "data/runlog.h"

@@ -22,6 +22,8 @@ echo "== cmake --install $build_dir --prefix $prefix"
 cmake --install "$build_dir" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
 [[ -f $prefix/include/heed/heed.h ]] || fail "include/heed/heed.h not installed"
 [[ -f $prefix/include/heed/core/tensor.h ]] || fail "include/heed/core/tensor.h not installed"
+[[ -f $prefix/include/heed/data/run.h ]] || fail "include/heed/data/run.h not installed"
+[[ ! -e $prefix/include/heed/core/dnnl_context.h ]] || fail "a backend's internal header (core/dnnl_context.h) was installed"
 config="$(find "$prefix" -name heedConfig.cmake)"
 [[ -n $config ]] || fail "heedConfig.cmake not installed"
 # An installed package must not point back into the source or build tree.
@@ -42,6 +44,7 @@ printf '%s\n' "$out"
 grep -qx 'numel 6' <<<"$out" || fail "expected 'numel 6'"
 grep -qx 'matmul sum 24' <<<"$out" || fail "expected 'matmul sum 24'"
 grep -qx 'conv1d sum 6' <<<"$out" || fail "expected 'conv1d sum 6'"
+grep -qx 'run steps 3' <<<"$out" || fail "expected 'run steps 3'"
 
 if [[ $openblas == */openblas-openmp/* ]]; then
   # The OpenMP build of OpenBLAS is not the system default (the pthread one

@@ -17,6 +17,10 @@ int main() {
   heed::Tensor w = heed::Tensor::ones({1, 1, 2});
   std::printf("conv1d sum %g\n", heed::sum(heed::conv1d(x, w)).item());  // oneDNN: 3 outputs of 2: 6
 
+  // The run machinery is public too: a Run, its options and its help.
+  heed::Run run("consumer", "an installed heed's run", heed::RunOptions("consumer.h5").steps(3));
+  std::printf("run steps %lld\n", static_cast<long long>(run.steps()));
+
   std::printf("%s\n", heed::kernel::backend_info().c_str());
   return 0;
 }
