@@ -111,6 +111,24 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   fsync_path(dir.empty() ? "." : dir.string(), true);
 }
 
+void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit) {
+  const std::string& path = f.path();
+  if (!f.exists("tensors")) return;
+  for (const std::string& k : f.list_datasets("tensors")) {
+    const std::string object = "tensors/" + k;
+    Tensor t = f.read_tensor(object);
+    if (!f.has_attr(object, "crc32"))
+      fail("checkpoint '{}': tensor '{}' has no checksum (not written by heed, or damaged)", path, k);
+    const int64_t want = std::get<int64_t>(f.get_attr(object, "crc32"));
+    const int64_t got = tensor_crc(t);
+    if (got != want)
+      fail("checkpoint '{}': tensor '{}' is corrupt (CRC mismatch): its data (shape {}) no longer matches the "
+           "checksum stored with it (CRC-32 {:08x}, the data gives {:08x})",
+           path, k, shape_str(t.shape()), want, got);
+    if (visit) visit(k, t);
+  }
+}
+
 Checkpoint load_checkpoint(const std::string& path, const std::string& expected_experiment) {
   if (!std::filesystem::exists(path)) fail("checkpoint '{}' does not exist", path);
   h5::File f(path, h5::File::Mode::read);
@@ -127,16 +145,7 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
       ck.counters[name.substr(8)] = std::get<int64_t>(value);
     }
   }
-  if (f.exists("tensors"))
-    for (const std::string& k : f.list_datasets("tensors")) {
-      Tensor t = f.read_tensor("tensors/" + k);
-      if (!f.has_attr("tensors/" + k, "crc32"))
-        fail("checkpoint '{}': tensor '{}' has no checksum (not written by heed, or damaged)", path, k);
-      int64_t want = std::get<int64_t>(f.get_attr("tensors/" + k, "crc32"));
-      if (static_cast<int64_t>(tensor_crc(t)) != want)
-        fail("checkpoint '{}' is corrupt: tensor '{}' (shape {}) fails its checksum", path, k, shape_str(t.shape()));
-      ck.tensors[k] = t;
-    }
+  verify_checkpoint_tensors(f, [&ck](const std::string& k, const Tensor& t) { ck.tensors[k] = t; });
   return ck;
 }
 

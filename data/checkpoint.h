@@ -13,12 +13,17 @@
 // themselves into state dicts and back (STYLE.md, principle 13).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
 #include "core/tensor.h"
 
 namespace heed {
+
+namespace h5 {
+class File;
+}
 
 struct Checkpoint {
   std::string experiment;
@@ -43,5 +48,13 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck);
 // that names the problem. Shapes are checked by whoever loads the pieces
 // (Module::load_state_dict, Optimizer::load_state_dict).
 Checkpoint load_checkpoint(const std::string& path, const std::string& expected_experiment);
+
+// Reads every tensor under /tensors of an open checkpoint file and checks it
+// against the CRC-32 stored with it (its crc32 attribute), then hands it to
+// visit (if given). The one check that load_checkpoint and `heed inspect`
+// share. Throws heed::Error naming the file and the first bad tensor:
+//   checkpoint 'runs/sine.ckpt.h5': tensor 'model/l1.weight' is corrupt (CRC mismatch): ...
+using TensorVisitor = std::function<void(const std::string& key, const Tensor& t)>;
+void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit = {});
 
 }  // namespace heed

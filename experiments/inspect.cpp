@@ -20,6 +20,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "data/checkpoint.h"
 #include "data/h5.h"
 
 namespace heed::experiments {
@@ -221,6 +222,15 @@ std::string inspect_file(const std::string& path, const InspectOptions& opt) {
                      : root.count("heed_checkpoint_format") ? "heed checkpoint, format " + root_str("heed_checkpoint_format")
                                                             : "HDF5 file (not a heed log or checkpoint)";
   line(fmt::format("{}: {}", path, kind));
+  // HDF5 checksums its metadata but not raw data: a checkpoint's tensors are
+  // checked against their own CRCs, as loading it would.
+  if (root.count("heed_checkpoint_format")) {
+    try {
+      verify_checkpoint_tensors(f);
+    } catch (const Error& e) {
+      fail("inspect: {}", e.what());
+    }
+  }
   if (root.count("experiment")) line(fmt::format("experiment: {}", root_str("experiment")));
 
   // Root attributes: plain ones first (in a reading order), then the dotted

@@ -15,7 +15,8 @@ struct InspectOptions {
 };
 
 // The summary as text (the tests read it). A missing, non-HDF5, truncated or
-// unreadable file throws heed::Error naming the path.
+// unreadable file throws heed::Error naming the path, and so does a checkpoint
+// with a tensor whose data fails its CRC (naming that tensor).
 std::string inspect_file(const std::string& path, const InspectOptions& opt = {});
 
 // `heed inspect FILE.h5 [--full]`: args are the words after "inspect".

@@ -1,16 +1,22 @@
 // tests/experiments/test_inspect.cpp: `heed inspect` summarises run logs and
 // checkpoints, works while the writer runs, and refuses bad files by name.
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "data/checkpoint.h"
+#include "data/file_damage.h"
 #include "data/h5.h"
 #include "data/runlog.h"
 #include "experiments/inspect.h"
 #include "test_util.h"
+
+extern char** environ;
 
 using namespace heed;
 
@@ -72,6 +78,22 @@ void write_small_log(const std::string& path) {
   log.series("cnn/output", 3, Tensor::zeros({3, 1, 10}));
   log.series("cnn/output", 5, Tensor::zeros({3, 1, 10}));
   log.close();
+}
+
+// `heed inspect path`, run as a user runs it: exit status and stderr.
+std::pair<int, std::string> heed_inspect_cli(const std::string& path, const std::string& dir) {
+  std::string exe = HEED_CLI_PATH, cmd = "inspect", file = path, err = dir + "/.stderr";
+  char* argv[] = {exe.data(), cmd.data(), file.data(), nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv, environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), test::read_bytes(err)};
 }
 
 }  // namespace
@@ -178,4 +200,18 @@ TEST_CASE("inspect: a missing, non-HDF5 or truncated file is refused with a mess
   std::string e = inspect_error(cut);
   CHECK(has(e, "'" + cut + "'"));
   CHECK(has(e, "truncated"));
+}
+
+TEST_CASE("inspect: a checkpoint with a flipped byte in one tensor's data names that tensor (CRC mismatch), exit 1") {
+  test::DamageDir d("heed-inspect-crc-");
+  std::string path = d.file("sine.ckpt.h5");
+  Checkpoint ck = test::small_checkpoint();
+  save_checkpoint(path, ck);
+  CHECK(inspect_error(path).empty());  // intact: every CRC holds
+  test::flip_byte_in(path, test::tensor_bytes(ck.tensors.at("model/l1.weight")), 5);
+  CHECK(has(inspect_error(path), "inspect: checkpoint '" + path + "': tensor 'model/l1.weight' is corrupt (CRC mismatch)"));
+  auto [status, err] = heed_inspect_cli(path, d.path);
+  INFO(err);
+  CHECK(status == 1);
+  CHECK(err.rfind("heed: inspect: checkpoint '" + path + "': tensor 'model/l1.weight' is corrupt (CRC mismatch)", 0) == 0);
 }
