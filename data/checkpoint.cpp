@@ -4,10 +4,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
 #include "core/kernels.h"
@@ -111,15 +112,46 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   fsync_path(dir.empty() ? "." : dir.string(), true);
 }
 
+namespace {
+// HDF5 refuses a damaged structure in its own words ("could not open group
+// tensors"); what the user needs to hear is that the file is damaged.
+[[noreturn]] void damaged(const std::string& path, const Error& e) {
+  fail("checkpoint '{}' is damaged: not a readable heed checkpoint ({})", path, e.what());
+}
+
+// The file at path, opened for reading; refuses files that are not HDF5 or
+// that HDF5 cannot open, naming them.
+h5::File open_checkpoint(const std::string& path) {
+  try {
+    return h5::File(path, h5::File::Mode::read);
+  } catch (const Error&) {
+    if (!h5::has_signature(path)) fail("'{}' is not a heed checkpoint (not an HDF5 file)", path);
+    fail("checkpoint '{}' is damaged: not a readable heed checkpoint (truncated, or HDF5's structure is damaged)",
+         path);
+  }
+}
+}  // namespace
+
 void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit) {
   const std::string& path = f.path();
-  if (!f.exists("tensors")) return;
-  for (const std::string& k : f.list_datasets("tensors")) {
+  std::vector<std::string> keys;
+  try {
+    if (f.exists("tensors")) keys = f.list_datasets("tensors");
+  } catch (const Error& e) {
+    damaged(path, e);
+  }
+  for (const std::string& k : keys) {
     const std::string object = "tensors/" + k;
-    Tensor t = f.read_tensor(object);
-    if (!f.has_attr(object, "crc32"))
-      fail("checkpoint '{}': tensor '{}' has no checksum (not written by heed, or damaged)", path, k);
-    const int64_t want = std::get<int64_t>(f.get_attr(object, "crc32"));
+    Tensor t;
+    std::optional<h5::Attr> crc;
+    try {
+      t = f.read_tensor(object);
+      if (f.has_attr(object, "crc32")) crc = f.get_attr(object, "crc32");
+    } catch (const Error& e) {
+      damaged(path, e);
+    }
+    if (!crc) fail("checkpoint '{}': tensor '{}' has no checksum (not written by heed, or damaged)", path, k);
+    const int64_t want = std::get<int64_t>(*crc);
     const int64_t got = tensor_crc(t);
     if (got != want)
       fail("checkpoint '{}': tensor '{}' is corrupt (CRC mismatch): its data (shape {}) no longer matches the "
@@ -131,14 +163,26 @@ void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit) {
 
 Checkpoint load_checkpoint(const std::string& path, const std::string& expected_experiment) {
   if (!std::filesystem::exists(path)) fail("checkpoint '{}' does not exist", path);
-  h5::File f(path, h5::File::Mode::read);
-  if (!f.has_attr("/", "heed_checkpoint_format"))
-    fail("'{}' is not a heed checkpoint (no heed_checkpoint_format attribute; a run log?)", path);
+  h5::File f = open_checkpoint(path);
+  std::map<std::string, h5::Attr> root;
+  try {
+    root = f.attrs("/");
+  } catch (const Error& e) {
+    damaged(path, e);
+  }
+  if (!root.count("heed_checkpoint_format")) {
+    if (root.count("heed_log_format"))
+      fail("'{}' is a heed run log, not a heed checkpoint (a run's checkpoint is written beside its log, as "
+           "<log name>.ckpt.h5 unless --checkpoint says otherwise)",
+           path);
+    fail("'{}' is not a heed checkpoint (an HDF5 file without the heed_checkpoint_format attribute)", path);
+  }
   Checkpoint ck;
-  ck.experiment = h5::attr_str(f.get_attr("/", "experiment"));
+  if (!root.count("experiment")) fail("checkpoint '{}' has no experiment attribute", path);
+  ck.experiment = h5::attr_str(root.at("experiment"));
   if (ck.experiment != expected_experiment)
     fail("checkpoint '{}' is from the '{}' experiment, expected '{}'", path, ck.experiment, expected_experiment);
-  for (const auto& [name, value] : f.attrs("/")) {
+  for (const auto& [name, value] : root) {
     if (name.rfind("config.", 0) == 0) ck.config[name.substr(7)] = h5::attr_str(value);
     if (name.rfind("counter.", 0) == 0) {
       if (!std::holds_alternative<int64_t>(value)) fail("checkpoint '{}': counter '{}' is not an integer", path, name);

@@ -61,20 +61,24 @@ hid_t link_props() {
   return lcpl;
 }
 
-herr_t visit_cb(hid_t group, const char* name, const H5L_info_t*, void* data) {
-  hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
-  if (obj >= 0) {
-    if (H5Iget_type(obj) == H5I_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(name);
-    H5Oclose(obj);
-  }
-  return 0;
-}
+struct Visit {
+  std::vector<std::string> datasets;
+  std::string unreadable;  // the first object that could not be opened
+};
 
-bool looks_like_hdf5(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char sig[8] = {};
-  in.read(sig, 8);
-  return in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+// Soft and external links are not followed; an object that cannot be opened
+// stops the walk (a damaged object header must not make a dataset vanish).
+herr_t visit_cb(hid_t group, const char* name, const H5L_info_t* info, void* data) {
+  auto* v = static_cast<Visit*>(data);
+  if (info->type != H5L_TYPE_HARD) return 0;
+  hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
+  if (obj < 0) {
+    v->unreadable = name;
+    return -1;
+  }
+  if (H5Iget_type(obj) == H5I_DATASET) v->datasets.push_back(name);
+  H5Oclose(obj);
+  return 0;
 }
 
 // Runs `h5clear -s --increment path` (no shell): -s clears the "open for
@@ -82,7 +86,7 @@ bool looks_like_hdf5(const std::string& path) {
 // SWMR writer appended (without it the last rows read as unreadable).
 // False when the tool is missing or fails.
 bool clear_status_flags(const std::string& path) {
-  if (!looks_like_hdf5(path)) return false;
+  if (!has_signature(path)) return false;
   pid_t pid = 0;
   std::string tool = "h5clear", flag = "-s", inc = "--increment";
   char* argv[] = {tool.data(), flag.data(), inc.data(), const_cast<char*>(path.c_str()), nullptr};
@@ -100,11 +104,31 @@ bool clear_status_flags(const std::string& path) {
 
 }  // namespace
 
+bool has_signature(const std::string& path) {
+  // The superblock sits at 0, 512, 1024, 2048, ... (after an optional user block).
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  for (std::streamoff at = 0; at + 8 <= size; at = at == 0 ? 512 : at * 2) {
+    char sig[8] = {};
+    in.seekg(at);
+    in.read(sig, 8);
+    if (in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0) return true;
+  }
+  return false;
+}
+
 File::File(const std::string& path, Mode mode) : path_(path) {
   silence_errors();
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   // The latest format is what SWMR needs; readers of heed files are 1.10+.
   H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  // A SWMR reader retries metadata that fails its checksum (a writer may be
+  // mid-flush), sleeping 1, 2, 4, ... ns between tries: HDF5's default of 100
+  // tries makes a damaged file hang the reader for ever. 30 tries wait about
+  // a second in all, then report the damage.
+  if (mode == Mode::read_swmr) H5Pset_metadata_read_attempts(fapl, 30);
   switch (mode) {
     case Mode::create: id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl); break;
     case Mode::read: id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); break;
@@ -146,19 +170,34 @@ bool File::exists(const std::string& object) const {
   if (object == "/" || object.empty()) return true;
   // Check each prefix: H5Lexists fails on a missing intermediate group.
   size_t pos = 0;
+  std::string parent;
   while (true) {
     pos = object.find('/', pos + 1);
     std::string prefix = object.substr(0, pos);
-    if (!prefix.empty() && prefix != "/" && H5Lexists(id_, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (!prefix.empty() && prefix != "/") {
+      htri_t r = H5Lexists(id_, prefix.c_str(), H5P_DEFAULT);
+      if (r == 0) return false;
+      if (r < 0) {
+        // Below a dataset nothing exists; in a group, the group is damaged.
+        if (!parent.empty()) {
+          Handle p(H5Oopen(id_, parent.c_str(), H5P_DEFAULT), H5Oclose);
+          if (p.id >= 0 && H5Iget_type(p) == H5I_DATASET) return false;
+        }
+        fail("HDF5: could not look up {} in '{}'", prefix, path_);
+      }
+      parent = prefix;
+    }
     if (pos == std::string::npos) return true;
   }
 }
 
 std::vector<std::string> File::list_datasets(const std::string& group) const {
-  std::vector<std::string> out;
+  Visit v;
   Handle g(check(H5Gopen2(id_, group.c_str(), H5P_DEFAULT), "open group " + group, path_), H5Gclose);
-  H5Lvisit(g, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &out);
-  return out;
+  if (H5Lvisit(g, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v) < 0)
+    fail("HDF5: could not list group {} in '{}'{}", group, path_,
+         v.unreadable.empty() ? std::string() : fmt::format(" (cannot open {})", v.unreadable));
+  return v.datasets;
 }
 
 void File::write_tensor(const std::string& path, const Tensor& t0) {
@@ -232,7 +271,9 @@ void File::set_attr(const std::string& object, const std::string& name, const At
 
 bool File::has_attr(const std::string& object, const std::string& name) const {
   if (!exists(object)) return false;
-  return H5Aexists_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0;
+  htri_t r = H5Aexists_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT);
+  if (r < 0) fail("HDF5: could not look up attribute {} of {} in '{}'", name, object, path_);
+  return r > 0;
 }
 
 Attr File::get_attr(const std::string& object, const std::string& name) const {
@@ -279,12 +320,13 @@ std::map<std::string, Attr> File::attrs(const std::string& object) const {
   Handle obj(check(H5Oopen(id_, object.c_str(), H5P_DEFAULT), "open " + object, path_), H5Oclose);
   std::vector<std::string> names;
   hsize_t idx = 0;
-  H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx,
-              [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-                static_cast<std::vector<std::string>*>(data)->push_back(name);
-                return 0;
-              },
-              &names);
+  check_ok(H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx,
+                       [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+                         static_cast<std::vector<std::string>*>(data)->push_back(name);
+                         return 0;
+                       },
+                       &names),
+           "list the attributes of " + object, path_);
   for (const auto& n : names) out.emplace(n, get_attr(object, n));
   return out;
 }

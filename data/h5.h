@@ -62,6 +62,10 @@ class File {
 
 std::string attr_str(const Attr& a);  // for printing
 
+// Whether path starts with HDF5's signature (at 0, 512, 1024, ...), so a file
+// that fails to open can be told apart as damaged or as not HDF5 at all.
+bool has_signature(const std::string& path);
+
 // Turns HDF5's own error stack printing off once (heed reports errors itself).
 void silence_errors();
 

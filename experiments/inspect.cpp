@@ -96,21 +96,6 @@ std::string attr_line(const h5::Attr& a, bool* multiline = nullptr) {
   return fmt::format("({} lines; --full prints them)", std::count(s.begin(), s.end(), '\n') + 1);
 }
 
-bool has_hdf5_signature(const std::string& path) {
-  // The superblock sits at 0, 512, 1024, 2048, ... (after an optional user block).
-  std::ifstream in(path, std::ios::binary);
-  std::error_code ec;
-  auto size = std::filesystem::file_size(path, ec);
-  if (ec) return false;
-  for (uintmax_t at = 0; at + 8 <= size; at = at == 0 ? 512 : at * 2) {
-    char sig[8] = {};
-    in.seekg(static_cast<std::streamoff>(at));
-    in.read(sig, 8);
-    if (in.gcount() == 8 && std::string(sig, 8) == std::string("\x89HDF\r\n\x1a\n", 8)) return true;
-  }
-  return false;
-}
-
 // SWMR reader first (works while a run appends, and on a log whose writer
 // was killed), then a plain reader (files written without the latest format).
 h5::File open_for_reading(const std::string& path) {
@@ -126,7 +111,7 @@ h5::File open_for_reading(const std::string& path) {
     return h5::File(path, h5::File::Mode::read);
   } catch (const Error&) {
   }
-  if (!has_hdf5_signature(path)) fail("inspect: '{}' is not an HDF5 file (no HDF5 signature)", path);
+  if (!h5::has_signature(path)) fail("inspect: '{}' is not an HDF5 file (no HDF5 signature)", path);
   fail("inspect: '{}' is an HDF5 file that cannot be opened: truncated or damaged, or open in a writer "
        "that is not in SWMR mode",
        path);
@@ -208,29 +193,18 @@ Fixed read_fixed(const h5::File& f, const std::string& path) {
   return d;
 }
 
-}  // namespace
-
-std::string inspect_file(const std::string& path, const InspectOptions& opt) {
-  h5::File f = open_for_reading(path);
+// The summary of an open file whose root attributes have been read.
+std::string summary(const h5::File& f, const std::string& path, const std::map<std::string, h5::Attr>& root,
+                    const InspectOptions& opt) {
   std::string out;
   auto line = [&out](const std::string& s) { out += s + "\n"; };
 
   // ---- what the file is, and its root attributes ----
-  std::map<std::string, h5::Attr> root = f.attrs("/");
   auto root_str = [&root](const std::string& k) { return root.count(k) ? h5::attr_str(root.at(k)) : std::string(); };
   std::string kind = root.count("heed_log_format")          ? "heed run log, format " + root_str("heed_log_format")
                      : root.count("heed_checkpoint_format") ? "heed checkpoint, format " + root_str("heed_checkpoint_format")
                                                             : "HDF5 file (not a heed log or checkpoint)";
   line(fmt::format("{}: {}", path, kind));
-  // HDF5 checksums its metadata but not raw data: a checkpoint's tensors are
-  // checked against their own CRCs, as loading it would.
-  if (root.count("heed_checkpoint_format")) {
-    try {
-      verify_checkpoint_tensors(f);
-    } catch (const Error& e) {
-      fail("inspect: {}", e.what());
-    }
-  }
   if (root.count("experiment")) line(fmt::format("experiment: {}", root_str("experiment")));
 
   // Root attributes: plain ones first (in a reading order), then the dotted
@@ -429,6 +403,35 @@ std::string inspect_file(const std::string& path, const InspectOptions& opt) {
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::string inspect_file(const std::string& path, const InspectOptions& opt) {
+  h5::File f = open_for_reading(path);
+  std::map<std::string, h5::Attr> root;
+  try {
+    root = f.attrs("/");
+  } catch (const Error& e) {
+    fail("inspect: '{}' is damaged: HDF5's structure cannot be read ({})", path, e.what());
+  }
+  // HDF5 checksums its metadata but not raw data: a checkpoint's tensors are
+  // checked against their own CRCs, as loading it would.
+  const bool checkpoint = root.count("heed_checkpoint_format") > 0;
+  if (checkpoint) {
+    try {
+      verify_checkpoint_tensors(f);
+    } catch (const Error& e) {
+      fail("inspect: {}", e.what());
+    }
+  }
+  try {
+    return summary(f, path, root, opt);
+  } catch (const Error& e) {
+    const bool log = root.count("heed_log_format") > 0;
+    fail("inspect: {}'{}' is damaged: not a readable {} ({})", checkpoint ? "checkpoint " : log ? "run log " : "",
+         path, checkpoint ? "heed checkpoint" : log ? "heed run log" : "HDF5 file", e.what());
+  }
 }
 
 int run_inspect(const std::vector<std::string>& args) {

@@ -73,7 +73,7 @@ inline std::string tensor_bytes(const Tensor& t) {
 inline Checkpoint small_checkpoint() {
   Checkpoint ck;
   ck.experiment = "sine";
-  ck.config["hidden"] = "8";
+  ck.config.emplace("hidden", "8");  // (operator= of a literal trips GCC 12's -Wrestrict)
   ck.counters["step"] = 5;
   ck.tensors["model/l1.weight"] = det_tensor({8, 1}, 1);
   ck.tensors["model/l1.bias"] = det_tensor({8}, 2);

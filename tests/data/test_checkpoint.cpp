@@ -24,3 +24,36 @@ TEST_CASE("checkpoint: save and load round-trip; a flipped byte in a tensor's da
   test::check_error([&] { load_checkpoint(path, "sine"); },
                     {"checkpoint '" + path + "': tensor 'model/l1.weight' is corrupt (CRC mismatch)", "checksum"});
 }
+
+TEST_CASE("checkpoint: a flipped byte in HDF5's structure says the file is damaged, naming it") {
+  test::DamageDir d("heed-ckpt-damaged-");
+  std::string path = d.file("sine.ckpt.h5");
+  // A link name inside a group's object header, which HDF5 checksums: the
+  // group "tensors" (holding "model" and "optim"), then "tensors/model".
+  for (const std::string& name : {std::string("model"), std::string("l1.bias")}) {
+    CAPTURE(name);
+    save_checkpoint(path, test::small_checkpoint());
+    test::flip_byte_in(path, name, 1);
+    test::check_error([&] { load_checkpoint(path, "sine"); },
+                      {"checkpoint '" + path + "' is damaged: not a readable heed checkpoint"});
+  }
+}
+
+TEST_CASE("checkpoint: a run log, or another HDF5 file, given as a checkpoint is refused saying what it is") {
+  test::DamageDir d("heed-ckpt-log-");
+  std::string log = d.file("sine.h5");
+  {
+    RunLog l = RunLog::create(log);
+    l.set_attr("experiment", std::string("sine"));
+    l.declare_scalar("loss");
+    l.begin();
+    l.scalar("loss", 1, 0.5);
+  }
+  test::check_error([&] { load_checkpoint(log, "sine"); }, {"'" + log + "' is a heed run log, not a heed checkpoint"});
+  std::string other = d.file("other.h5");
+  { h5::File f(other, h5::File::Mode::create); }
+  test::check_error([&] { load_checkpoint(other, "sine"); }, {"'" + other + "' is not a heed checkpoint"});
+  std::string text = d.file("notes.txt");
+  std::ofstream(text) << "not HDF5\n";
+  test::check_error([&] { load_checkpoint(text, "sine"); }, {"'" + text + "' is not a heed checkpoint (not an HDF5 file)"});
+}

@@ -215,3 +215,14 @@ TEST_CASE("inspect: a checkpoint with a flipped byte in one tensor's data names 
   CHECK(status == 1);
   CHECK(err.rfind("heed: inspect: checkpoint '" + path + "': tensor 'model/l1.weight' is corrupt (CRC mismatch)", 0) == 0);
 }
+
+TEST_CASE("inspect: a checkpoint with a flipped byte in HDF5's structure is damaged, naming it") {
+  test::DamageDir d("heed-inspect-damaged-");
+  std::string path = d.file("sine.ckpt.h5");
+  for (const std::string& name : {std::string("model"), std::string("l1.bias")}) {
+    CAPTURE(name);
+    save_checkpoint(path, test::small_checkpoint());
+    test::flip_byte_in(path, name, 1);
+    CHECK(has(inspect_error(path), "inspect: checkpoint '" + path + "' is damaged: not a readable heed checkpoint"));
+  }
+}
