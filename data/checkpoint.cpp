@@ -151,7 +151,8 @@ void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit) {
       damaged(path, e);
     }
     if (!crc) fail("checkpoint '{}': tensor '{}' has no checksum (not written by heed, or damaged)", path, k);
-    const int64_t want = std::get<int64_t>(*crc);
+    const int64_t want =
+        h5::attr_as<int64_t>(*crc, fmt::format("checkpoint '{}': tensor '{}': its crc32 attribute", path, k));
     const int64_t got = tensor_crc(t);
     if (got != want)
       fail("checkpoint '{}': tensor '{}' is corrupt (CRC mismatch): its data (shape {}) no longer matches the "
@@ -179,15 +180,14 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
   }
   Checkpoint ck;
   if (!root.count("experiment")) fail("checkpoint '{}' has no experiment attribute", path);
-  ck.experiment = h5::attr_str(root.at("experiment"));
+  ck.experiment =
+      h5::attr_as<std::string>(root.at("experiment"), fmt::format("checkpoint '{}': its experiment attribute", path));
   if (ck.experiment != expected_experiment)
     fail("checkpoint '{}' is from the '{}' experiment, expected '{}'", path, ck.experiment, expected_experiment);
   for (const auto& [name, value] : root) {
     if (name.rfind("config.", 0) == 0) ck.config[name.substr(7)] = h5::attr_str(value);
-    if (name.rfind("counter.", 0) == 0) {
-      if (!std::holds_alternative<int64_t>(value)) fail("checkpoint '{}': counter '{}' is not an integer", path, name);
-      ck.counters[name.substr(8)] = std::get<int64_t>(value);
-    }
+    if (name.rfind("counter.", 0) == 0)
+      ck.counters[name.substr(8)] = h5::attr_as<int64_t>(value, fmt::format("checkpoint '{}': {}", path, name));
   }
   verify_checkpoint_tensors(f, [&ck](const std::string& k, const Tensor& t) { ck.tensors[k] = t; });
   return ck;

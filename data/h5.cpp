@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 
 extern char** environ;
@@ -340,5 +341,22 @@ std::string attr_str(const Attr& a) {
   if (auto* i = std::get_if<int64_t>(&a)) return std::to_string(*i);
   return fmt::format("{}", std::get<double>(a));
 }
+
+std::string attr_kind(const Attr& a) {
+  static const char* const kinds[] = {"text", "an integer", "a real number"};  // in Attr's order
+  static_assert(std::variant_size_v<Attr> == std::size(kinds));
+  return kinds[a.index()];
+}
+
+template <class T>
+T attr_as(const Attr& a, const std::string& what) {
+  if (const T* v = std::get_if<T>(&a)) return *v;
+  std::string shown = attr_str(a);
+  if (std::holds_alternative<std::string>(a)) shown = fmt::format("\"{}\"", shown.size() > 40 ? shown.substr(0, 40) + "..." : shown);
+  fail("{} is {} ({}), expected {}", what, attr_kind(a), shown, attr_kind(Attr(T{})));
+}
+template std::string attr_as<std::string>(const Attr&, const std::string&);
+template int64_t attr_as<int64_t>(const Attr&, const std::string&);
+template double attr_as<double>(const Attr&, const std::string&);
 
 }  // namespace heed::h5

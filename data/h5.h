@@ -61,6 +61,14 @@ class File {
 };
 
 std::string attr_str(const Attr& a);  // for printing
+// What a holds, for messages: "text", "an integer", "a real number".
+std::string attr_kind(const Attr& a);
+// a's value as a T (std::string, int64_t or double). When a holds another
+// type, throws heed::Error naming it, e.g. with what = "checkpoint 'x.h5':
+// tensor 'model/w': its crc32 attribute":
+//   checkpoint 'x.h5': tensor 'model/w': its crc32 attribute is text ("abc"), expected an integer
+template <class T>
+T attr_as(const Attr& a, const std::string& what);
 
 // Whether path starts with HDF5's signature (at 0, 512, 1024, ...), so a file
 // that fails to open can be told apart as damaged or as not HDF5 at all.

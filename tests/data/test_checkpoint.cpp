@@ -57,3 +57,29 @@ TEST_CASE("checkpoint: a run log, or another HDF5 file, given as a checkpoint is
   std::ofstream(text) << "not HDF5\n";
   test::check_error([&] { load_checkpoint(text, "sine"); }, {"'" + text + "' is not a heed checkpoint (not an HDF5 file)"});
 }
+
+TEST_CASE("checkpoint: an attribute of another type (crc32, a counter, experiment) is a heed::Error naming it") {
+  test::DamageDir d("heed-ckpt-types-");
+  std::string path = d.file("sine.ckpt.h5");
+  struct Case {
+    std::string object, name;
+    h5::Attr value;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {"tensors/model/l1.weight", "crc32", std::string("abc"),
+       {"checkpoint '" + path + "': tensor 'model/l1.weight': its crc32 attribute is text (\"abc\"), expected an integer"}},
+      {"tensors/model/l1.weight", "crc32", 1.5,
+       {"checkpoint '" + path + "': tensor 'model/l1.weight': its crc32 attribute is a real number (1.5), expected an "
+                                "integer"}},
+      {"/", "counter.step", std::string("five"),
+       {"checkpoint '" + path + "': counter.step is text (\"five\"), expected an integer"}},
+      {"/", "experiment", int64_t{3}, {"checkpoint '" + path + "': its experiment attribute is an integer (3), expected text"}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    save_checkpoint(path, test::small_checkpoint());
+    h5::File(path, h5::File::Mode::append).set_attr(c.object, c.name, c.value);
+    test::check_error([&] { load_checkpoint(path, "sine"); }, c.message);
+  }
+}

@@ -226,3 +226,13 @@ TEST_CASE("inspect: a checkpoint with a flipped byte in HDF5's structure is dama
     CHECK(has(inspect_error(path), "inspect: checkpoint '" + path + "' is damaged: not a readable heed checkpoint"));
   }
 }
+
+TEST_CASE("inspect: a checkpoint whose crc32 attribute is not an integer is a heed::Error naming the tensor") {
+  test::DamageDir d("heed-inspect-crctype-");
+  std::string path = d.file("sine.ckpt.h5");
+  save_checkpoint(path, test::small_checkpoint());
+  h5::File(path, h5::File::Mode::append).set_attr("tensors/model/l1.bias", "crc32", std::string("abc"));
+  CHECK(has(inspect_error(path), "inspect: checkpoint '" + path +
+                                     "': tensor 'model/l1.bias': its crc32 attribute is text (\"abc\"), expected an "
+                                     "integer"));
+}
