@@ -6,6 +6,7 @@
 #include "core/tensor.h"
 #include "core/random.h"
 #include "core/format.h"
+#include "core/dist.h"
 #include "autograd/autograd.h"
 #include "autograd/ops.h"
 #include "autograd/gradcheck.h"
@@ -28,3 +29,4 @@
 #include "optim/adam.h"
 #include "optim/schedule.h"
 #include "optim/clip.h"
+#include "optim/data_parallel.h"

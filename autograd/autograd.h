@@ -116,6 +116,24 @@ void profile_mark();  // forward time of the next op starts now
 void profile_add(const std::string& what, double seconds);
 std::vector<OpTiming> profile_results();  // most total time first
 
+// ---- leaf gradients as they become final ----
+// While a GradReadyHook lives, backward() on this thread calls it with each
+// leaf whose gradient this pass has finished (its last contribution summed),
+// in the order backward finishes them: the last layers' first. Data-parallel
+// training (optim/data_parallel.h) starts exchanging gradients there while
+// backward still runs. One hook at a time per thread; it must not throw.
+class GradReadyHook {
+ public:
+  explicit GradReadyHook(std::function<void(const Tensor& leaf)> fn);
+  ~GradReadyHook();
+  GradReadyHook(const GradReadyHook&) = delete;
+  GradReadyHook& operator=(const GradReadyHook&) = delete;
+
+ private:
+  std::function<void(const Tensor&)> fn_;
+  std::function<void(const Tensor&)>* prev_;
+};
+
 // ---- for op implementations ----
 // True when grad mode is on and any input requires grad.
 bool needs_graph(std::initializer_list<Tensor> inputs);

@@ -26,6 +26,7 @@ void set_anomaly_enabled(bool on) { t_anomaly_enabled = on; }
 namespace {
 using Clock = std::chrono::steady_clock;
 thread_local bool t_profiling = false;
+thread_local std::function<void(const Tensor&)>* t_grad_ready = nullptr;
 thread_local Clock::time_point t_mark;
 thread_local std::map<std::string, OpTiming> t_profile;
 
@@ -151,6 +152,11 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, B
   return res;
 }
 
+GradReadyHook::GradReadyHook(std::function<void(const Tensor&)> fn) : fn_(std::move(fn)), prev_(t_grad_ready) {
+  t_grad_ready = &fn_;
+}
+GradReadyHook::~GradReadyHook() { t_grad_ready = prev_; }
+
 }  // namespace autograd
 
 using autograd::Node;
@@ -222,6 +228,8 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
         }
         if (autograd::is_anomaly_enabled())
           autograd::check_finite(Tensor(leaf->grad), "the gradient accumulated into a leaf");
+        // An accumulator runs once per pass, after every use of its leaf.
+        if (autograd::t_grad_ready) (*autograd::t_grad_ready)(Tensor(leaf));
       }
       if (prof) {
         autograd::OpTiming& e = autograd::profile_entry("(accumulate grad)");

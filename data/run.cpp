@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/dist.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/random.h"
@@ -132,6 +133,11 @@ bool Run::parse(int argc, char** argv) {
 }
 
 bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> command_line) {
+  // Under mpirun, this process is one of a data-parallel job (core/dist.h):
+  // rank 0 prints, logs and checkpoints; the others print only errors.
+  dist::init();
+  if (dist::size() > 1 && !dist::is_main() && !std::freopen("/dev/null", "w", stdout))
+    fail("{}: rank {} could not silence its standard output", args_.command(), dist::rank());
   if (defaults_.steps_ > 0) args_.integer("steps", &steps_, "training steps (may be raised on --resume to train longer)", 1);
   args_.text("out", &out_, "HDF5 log file")
       .text("checkpoint", &checkpoint_, "checkpoint file (default: the log's name with .ckpt.h5; on --resume: that file)")
@@ -196,11 +202,13 @@ void Run::check_paths() {
   if (same_file(checkpoint_, out_))
     throw UsageError(fmt::format("{}: --checkpoint '{}' is the log --out '{}'; they must be two files",
                                  args_.command(), checkpoint_, out_));
+  if (!dist::is_main()) return;  // rank 0 writes both
   if (!resuming()) prepare_output_path(out_);
   prepare_output_path(checkpoint_);
 }
 
 void Run::check_resumed_log() const {
+  if (!dist::is_main()) return;
   std::error_code ec;
   if (!fs::exists(out_, ec))
     fail("{}: the log '{}' of the run in '{}' is missing (give --out if it moved)", args_.command(), out_, resume_);
@@ -274,6 +282,11 @@ void Run::track_constant(const std::string& name, const Tensor& value) {
 void Run::restore_state() {
   const Checkpoint& ck = *resume_ck_;
   const std::string where = fmt::format("{}: checkpoint '{}'", args_.command(), resume_);
+  const int64_t procs = ck.counters.count("processes") ? ck.counters.at("processes") : 1;
+  if (procs != dist::size())
+    throw UsageError(fmt::format("{} was written by {} process{}; this job has {} (resume it with mpirun -np {}, "
+                                 "or without mpirun for 1)",
+                                 where, procs, procs == 1 ? "" : "es", dist::size(), procs));
   step_ = ck.counter("step");
   if (step_ < 0 || step_ > steps_)
     throw UsageError(fmt::format("{} is at step {}, beyond this run's {} steps (the length may only grow on resume)",
@@ -289,8 +302,11 @@ void Run::restore_state() {
       }
       for (const auto& [k, t] : m) used.insert(e.name + "/" + k);
     } else {
-      if (!ck.tensors.count(e.name)) missing.push_back(e.name);
-      used.insert(e.name);
+      for (int r = 0; r < dist::size(); ++r) {
+        const std::string key = rank_key(e.name, r);
+        if (!ck.tensors.count(key)) missing.push_back(key);
+        used.insert(key);
+      }
     }
   }
   for (const auto& [name, t] : constants_) {
@@ -303,7 +319,7 @@ void Run::restore_state() {
   for (const auto& [k, t] : ck.tensors)
     if (!used.count(k)) unexpected.push_back(k);
   for (const auto& [k, v] : ck.counters)
-    if (k != "step" && !counters_.count(k)) unexpected.push_back("counter " + k);
+    if (k != "step" && k != "processes" && !counters_.count(k)) unexpected.push_back("counter " + k);
   if (!missing.empty() || !unexpected.empty())
     fail("{} does not fit this run: missing [{}], unexpected [{}]", where, fmt::join(missing, ", "),
          fmt::join(unexpected, ", "));
@@ -317,7 +333,7 @@ void Run::restore_state() {
   for (const Entry& e : entries_) {
     try {
       if (e.prefix) e.load_dict(ck.get(e.name));
-      else e.load(ck.tensors.at(e.name));
+      else e.load(ck.tensors.at(rank_key(e.name, dist::rank())));
     } catch (const Error& err) {
       fail("{}: '{}' does not fit this run: {}", where, e.name, err.what());
     }
@@ -331,14 +347,17 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
   if (resuming()) {
     restore_state();
     resume_ck_.reset();
-    log_ = std::make_unique<RunLog>(RunLog::resume(out_, step_));
+    log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_) : RunLog::discard());
     fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
-  } else {
+  } else if (dist::is_main()) {
     log_ = std::make_unique<RunLog>(RunLog::create(out_));
     write_metadata();
     if (schema) schema(*log_);
     log_->begin();
+  } else {
+    log_ = std::make_unique<RunLog>(RunLog::discard());
   }
+  if (dist::size() > 1) fmt::print("data-parallel: {} processes, rank 0 logs and checkpoints\n", dist::size());
   fmt::print("logging to {}, checkpoints to {}\n", out_, checkpoint_);
   std::fflush(stdout);
   begun_ = true;
@@ -365,10 +384,16 @@ void Run::write_metadata() {
   log.set_attr("git_commit", git_commit());
   log.set_attr("command_line", cmd);
   log.set_attr("threads", threads_);
+  log.set_attr("processes", static_cast<int64_t>(dist::size()));
   log.set_attr("cpu", cpu_model());
   log.set_attr("start_time", std::string(iso));
   log.set_attr("backends", kernel::backend_info());
   for (const auto& [k, v] : args_.values()) log.set_attr("config." + k, v);
+}
+
+// Rank 0's piece of state under its name, rank r's under ranks/<r>/<name>.
+std::string Run::rank_key(const std::string& name, int rank) {
+  return rank == 0 ? name : fmt::format("ranks/{}/{}", rank, name);
 }
 
 void Run::save() const {
@@ -376,20 +401,32 @@ void Run::save() const {
   ck.experiment = experiment_;
   for (const auto& [k, v] : args_.values()) ck.config[k] = v;
   ck.counters["step"] = step_;
+  if (dist::size() > 1) ck.counters["processes"] = dist::size();
   for (const auto& [name, p] : counters_) ck.counters[name] = *p;
   for (const Entry& e : entries_) {
-    if (e.prefix) ck.put(e.name, e.save_dict());
-    else ck.tensors[e.name] = e.save();
+    if (e.prefix) {  // the model and optimiser: the same on every process
+      if (dist::is_main()) ck.put(e.name, e.save_dict());
+      continue;
+    }
+    // Generators, data positions, values: every process's own (a collective).
+    std::vector<Tensor> all = dist::all_gather(e.save());
+    for (int r = 0; r < dist::size(); ++r) ck.tensors[rank_key(e.name, r)] = all[static_cast<size_t>(r)];
   }
   for (const auto& [name, t] : constants_) ck.tensors[name] = t;
-  save_checkpoint(checkpoint_, ck);
+  if (dist::is_main()) save_checkpoint(checkpoint_, ck);
 }
 
 bool Run::next() {
   if (!begun_) fail("Run::next: call begin() first");
   if (in_step_) {
     in_step_ = false;
-    const bool stop = ctrl_c_->request.requested() || (stop_after_ > 0 && step_ == stop_after_);
+    bool stop = ctrl_c_->request.requested();
+    if (dist::size() > 1) {  // Ctrl-C reaches the processes at different steps: stop together
+      Tensor flag = Tensor::scalar(stop ? 1.0 : 0.0, DType::f64);
+      dist::sum_(flag);
+      stop = flag.item() > 0;
+    }
+    stop = stop || (stop_after_ > 0 && step_ == stop_after_);
     const bool last = step_ == steps_;
     if (stop || last || (checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0)) {
       log_->flush();  // the log and the checkpoint agree
@@ -435,8 +472,9 @@ int Run::finish() {
   if (log_) log_->close();
   ctrl_c_.reset();
   if (stopped_) {
-    fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {} --resume {}\n", step_,
-               steps_, defaults_.program_, checkpoint_);
+    const std::string launcher = dist::size() > 1 ? fmt::format("mpirun -np {} [mpirun options] ", dist::size()) : "";
+    fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {}{} --resume {}\n", step_,
+               steps_, launcher, defaults_.program_, checkpoint_);
     std::fflush(stdout);
     return 130;
   }

@@ -148,6 +148,7 @@ class Run {
   void check_resumed_log() const;
   void restore_state();
   void save() const;
+  static std::string rank_key(const std::string& name, int rank);
   void write_metadata();
   void print_progress(bool force);
 

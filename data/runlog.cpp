@@ -190,11 +190,13 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
 }
 
 void RunLog::set_attr(const std::string& name, const h5::Attr& value, const std::string& object) {
+  if (!impl_) return;  // a discarding log
   impl_->require(false, "set_attr");
   impl_->file.set_attr(object, name, value);
 }
 
 void RunLog::declare_scalar(const std::string& name) {
+  if (!impl_) return;  // a discarding log
   impl_->require(false, "declare_scalar");
   Impl::Ds d;
   d.id = impl_->create_extendible("metrics/" + name, H5T_NATIVE_DOUBLE, {3}, 256);
@@ -203,6 +205,7 @@ void RunLog::declare_scalar(const std::string& name) {
 }
 
 void RunLog::declare_series(const std::string& name, const Shape& item) {
+  if (!impl_) return;  // a discarding log
   impl_->require(false, "declare_series");
   Impl::Ds d;
   d.item = item;
@@ -212,11 +215,13 @@ void RunLog::declare_series(const std::string& name, const Shape& item) {
 }
 
 void RunLog::write_tensor(const std::string& path, const Tensor& t) {
+  if (!impl_) return;  // a discarding log
   impl_->require(false, "write_tensor");
   impl_->file.write_tensor(path, t);
 }
 
 void RunLog::begin() {
+  if (!impl_) return;  // a discarding log
   impl_->require(false, "begin");
   impl_->file.flush();
   impl_->file.start_swmr_write();
@@ -224,6 +229,7 @@ void RunLog::begin() {
 }
 
 void RunLog::scalar(const std::string& name, int64_t step, double value) {
+  if (!impl_) return;  // a discarding log
   impl_->require(true, "scalar");
   auto it = impl_->metrics.find(name);
   if (it == impl_->metrics.end()) fail("RunLog '{}': metric '{}' was not declared", impl_->file.path(), name);
@@ -233,6 +239,7 @@ void RunLog::scalar(const std::string& name, int64_t step, double value) {
 }
 
 void RunLog::series(const std::string& name, int64_t step, const Tensor& value) {
+  if (!impl_) return;  // a discarding log
   impl_->require(true, "series");
   auto it = impl_->series.find(name);
   if (it == impl_->series.end()) fail("RunLog '{}': series '{}' was not declared", impl_->file.path(), name);
@@ -248,15 +255,20 @@ void RunLog::series(const std::string& name, int64_t step, const Tensor& value) 
 }
 
 void RunLog::flush() {
-  if (impl_->appending) impl_->flush();
+  if (impl_ && impl_->appending) impl_->flush();
 }
 
 void RunLog::close() {
   if (impl_) impl_->close();
 }
 
-const std::string& RunLog::path() const { return impl_->file.path(); }
-bool RunLog::appending() const { return impl_->appending; }
-double RunLog::wall_seconds() const { return unix_now() - impl_->start_unix; }
+const std::string& RunLog::path() const {
+  static const std::string none;
+  return impl_ ? impl_->file.path() : none;
+}
+bool RunLog::appending() const { return impl_ && impl_->appending; }
+double RunLog::wall_seconds() const { return impl_ ? unix_now() - impl_->start_unix : 0.0; }
+
+RunLog RunLog::discard() { return RunLog(nullptr); }
 
 }  // namespace heed

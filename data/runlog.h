@@ -39,6 +39,10 @@ class RunLog {
   static RunLog resume(const std::string& path, int64_t after_step, const Options& opt);
   static RunLog resume(const std::string& path, int64_t after_step) { return resume(path, after_step, Options()); }
 
+  // A log that writes nothing (the processes of a data-parallel job other
+  // than rank 0 log through one of these: path() is empty).
+  static RunLog discard();
+
   RunLog(RunLog&&) noexcept;
   RunLog& operator=(RunLog&&) noexcept;
   ~RunLog();

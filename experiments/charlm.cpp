@@ -151,6 +151,12 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     throw UsageError(fmt::format("run charlm: --width {} is not divisible by --heads {}", c.width, c.heads));
   if (c.warmup > c.steps)
     throw UsageError(fmt::format("run charlm: --warmup {} exceeds --steps {}", c.warmup, c.steps));
+  // Data-parallel (mpirun -np N): every process draws the same global batch
+  // and trains on its N-th of the rows; the gradients are averaged.
+  const int64_t procs = dist::size(), rows = c.batch / procs;
+  if (c.batch % procs != 0)
+    throw UsageError(fmt::format("run charlm: --batch {} is not divisible by the {} processes of this job", c.batch,
+                                 procs));
 
   // Data: the vocabulary is built from the whole corpus and saved with the model.
   Stopwatch sw;
@@ -186,6 +192,8 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   const std::vector<int64_t> probe_ids = tok.encode(probe_text);
   const int64_t P = static_cast<int64_t>(probe_ids.size());
 
+  optim::DataParallel ddp(model->named_parameters());
+  ddp.broadcast_parameters();
   double last_val = NAN, last_train = NAN;
   run.track("model", *model);
   run.track("optim", opt);
@@ -229,14 +237,23 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     Stopwatch st;
     sched->apply(opt, step - 1);
     Tensor x, y;
-    data::random_windows(split.train, c.batch, c.context, batches, x, y);
+    data::random_windows(split.train, c.batch, c.context, batches, x, y);  // [B, T]: the global batch
+    if (procs > 1) {
+      x = kernel::narrow(x, 0, dist::rank() * rows, rows);
+      y = kernel::narrow(y, 0, dist::rank() * rows, rows);
+    }
     opt.zero_grad();
     Tensor loss = cross_entropy(model->forward(x), y);
-    backward(loss);
+    ddp.backward(loss);
     const double gn = c.clip > 0 ? optim::clip_grad_norm(model->named_parameters(), c.clip)
                                  : optim::grad_norm(model->named_parameters());
     opt.step();
-    const double l = loss.item();
+    double l = loss.item();
+    if (procs > 1) {  // the global batch's mean loss
+      Tensor all = Tensor::scalar(l, DType::f64);
+      dist::sum_(all);
+      l = all.item() / static_cast<double>(procs);
+    }
     run.log().scalar("train_loss", step, l);
     run.log().scalar("lr", step, opt.lr());
     run.log().scalar("grad_norm", step, gn);

@@ -89,6 +89,7 @@ std::string num(double v) { return fmt::format("{:.6g}", v); }
 // One line of text for an attribute value; multi-line text becomes a count.
 std::string attr_line(const h5::Attr& a, bool* multiline = nullptr) {
   std::string s = h5::attr_str(a);
+  for (size_t at = s.find('\0'); at != std::string::npos; at = s.find('\0', at + 2)) s.replace(at, 1, "\\0");
   while (!s.empty() && s.back() == '\n') s.pop_back();
   bool multi = s.find('\n') != std::string::npos;
   if (multiline) *multiline = multi;

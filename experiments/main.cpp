@@ -90,22 +90,25 @@ int run(const std::vector<std::string>& args) {
   return 2;
 }
 
+// An error ends the command with "heed: ..." and its status; in a
+// data-parallel job it ends every process at once (naming the rank), so that
+// none is left waiting for the failed one.
+int failed(int status, const char* what) {
+  if (heed::dist::size() > 1) heed::dist::abort_job(what);
+  fmt::print(stderr, "heed: {}\n", what);
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const heed::UsageError& e) {
-    fmt::print(stderr, "heed: {}\n", e.what());
-    return 2;
-  } catch (const heed::Error& e) {
-    fmt::print(stderr, "heed: {}\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {  // a library's own exception: still a message, never `terminate called`
-    fmt::print(stderr, "heed: {}\n", e.what());
-    return 1;
+    return failed(2, e.what());
+  } catch (const std::exception& e) {  // heed::Error, or a library's own: still a message, never `terminate called`
+    return failed(1, e.what());
   } catch (...) {
-    fmt::print(stderr, "heed: unknown error\n");
-    return 1;
+    return failed(1, "unknown error");
   }
 }

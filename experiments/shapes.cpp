@@ -103,6 +103,7 @@ struct Trainer {
   Run& run;
   data::BatchSampler sampler;
   std::vector<std::unique_ptr<optim::Adam>> opts;
+  std::vector<std::unique_ptr<optim::DataParallel>> ddps;  // one process: plain backward
   // Per model: loss summed over the current epoch (weighted by rows), and
   // seconds spent in forward + backward + update.
   std::vector<double> epoch_loss, compute_seconds;
@@ -112,7 +113,11 @@ struct Trainer {
       : c(c_), d(d_), runs(r), run(run_),
         sampler(d_.train_x.size(0), data::BatchSamplerOptions{c_.batch, false, false, 0}),
         epoch_loss(r.size(), 0.0), compute_seconds(r.size(), 0.0) {
-    for (auto& m : runs) opts.push_back(std::make_unique<optim::Adam>(m.net->named_parameters(), optim::AdamOptions().lr(c.lr)));
+    for (auto& m : runs) {
+      opts.push_back(std::make_unique<optim::Adam>(m.net->named_parameters(), optim::AdamOptions().lr(c.lr)));
+      ddps.push_back(std::make_unique<optim::DataParallel>(m.net->named_parameters()));
+      ddps.back()->broadcast_parameters();
+    }
     // Data and initial weights come from generators seeded by --seed, rebuilt
     // identically on resume; the rest is this.
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -163,18 +168,25 @@ struct Trainer {
     std::vector<int64_t> idx;
     while (run.next()) {
       const int64_t step = run.step();
-      idx = sampler.next_batch();
-      Tensor x = data::slice_batch(d.train_x, idx), y = data::slice_batch(d.train.target, idx);
+      idx = sampler.next_batch();  // the global batch; under mpirun each process takes its share of the rows
+      const int64_t share = static_cast<int64_t>(idx.size()) / dist::size();
+      std::vector<int64_t> mine(idx.begin() + dist::rank() * share, idx.begin() + (dist::rank() + 1) * share);
+      Tensor x = data::slice_batch(d.train_x, mine), y = data::slice_batch(d.train.target, mine);
       for (size_t i = 0; i < runs.size(); ++i) {
         ModelRun& m = runs[i];
         Stopwatch sw;
         opts[i]->zero_grad();
         Tensor loss = mse_loss(m.net->forward(x), y);
-        backward(loss);
+        ddps[i]->backward(loss);
         opts[i]->step();
         double secs = sw.seconds();
         compute_seconds[i] += secs;
         double l = loss.item();
+        if (dist::size() > 1) {  // the global batch's mean
+          Tensor all = Tensor::scalar(l, DType::f64);
+          dist::sum_(all);
+          l = all.item() / static_cast<double>(dist::size());
+        }
         epoch_loss[i] += l * static_cast<double>(idx.size());
         run.log().scalar(m.name + "/train_loss", step, l);
         run.log().scalar(m.name + "/step_seconds", step, secs);
@@ -243,6 +255,11 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
     runs.push_back({"attention", net, std::dynamic_pointer_cast<nn::SelfAttention>((*net)[4])});
   }
 
+  // Data-parallel: every batch, the last of an epoch included, splits evenly over the processes.
+  if (c.batch % dist::size() != 0 || (c.train % c.batch) % dist::size() != 0)
+    throw UsageError(fmt::format("run shapes: --batch {} (and the last batch of an epoch, {} of --train {}) must be "
+                                 "divisible by the {} processes of this job",
+                                 c.batch, c.train % c.batch, c.train, dist::size()));
   Trainer trainer(c, d, runs, run);
   run.set_steps(trainer.steps_per_epoch() * c.epochs);
   run.begin([&](RunLog& log) {

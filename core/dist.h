@@ -1,0 +1,62 @@
+// core/dist.h: heed's processes for data-parallel training, on MPI (Open MPI).
+// heed does no communication of its own: every exchange is an MPI collective.
+//
+// A program launched by mpirun (`mpirun -np 2 ./build/heed run charlm`) has
+// several processes, each holding the whole model; without mpirun (or in a
+// build without MPI) it is one process and every call here is trivial.
+//
+// Reductions are bit-reproducible: MPI_Allreduce promises no order of
+// summation, so heed gathers every process's values (MPI_Allgather) and sums
+// them in rank order on every process. Every rerun of an N-process job, and
+// every process of it, gets the same bits. (The gather moves N x the bytes of
+// the buffer into each process: the same traffic as a ring all-reduce at
+// N = 2; docs/distributed.md has the model for larger N.)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace heed::dist {
+
+// Starts MPI when the process was started by mpirun (it sets
+// OMPI_COMM_WORLD_SIZE), once; later calls do nothing. MPI is finalised at
+// exit. Without mpirun, one process and no MPI at all.
+void init();
+bool built_with_mpi();
+int rank();   // 0 .. size() - 1
+int size();   // 1 without mpirun
+bool is_main();  // rank 0: writes logs and checkpoints, prints
+
+// Ends every process of the job at once, after printing "heed: rank R: why"
+// (a process that fails must not leave the others waiting in a collective).
+[[noreturn]] void abort_job(const std::string& why);
+
+// Every process's t, in rank order (t must have the same shape everywhere).
+std::vector<Tensor> all_gather(const Tensor& t);
+// t <- the sum over processes of t, added in rank order; float32 or float64.
+void sum_(Tensor& t);
+// t <- rank root's t (same shape and dtype everywhere).
+void broadcast_(Tensor& t, int root = 0);
+
+// A sum in flight: started now (MPI_Iallgather), finished by wait(), which
+// writes the rank-ordered sum into the tensor given to start.
+class PendingSum {
+ public:
+  PendingSum();
+  ~PendingSum();
+  PendingSum(PendingSum&&) noexcept;
+  PendingSum& operator=(PendingSum&&) noexcept;
+  void start(const Tensor& t);  // contiguous float32 or float64; t must stay alive until wait()
+  void wait();
+  bool active() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace heed::dist

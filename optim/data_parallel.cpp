@@ -1,0 +1,101 @@
+// optim/data_parallel.cpp
+#include "optim/data_parallel.h"
+
+#include <chrono>
+
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace heed::optim {
+
+DataParallel::DataParallel(NamedParams params, int64_t bucket_bytes) : params_(std::move(params)) {
+  if (params_.empty()) fail("DataParallel: expected at least one parameter");
+  if (bucket_bytes < 1) fail("DataParallel: expected bucket_bytes >= 1, got {}", bucket_bytes);
+  bucket_of_.assign(params_.size(), -1);
+  offset_.assign(params_.size(), 0);
+  // Backward finishes the last parameters first: buckets are filled in
+  // reverse registration order, each of one dtype.
+  for (size_t k = params_.size(); k-- > 0;) {
+    const Tensor& p = params_[k].second;
+    check_defined(p, "DataParallel");
+    if (!p.is_floating()) fail("DataParallel: parameter '{}' is {}, expected floating", params_[k].first,
+                               dtype_name(p.dtype()));
+    const int64_t bytes = p.numel() * static_cast<int64_t>(p.dtype() == DType::f64 ? 8 : 4);
+    if (buckets_.empty() || buckets_.back().flat.dtype() != p.dtype() ||
+        buckets_.back().flat.numel() * (p.dtype() == DType::f64 ? 8 : 4) + bytes > bucket_bytes) {
+      buckets_.emplace_back();
+      buckets_.back().flat = Tensor::zeros({0}, p.dtype());
+    }
+    Bucket& b = buckets_.back();
+    bucket_of_[k] = static_cast<int64_t>(buckets_.size() - 1);
+    offset_[k] = b.flat.numel();
+    b.params.push_back(k);
+    b.flat = Tensor::zeros({b.flat.numel() + p.numel()}, p.dtype());
+  }
+  seen_.assign(params_.size(), false);
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (!index_.emplace(params_[k].second.impl(), k).second)
+      fail("DataParallel: parameter '{}' is listed twice", params_[k].first);
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::broadcast_parameters() {
+  autograd::NoGradGuard ng;
+  for (auto& [name, p] : params_) {
+    Tensor c = kernel::contiguous(p);
+    dist::broadcast_(c, 0);
+    if (c.impl() != p.impl()) kernel::copy_(p, c);
+  }
+}
+
+void DataParallel::launch(Bucket& b) {
+  for (size_t k : b.params) {
+    const Tensor& p = params_[k].second;
+    Tensor dst = kernel::narrow(b.flat, 0, offset_[k], p.numel());
+    if (p.grad().defined()) kernel::copy_(dst, kernel::reshape(p.grad(), {p.numel()}));
+    else kernel::fill_(dst, 0.0);
+  }
+  b.sum.start(b.flat);
+}
+
+void DataParallel::ready(const Tensor& leaf) {
+  auto it = index_.find(leaf.impl());
+  if (it == index_.end() || seen_[it->second]) return;  // not one of ours
+  seen_[it->second] = true;
+  Bucket& b = buckets_[static_cast<size_t>(bucket_of_[it->second])];
+  if (++b.ready == static_cast<int64_t>(b.params.size())) launch(b);
+}
+
+void DataParallel::backward(const Tensor& loss) {
+  if (dist::size() == 1) {
+    heed::backward(loss);
+    return;
+  }
+  for (auto& b : buckets_) b.ready = 0;
+  seen_.assign(params_.size(), false);
+  {
+    autograd::GradReadyHook hook([this](const Tensor& leaf) { ready(leaf); });
+    heed::backward(loss);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  // Buckets with parameters that got no gradient this pass go now (every
+  // process must take part in every exchange, in the same order).
+  for (auto& b : buckets_)
+    if (!b.sum.active() && b.ready < static_cast<int64_t>(b.params.size())) launch(b);
+  autograd::NoGradGuard ng;
+  const double inv = 1.0 / static_cast<double>(dist::size());
+  for (auto& b : buckets_) {
+    b.sum.wait();
+    kernel::scale_(b.flat, inv);
+    for (size_t k : b.params) {
+      Tensor& p = params_[k].second;
+      Tensor mean = kernel::reshape(kernel::narrow(b.flat, 0, offset_[k], p.numel()), p.shape());
+      if (p.grad().defined()) kernel::copy_(p.grad(), mean);
+      else p.set_grad(kernel::clone(mean));
+    }
+  }
+  exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace heed::optim

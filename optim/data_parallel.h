@@ -1,0 +1,62 @@
+// optim/data_parallel.h: data-parallel training over MPI processes
+// (core/dist.h). Every process holds the whole model and computes the
+// gradient of its share of the global batch; DataParallel averages the
+// gradients over processes, bucket by bucket, starting each bucket's exchange
+// as soon as backward has finished its parameters (the last layers' first),
+// so communication overlaps the rest of backward, as PyTorch's DDP does.
+// Sums are added in rank order: a job is bit-identical to itself on rerun.
+//
+//   optim::DataParallel ddp(model.named_parameters());
+//   ddp.broadcast_parameters();          // rank 0's initial weights everywhere
+//   ...
+//   opt.zero_grad();
+//   ddp.backward(loss_of_my_rows);       // gradients = mean over processes
+//   opt.step();
+//
+// In one process (no mpirun) backward is plain heed::backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "autograd/autograd.h"
+#include "core/dist.h"
+
+namespace heed::optim {
+
+class DataParallel {
+ public:
+  explicit DataParallel(NamedParams params, int64_t bucket_bytes = int64_t{1} << 20);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  void broadcast_parameters();
+  // backward(loss), then every parameter's gradient is the mean over
+  // processes (a parameter that got no gradient counts as zeros).
+  void backward(const Tensor& loss);
+  int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
+  // Seconds spent waiting for exchanges after backward ended (communication
+  // not hidden behind computation), summed since construction.
+  double exposed_seconds() const { return exposed_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;  // indices into params_
+    Tensor flat;                 // [numel of all], float32 or float64
+    int64_t ready = 0;
+    dist::PendingSum sum;
+  };
+  void ready(const Tensor& leaf);
+  void launch(Bucket& b);
+  NamedParams params_;
+  std::vector<Bucket> buckets_;
+  std::vector<int64_t> bucket_of_, offset_;  // per parameter
+  std::vector<bool> seen_;
+  std::unordered_map<const void*, size_t> index_;  // a parameter's TensorImpl -> its index
+  double exposed_ = 0;
+};
+
+}  // namespace heed::optim

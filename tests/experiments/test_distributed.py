@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""tests/experiments/test_distributed.py HEED: data-parallel training on MPI.
+
+Runs the heed program under mpirun with 2 processes (as root, oversubscribed,
+unbound: the flags docs/distributed.md gives) and checks:
+  - 2 processes train the same model as 1 at the same global batch: per-step
+    losses of the first 100 steps within float32 rounding, final validation
+    loss within 0.01 (charlm and the shapes attention model);
+  - a rerun of the same 2-process job is bit-identical;
+  - kill -9 of one rank ends the whole job promptly, naming the rank; the
+    resume from the last checkpoint equals an uninterrupted 2-process run;
+  - bad input: a global batch not divisible by the process count, a
+    checkpoint from another process count.
+Debian's Python runs it (h5py, numpy).
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+
+HEED = sys.argv[1]
+TMP = tempfile.mkdtemp(prefix="heed-dist-")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+MPIRUN = ["mpirun", "-np", "2", "--bind-to", "none", "--oversubscribe"]
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def run(args, np_=2, timeout=300):
+    cmd = (MPIRUN[:2] + [str(np_)] + MPIRUN[3:] if np_ > 1 else []) + [HEED] + args
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=TMP)
+
+
+def metric(log, name):
+    with h5py.File(log, "r") as f:
+        return f["metrics/" + name][:, :2]
+
+
+corpus = os.path.join(TMP, "corpus.txt")
+with open(corpus, "w") as f:
+    f.write("In the beginning God created the heaven and the earth. And the earth was without form. " * 300)
+LM = ["run", "charlm", "--text", corpus, "--layers", "2", "--heads", "2", "--width", "32", "--context", "16",
+      "--batch", "8", "--eval-every", "50", "--eval-batches", "4", "--threads", "1"]
+
+
+def lm(out, *extra):
+    return LM + ["--out", os.path.join(TMP, out)] + list(extra)
+
+
+try:
+    # ---- 2 processes equal 1 process; a rerun equals itself -------------------------
+    r1 = run(lm("one.h5", "--steps", "200"), np_=1)
+    check(r1.returncode == 0, f"charlm, 1 process: exit {r1.returncode} {r1.stderr[-500:]}")
+    r2 = run(lm("two.h5", "--steps", "200"))
+    check(r2.returncode == 0, f"charlm, 2 processes: exit {r2.returncode} {r2.stderr[-500:]}")
+    r3 = run(lm("again.h5", "--steps", "200"))
+    check(r3.returncode == 0, f"charlm, 2 processes again: exit {r3.returncode}")
+    one, two, again = (metric(os.path.join(TMP, n), "train_loss") for n in ("one.h5", "two.h5", "again.h5"))
+    check(np.array_equal(two, again), "charlm: a rerun of the 2-process job is bit-identical")
+    rel = np.max(np.abs(two[:100, 1] - one[:100, 1]) / np.abs(one[:100, 1]))
+    print(f"     charlm: largest relative difference of the first 100 losses, 2 vs 1 process: {rel:.3g}")
+    check(rel < 1e-5, f"charlm: per-step losses of the first 100 steps within float32 rounding ({rel:.3g})")
+    v1, v2 = metric(os.path.join(TMP, "one.h5"), "val_loss")[-1, 1], metric(os.path.join(TMP, "two.h5"), "val_loss")[-1, 1]
+    print(f"     charlm: final validation loss 1 process {v1:.5f}, 2 processes {v2:.5f}")
+    check(abs(v1 - v2) < 0.01, f"charlm: final validation loss within 0.01 ({v1:.5f} vs {v2:.5f})")
+    with h5py.File(os.path.join(TMP, "two.h5"), "r") as f:
+        check(int(f.attrs["processes"]) == 2, "the log records the process count")
+
+    SH = ["run", "shapes", "--model", "attention", "--train", "200", "--test", "20", "--batch", "20", "--epochs", "1",
+          "--threads", "1"]
+    s1 = run(SH + ["--out", os.path.join(TMP, "s1.h5")], np_=1)
+    s2 = run(SH + ["--out", os.path.join(TMP, "s2.h5")])
+    check(s1.returncode == 0 and s2.returncode == 0, f"shapes attention, 1 and 2 processes: {s1.returncode} {s2.returncode} {s2.stderr[-500:]}")
+    a, b = metric(os.path.join(TMP, "s1.h5"), "attention/train_loss"), metric(os.path.join(TMP, "s2.h5"), "attention/train_loss")
+    rel = np.max(np.abs(a[:, 1] - b[:, 1]) / np.abs(a[:, 1]))
+    print(f"     shapes attention: largest relative difference of the per-step losses: {rel:.3g}")
+    check(rel < 1e-4, f"shapes attention: per-step losses within float32 rounding ({rel:.3g})")
+    ta, tb = metric(os.path.join(TMP, "s1.h5"), "attention/test_mse")[-1, 1], metric(os.path.join(TMP, "s2.h5"), "attention/test_mse")[-1, 1]
+    check(abs(ta - tb) < 0.01, f"shapes attention: test MSE within 0.01 ({ta:.5f} vs {tb:.5f})")
+
+    # ---- kill -9 of one rank, then resume ------------------------------------------------
+    ref = run(lm("ref.h5", "--steps", "600", "--checkpoint-every", "20"))
+    check(ref.returncode == 0, "charlm, 2 processes, 600 steps")
+    killed_log = os.path.join(TMP, "killed.h5")
+    ckpt = os.path.join(TMP, "killed.ckpt.h5")
+    cmd = MPIRUN + [HEED] + lm("killed.h5", "--steps", "600", "--checkpoint-every", "20")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=TMP)
+    for _ in range(3000):
+        if os.path.exists(ckpt):
+            break
+        time.sleep(0.01)
+    # The rank-1 process is a child of mpirun running heed.
+    pids = subprocess.run(["pgrep", "-f", "killed.h5"], capture_output=True, text=True).stdout.split()
+    ranks = [int(x) for x in pids if int(x) != p.pid]
+    t0 = time.time()
+    victim = None
+    for pid in ranks:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+        if b"OMPI_COMM_WORLD_RANK=1" in env:
+            victim = pid
+    check(victim is not None, "found the rank-1 process")
+    if victim:
+        os.kill(victim, signal.SIGKILL)
+    try:
+        out, err = p.communicate(timeout=60)
+        ended = time.time() - t0
+        check(p.returncode != 0, f"the job ended with an error status ({p.returncode}) {ended:.1f} s after the kill")
+        check("rank 1" in err or "rank 1" in out, "the job's message names rank 1")
+    except subprocess.TimeoutExpired:
+        p.kill()
+        check(False, "the job hung after one rank was killed")
+    step = None
+    with h5py.File(ckpt, "r") as f:
+        step = int(f.attrs["counter.step"])
+    check(0 < step < 600, f"a checkpoint survived (step {step})")
+    res = run(["run", "charlm", "--resume", ckpt])
+    check(res.returncode == 0, f"resumed on 2 processes: exit {res.returncode} {res.stderr[-500:]}")
+    check(np.array_equal(metric(os.path.join(TMP, "ref.h5"), "train_loss"), metric(killed_log, "train_loss")),
+          "after kill -9 and resume, every per-step loss equals the uninterrupted 2-process run")
+    with h5py.File(os.path.join(TMP, "ref.ckpt.h5"), "r") as f, h5py.File(ckpt, "r") as g:
+        names = []
+        f["tensors"].visit(lambda n: names.append(n) if isinstance(f["tensors/" + n], h5py.Dataset) else None)
+        same = all(np.array_equal(f["tensors/" + n][()], g["tensors/" + n][()]) for n in names)
+        check(same and len(names) > 0, f"and every tensor of the final checkpoints ({len(names)}) is equal")
+
+    # ---- bad input -------------------------------------------------------------------------
+    bad = run(lm("odd.h5", "--steps", "4", "--batch", "7"))
+    check(bad.returncode != 0 and "not divisible by the 2 processes" in bad.stderr,
+          f"--batch 7 on 2 processes is refused: {bad.stderr.strip()[-300:]}")
+    check(not os.path.exists(os.path.join(TMP, "odd.h5")), "... and writes no log")
+    one_proc = run(["run", "charlm", "--resume", os.path.join(TMP, "ref.ckpt.h5"), "--steps", "700"], np_=1)
+    check(one_proc.returncode == 2 and "written by 2 processes" in one_proc.stderr,
+          f"a 2-process checkpoint resumed on 1 process is refused: {one_proc.stderr.strip()[-300:]}")
+finally:
+    shutil.rmtree(TMP, ignore_errors=True)
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
