@@ -23,6 +23,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <sstream>
 
 #include "core/allocator.h"
 #include "data/args.h"
@@ -80,12 +81,19 @@ Workload toy_workload(bool attention, int64_t batch) {
   return w;
 }
 
-Workload gpt_workload(const std::string& name, int64_t width, int64_t context, int64_t batch) {
+// Under mpirun (the data-parallel mode), each process trains on its share of
+// the batch and the gradients are averaged (optim::DataParallel); items and
+// FLOPs stay those of the whole batch.
+Workload gpt_workload(const std::string& name, int64_t width, int64_t context, int64_t batch,
+                      std::shared_ptr<optim::DataParallel>* ddp_out = nullptr) {
   const int64_t layers = 4, heads = 4, vocab = 65;
   Generator g(1);
   auto net = std::make_shared<nn::GPT>(nn::GPTOptions(vocab, width, layers, heads, context).generator(&g));
   auto opt = std::make_shared<optim::AdamW>(net->named_parameters(), optim::AdamWOptions().lr(1e-3).weight_decay(0.1));
-  Tensor ids = randint(0, vocab, {batch, context}, &g), tgt = randint(0, vocab, {batch, context}, &g);
+  auto ddp = std::make_shared<optim::DataParallel>(net->named_parameters());
+  if (ddp_out) *ddp_out = ddp;
+  const int64_t rows = batch / dist::size();
+  Tensor ids = randint(0, vocab, {rows, context}, &g), tgt = randint(0, vocab, {rows, context}, &g);
   const double D = static_cast<double>(width), T = static_cast<double>(context), L = layers, V = vocab;
   // Per token, forward: 2 FLOPs per weight of the blocks (12 D^2 per layer)
   // and the LM head (D V), plus the attention products 2 * 2 T D per layer.
@@ -95,10 +103,10 @@ Workload gpt_workload(const std::string& name, int64_t width, int64_t context, i
   w.unit = "tokens";
   w.items = static_cast<double>(batch * context);
   w.flops = 3 * per_token * w.items;
-  w.forward_backward = [net, opt, ids, tgt] {
+  w.forward_backward = [net, opt, ddp, ids, tgt] {
     opt->zero_grad();
     Tensor loss = cross_entropy(net->forward(ids), tgt);
-    backward(loss);
+    ddp->backward(loss);  // one process: plain backward
   };
   w.update = [opt] { opt->step(); };
   return w;
@@ -306,13 +314,83 @@ int run_attention_memory(int64_t threads, int64_t max_t, int64_t plain_max_t, in
 
 }  // namespace
 
+// `--data-parallel`, the worker side: run by mpirun with 2 processes x 1
+// thread; rank 0 prints one line the parent reads.
+int run_data_parallel_worker(const std::string& name, int64_t warmup, int64_t steps) {
+  dist::init();
+  if (dist::size() < 2) fail("bench: --dp-worker runs under mpirun with 2 or more processes");
+  std::shared_ptr<optim::DataParallel> ddp;
+  Workload w = name == "gpt-128" ? gpt_workload(name, 128, 64, 12, &ddp) : gpt_workload(name, 256, 256, 12, &ddp);
+  for (int64_t i = 0; i < warmup; ++i) w.step();
+  const double exposed0 = ddp->exposed_seconds();
+  std::vector<double> ms;
+  for (int64_t i = 0; i < steps; ++i) {
+    Stopwatch sw;
+    w.step();
+    // The step time of the slowest process: all wait for it at the next exchange anyway.
+    double slowest = 0;
+    for (const Tensor& x : dist::all_gather(Tensor::scalar(1000 * sw.seconds(), DType::f64)))
+      slowest = std::max(slowest, x.item());
+    ms.push_back(slowest);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double exposed_ms = 1000 * (ddp->exposed_seconds() - exposed0) / static_cast<double>(steps);
+  if (dist::is_main())
+    fmt::print("dp-result {} {} {:.4f} {:.4f} {}\n", name, dist::size(), ms[ms.size() / 2], exposed_ms, ddp->buckets());
+  return 0;
+}
+
+// `--data-parallel`: the GPT workloads on 1 process x 2 threads (here) and on
+// 2 processes x 1 thread (mpirun, the same global batch of 12).
+int run_data_parallel(const std::string& only, int64_t warmup, int64_t steps) {
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) fail("bench: cannot find this program's own path: {}", ec.message());
+  fmt::print("heed bench --data-parallel: {}\n1 process x 2 threads against 2 processes x 1 thread (mpirun --bind-to "
+             "none), global batch 12; median of {} steps\n\n",
+             cpu_model(), steps);
+  fmt::print("{:<9} {:>13} {:>10} {:>13} {:>10} {:>17} {:>8}\n", "workload", "1x2 ms/step", "tokens/s", "2x1 ms/step",
+             "tokens/s", "exposed comm ms", "buckets");
+  for (const std::string n : {"gpt-128", "gpt-256"}) {
+    if (!only.empty() && n != only) continue;
+    kernel::set_num_threads(2);
+    Workload w = n == "gpt-128" ? gpt_workload(n, 128, 64, 12) : gpt_workload(n, 256, 256, 12);
+    Result one = measure(w, warmup, steps);
+    const std::string cmd =
+        fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --bind-to none "
+                    "--oversubscribe '{}' bench --dp-worker {} --threads 1 --warmup {} --steps {} 2>&1",
+                    self, n, warmup, steps);
+    std::FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) fail("bench: could not start mpirun: {}", std::strerror(errno));
+    std::string out;
+    char buf[4096];
+    while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+    const int status = pclose(pipe);
+    auto at = out.find("dp-result ");
+    if (status != 0 || at == std::string::npos)
+      fail("bench: the 2-process run failed (is Open MPI installed? ./heed setup): {}", out);
+    std::string name;
+    int procs = 0;
+    double ms = 0, exposed = 0;
+    int64_t buckets = 0;
+    std::istringstream line(out.substr(at + 10));
+    line >> name >> procs >> ms >> exposed >> buckets;
+    fmt::print("{:<9} {:>13.2f} {:>10.0f} {:>13.2f} {:>10.0f} {:>9.2f} ({:>4.1f}%) {:>8}\n", n, one.median_ms,
+               one.items_per_s, ms, w.items / (ms / 1000), exposed, 100 * exposed / ms, buckets);
+    std::fflush(stdout);
+  }
+  fmt::print("\nexposed comm: time per step spent waiting for gradient exchanges after backward ended (the part\n"
+             "not overlapped with backward's computation), on rank 0.\n");
+  return 0;
+}
+
 int run_bench(const std::vector<std::string>& args) {
   // With --micro anywhere, every other argument belongs to heed_microbench
   // (--threads, --help and Google Benchmark's --benchmark_* flags).
   if (std::find(args.begin(), args.end(), "--micro") != args.end()) exec_microbench(args);
   int64_t threads = 2, steps = 20, warmup = 3, max_t = 4096, plain_max_t = 4096, rounds = 1;
-  bool compare = false, attention_memory = false, micro = false, profile = false;
-  std::string only, conv = "winograd";
+  bool compare = false, attention_memory = false, micro = false, profile = false, data_parallel = false;
+  std::string only, conv = "winograd", dp_worker;
   Args a("bench",
          "Times one training step (forward, backward, optimiser) of each bundled workload after warm-up:\n"
          "toy-cnn and toy-attention (batch 100), gpt-128 (4 layers, 4 heads, width 128, context 64,\n"
@@ -338,8 +416,21 @@ int run_bench(const std::vector<std::string>& args) {
       .integer("plain-max-t", &plain_max_t,
                "--attention-memory: the longest sequence for the plain path (its memory grows as T^2)", 0, 1 << 20)
       .flag("micro", &micro,
-            "instead: run the per-kernel micro-benchmarks (heed_microbench); every other argument goes to it");
+            "instead: run the per-kernel micro-benchmarks (heed_microbench); every other argument goes to it")
+      .flag("data-parallel", &data_parallel,
+            "instead: the GPT workloads on 1 process x 2 threads against 2 processes x 1 thread (mpirun; "
+            "docs/distributed.md): step time, tokens/s and the communication not overlapped")
+      .text("dp-worker", &dp_worker, "(internal) the mpirun side of --data-parallel for this workload");
   if (!a.parse(args)) return 0;
+  if (!dp_worker.empty()) {
+    kernel::set_num_threads(static_cast<int>(threads));
+    return run_data_parallel_worker(dp_worker, warmup, steps);
+  }
+  if (data_parallel) {
+    if (!only.empty() && only != "gpt-128" && only != "gpt-256")
+      fail("bench: --data-parallel runs gpt-128 and gpt-256; --only expects one of them, got '{}'", only);
+    return run_data_parallel(only, warmup, steps);
+  }
   if (attention_memory) {
     if (compare || !only.empty()) fail("bench: --attention-memory takes neither --compare nor --only");
     kernel::set_num_threads(static_cast<int>(threads));
