@@ -7,6 +7,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -247,15 +248,21 @@ void File::set_attr(const std::string& object, const std::string& name, const At
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   if (auto* s = std::get_if<std::string>(&value)) {
-    // Variable-length UTF-8 strings: h5py reads them as str.
+    // Fixed-length UTF-8 text of exactly the string's bytes: NUL bytes
+    // survive (a variable-length string is a C string, cut at the first NUL),
+    // and the text sits in the object header under HDF5's checksum (variable-
+    // length strings live in a global heap that has none: a flipped byte there
+    // crashed HDF5). HDF5 has no zero-length type, so "" is one NUL byte marked
+    // NUL-terminated. h5py reads these as bytes.
     Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(type, H5T_VARIABLE);
+    check_ok(H5Tset_size(type, s->empty() ? 1 : s->size()), "size the text of attribute " + name, path_);
+    H5Tset_strpad(type, s->empty() ? H5T_STR_NULLTERM : H5T_STR_NULLPAD);
     H5Tset_cset(type, H5T_CSET_UTF8);
     Handle a(check(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), "create attribute " + name,
                    path_),
              H5Aclose);
-    const char* p = s->c_str();
-    check_ok(H5Awrite(a, type, &p), "write attribute " + name, path_);
+    const char nul = '\0';
+    check_ok(H5Awrite(a, type, s->empty() ? &nul : s->data()), "write attribute " + name, path_);
   } else if (auto* i = std::get_if<int64_t>(&value)) {
     Handle a(check(H5Acreate2(obj, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT),
                    "create attribute " + name, path_),
@@ -283,9 +290,15 @@ Attr File::get_attr(const std::string& object, const std::string& name) const {
                  "open attribute " + name, path_),
            H5Aclose);
   Handle type(H5Aget_type(a), H5Tclose);
+  {
+    // heed reads single values; reading an array into one would overrun it.
+    Handle space(H5Aget_space(a), H5Sclose);
+    hssize_t n = H5Sget_simple_extent_npoints(space);
+    if (n != 1) fail("'{}': attribute '{}' of '{}' holds {} values, expected one", path_, name, object, n);
+  }
   switch (H5Tget_class(type)) {
     case H5T_STRING: {
-      if (H5Tis_variable_str(type) > 0) {
+      if (H5Tis_variable_str(type) > 0) {  // written by h5py, or by heed before fixed-length text
         Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
         H5Tset_size(mem, H5T_VARIABLE);
         H5Tset_cset(mem, H5T_CSET_UTF8);
@@ -296,10 +309,11 @@ Attr File::get_attr(const std::string& object, const std::string& name) const {
         H5Dvlen_reclaim(mem, space, H5P_DEFAULT, &p);
         return s;
       }
+      // Every byte, NULs included, unless the type says NUL-terminated.
       size_t n = H5Tget_size(type);
       std::string s(n, '\0');
       check_ok(H5Aread(a, type, s.data()), "read attribute " + name, path_);
-      s.resize(s.find('\0') == std::string::npos ? n : s.find('\0'));
+      if (H5Tget_strpad(type) == H5T_STR_NULLTERM) s.resize(std::min(s.find('\0'), n));
       return s;
     }
     case H5T_INTEGER: {

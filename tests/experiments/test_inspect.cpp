@@ -236,3 +236,17 @@ TEST_CASE("inspect: a checkpoint whose crc32 attribute is not an integer is a he
                                      "': tensor 'model/l1.bias': its crc32 attribute is text (\"abc\"), expected an "
                                      "integer"));
 }
+
+TEST_CASE("inspect: a text attribute holding NUL bytes is shown whole, each NUL as \\0") {
+  test::DamageDir d("heed-inspect-nul-");
+  std::string path = d.file("lm.h5");
+  {
+    RunLog log = RunLog::create(path);
+    log.set_attr("experiment", std::string("charlm"));
+    log.set_attr("vocabulary", std::string("\0 ab\0", 5));
+    log.begin();
+  }
+  std::string s = experiments::inspect_file(path);
+  INFO(s);
+  CHECK(has_line(s, "vocabulary \\0 ab\\0"));
+}

@@ -1,0 +1,61 @@
+// tests/data/test_h5.cpp: heed's HDF5 layer: attributes keep every byte and
+// type, and a value of another type is refused naming what was expected.
+#include "data/file_damage.h"
+#include "data/h5.h"
+#include "data/runlog.h"
+#include "test_util.h"
+
+using namespace heed;
+
+TEST_CASE("h5: text attributes keep every byte: embedded, leading and trailing NULs, empty, 100 KB") {
+  test::DamageDir d("heed-h5-text-");
+  const std::vector<std::string> texts = {
+      std::string("a\0b", 3),
+      std::string("\0\n !abc", 7),  // a vocabulary whose corpus holds NUL: U+0000 sorts first
+      std::string("end\0\0", 5),
+      std::string(1, '\0'),
+      "",
+      "plain UTF-8: héllo ∑ 🙂",
+      std::string(100000, 'x') + std::string(1, '\0') + "tail",
+  };
+  auto name = [](size_t i) { return fmt::format("t{}", i); };
+  std::string path = d.file("attrs.h5");
+  {
+    h5::File f(path, h5::File::Mode::create);
+    f.set_attr("/", name(0), std::string("to be replaced"));
+    for (size_t i = 0; i < texts.size(); ++i) f.set_attr("/", name(i), texts[i]);
+  }
+  h5::File f(path, h5::File::Mode::read);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    CAPTURE(i);
+    h5::Attr a = f.get_attr("/", name(i));
+    REQUIRE(std::holds_alternative<std::string>(a));
+    CHECK(std::get<std::string>(a).size() == texts[i].size());
+    CHECK((std::get<std::string>(a) == texts[i]));  // (not printed: 100 KB)
+  }
+}
+
+TEST_CASE("h5: a run log's text attribute with NUL bytes (charlm's vocabulary) reads back whole") {
+  test::DamageDir d("heed-h5-runlog-");
+  std::string path = d.file("lm.h5");
+  const std::string vocabulary("\0\n abc", 6);
+  {
+    RunLog log = RunLog::create(path);
+    log.set_attr("vocabulary", vocabulary);
+    log.declare_scalar("loss");
+    log.begin();
+    log.scalar("loss", 1, 2.0);
+  }
+  h5::File f(path, h5::File::Mode::read_swmr);
+  CHECK(h5::attr_as<std::string>(f.get_attr("/", "vocabulary"), "vocabulary") == vocabulary);
+}
+
+TEST_CASE("h5: attr_as returns a value of the asked type and refuses another, naming both") {
+  CHECK(h5::attr_as<int64_t>(h5::Attr(int64_t{7}), "x") == 7);
+  CHECK(h5::attr_as<double>(h5::Attr(0.5), "x") == 0.5);
+  CHECK(h5::attr_as<std::string>(h5::Attr(std::string("s")), "x") == "s");
+  test::check_error([] { h5::attr_as<int64_t>(h5::Attr(std::string("abc")), "file 'f.h5': its n attribute"); },
+                    {"file 'f.h5': its n attribute is text (\"abc\"), expected an integer"});
+  test::check_error([] { h5::attr_as<std::string>(h5::Attr(2.5), "its name"); },
+                    {"its name is a real number (2.5), expected text"});
+}
