@@ -152,7 +152,8 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
   auto impl = std::make_unique<Impl>(h5::File(path, h5::File::Mode::append), opt);
   h5::File& f = impl->file;
   if (!f.has_attr("/", "heed_log_format")) fail("'{}' is not a heed run log (no heed_log_format attribute)", path);
-  impl->start_unix = std::get<double>(f.get_attr("/", "start_unix_time"));
+  impl->start_unix = h5::attr_as<double>(f.get_attr("/", "start_unix_time"),
+                                         fmt::format("run log '{}': its start_unix_time attribute", path));
   for (const std::string& p : f.list_datasets("/")) {
     if (p.rfind("metrics/", 0) == 0) {
       Impl::Ds d;

@@ -59,3 +59,18 @@ TEST_CASE("h5: attr_as returns a value of the asked type and refuses another, na
   test::check_error([] { h5::attr_as<std::string>(h5::Attr(2.5), "its name"); },
                     {"its name is a real number (2.5), expected text"});
 }
+
+TEST_CASE("h5: a run log whose start_unix_time is not a real number is refused on resume, naming it") {
+  test::DamageDir d("heed-h5-start-");
+  std::string path = d.file("run.h5");
+  {
+    RunLog log = RunLog::create(path);
+    log.declare_scalar("loss");
+    log.begin();
+    log.scalar("loss", 1, 2.0);
+  }
+  h5::File(path, h5::File::Mode::append).set_attr("/", "start_unix_time", std::string("yesterday"));
+  test::check_error([&] { RunLog::resume(path, 1); },
+                    {"run log '" + path + "': its start_unix_time attribute is text (\"yesterday\"), expected a real "
+                                          "number"});
+}
