@@ -127,6 +127,22 @@ void sum_(Tensor& t) {
   p.wait();
 }
 
+double mean(double value) {
+  if (g_size == 1) return value;
+  Tensor t = Tensor::scalar(value, DType::f64);
+  sum_(t);
+  return t.item() / static_cast<double>(g_size);
+}
+
+Tensor shard(const Tensor& t) {
+  check_defined(t, "dist::shard");
+  if (g_size == 1) return t;
+  if (t.dim() < 1 || t.size(0) % g_size != 0)
+    fail("dist::shard: a batch of shape {} does not split evenly over {} processes", shape_str(t.shape()), g_size);
+  const int64_t rows = t.size(0) / g_size;
+  return kernel::narrow(t, 0, g_rank * rows, rows);
+}
+
 void broadcast_(Tensor& t, int root) {
   check_defined(t, "dist::broadcast_");
   if (g_size == 1) return;

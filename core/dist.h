@@ -39,6 +39,12 @@ bool is_main();  // rank 0: writes logs and checkpoints, prints
 std::vector<Tensor> all_gather(const Tensor& t);
 // t <- the sum over processes of t, added in rank order; float32 or float64.
 void sum_(Tensor& t);
+// The mean of a value over processes (rank-ordered sum / size()): e.g. the
+// loss of a global batch from each process's share.
+double mean(double value);
+// This process's share of a global batch: rows [rank n/N, (rank + 1) n/N) of
+// dim 0 (a view); n must be divisible by size() (else an error naming both).
+Tensor shard(const Tensor& t);
 // t <- rank root's t (same shape and dtype everywhere).
 void broadcast_(Tensor& t, int root = 0);
 

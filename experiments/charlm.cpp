@@ -153,7 +153,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     throw UsageError(fmt::format("run charlm: --warmup {} exceeds --steps {}", c.warmup, c.steps));
   // Data-parallel (mpirun -np N): every process draws the same global batch
   // and trains on its N-th of the rows; the gradients are averaged.
-  const int64_t procs = dist::size(), rows = c.batch / procs;
+  const int64_t procs = dist::size();
   if (c.batch % procs != 0)
     throw UsageError(fmt::format("run charlm: --batch {} is not divisible by the {} processes of this job", c.batch,
                                  procs));
@@ -238,22 +238,15 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     sched->apply(opt, step - 1);
     Tensor x, y;
     data::random_windows(split.train, c.batch, c.context, batches, x, y);  // [B, T]: the global batch
-    if (procs > 1) {
-      x = kernel::narrow(x, 0, dist::rank() * rows, rows);
-      y = kernel::narrow(y, 0, dist::rank() * rows, rows);
-    }
+    x = dist::shard(x);
+    y = dist::shard(y);
     opt.zero_grad();
     Tensor loss = cross_entropy(model->forward(x), y);
     ddp.backward(loss);
     const double gn = c.clip > 0 ? optim::clip_grad_norm(model->named_parameters(), c.clip)
                                  : optim::grad_norm(model->named_parameters());
     opt.step();
-    double l = loss.item();
-    if (procs > 1) {  // the global batch's mean loss
-      Tensor all = Tensor::scalar(l, DType::f64);
-      dist::sum_(all);
-      l = all.item() / static_cast<double>(procs);
-    }
+    const double l = dist::mean(loss.item());  // the global batch's
     run.log().scalar("train_loss", step, l);
     run.log().scalar("lr", step, opt.lr());
     run.log().scalar("grad_norm", step, gn);

@@ -94,8 +94,13 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
 
   Generator init(static_cast<uint64_t>(o.seed) * 7919 + 1), data(static_cast<uint64_t>(o.seed)),
       eval_gen(static_cast<uint64_t>(o.seed) + 1000003);
+  if (o.batch % dist::size() != 0)
+    throw UsageError(fmt::format("run copy: --batch {} is not divisible by the {} processes of this job", o.batch,
+                                 dist::size()));
   CopyModel m(o, &init);
   optim::Adam opt(m.named_parameters(), optim::AdamOptions().lr(o.lr));
+  optim::DataParallel ddp(m.named_parameters());  // under mpirun; one process: plain backward
+  ddp.broadcast_parameters();
   double loss = 0, accuracy = 0, prev_mass = 0;
   run.track("model", m);
   run.track("optim", opt);
@@ -113,12 +118,12 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
   while (run.next()) {
     const int64_t step = run.step();
     Tensor x, y;
-    make_batch(o, data, x, y);
+    make_batch(o, data, x, y);  // the global batch; each process trains on its share
     opt.zero_grad();
-    Tensor l = cross_entropy(m.forward(x), y);
-    backward(l);
+    Tensor l = cross_entropy(m.forward(dist::shard(x)), dist::shard(y));
+    ddp.backward(l);
     opt.step();
-    loss = l.item();
+    loss = dist::mean(l.item());
     run.log().scalar("train_loss", step, loss);
     run.show("loss", loss);
     const bool last = step == run.steps();

@@ -181,12 +181,7 @@ struct Trainer {
         opts[i]->step();
         double secs = sw.seconds();
         compute_seconds[i] += secs;
-        double l = loss.item();
-        if (dist::size() > 1) {  // the global batch's mean
-          Tensor all = Tensor::scalar(l, DType::f64);
-          dist::sum_(all);
-          l = all.item() / static_cast<double>(dist::size());
-        }
+        const double l = dist::mean(loss.item());  // the global batch's
         epoch_loss[i] += l * static_cast<double>(idx.size());
         run.log().scalar(m.name + "/train_loss", step, l);
         run.log().scalar(m.name + "/step_seconds", step, secs);

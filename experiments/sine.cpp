@@ -59,6 +59,13 @@ int run_sine(const std::vector<std::string>& args, const std::vector<std::string
   Generator gen(static_cast<uint64_t>(seed));
   SineNet net(hidden, &gen);
   optim::SGD opt(net.named_parameters(), optim::SGDOptions(lr).momentum(momentum));
+  optim::DataParallel ddp(net.named_parameters());  // under mpirun each process fits its share of the points
+  ddp.broadcast_parameters();
+  if (points % dist::size() != 0)
+    throw UsageError(fmt::format("run sine: --points {} is not divisible by the {} processes of this job", points,
+                                 dist::size()));
+  x = dist::shard(x);
+  y = dist::shard(y);
   double initial_mse = 0, mse = 0;
   run.track("model", net);
   run.track("optim", opt);
@@ -72,7 +79,7 @@ int run_sine(const std::vector<std::string>& args, const std::vector<std::string
   while (run.next()) {
     opt.zero_grad();
     Tensor loss = mse_loss(net.forward(x), y);  // of the parameters after step - 1 updates
-    mse = loss.item();
+    mse = dist::mean(loss.item());
     if (run.step() == 1) initial_mse = mse;
     run.log().scalar("train_loss", run.step(), mse);
     run.show("mse", mse);
@@ -80,18 +87,18 @@ int run_sine(const std::vector<std::string>& args, const std::vector<std::string
       run.finish();
       fail("run sine: the loss diverged at step {} ({}); try a smaller --lr", run.step(), mse);
     }
-    backward(loss);
+    ddp.backward(loss);
     opt.step();
     if (run.step() == run.steps()) {
       autograd::NoGradGuard no_grad;
-      mse = mse_loss(net.forward(x), y).item();
+      mse = dist::mean(mse_loss(net.forward(x), y).item());
       run.log().scalar("final_mse", run.step(), mse);
     }
   }
   if (int rc = run.finish()) return rc;
   {
     autograd::NoGradGuard no_grad;
-    mse = mse_loss(net.forward(x), y).item();
+    mse = dist::mean(mse_loss(net.forward(x), y).item());
   }
   const bool ok = mse < kSineMseThreshold;
   fmt::print("final mse {:.6f} (initial {:.6f}; threshold {}): {}\nlog: {}\n", mse, initial_mse, kSineMseThreshold,

@@ -9,6 +9,7 @@
 //   build/heed_fit_sine --stop-after 500     ... then, as it prints:
 //   build/heed_fit_sine --resume runs/fit_sine.ckpt.h5
 //   build/heed_fit_sine --help
+//   mpirun -np 2 --bind-to none --oversubscribe build/heed_fit_sine --threads 1   (data-parallel)
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -55,6 +56,12 @@ int main(int argc, char** argv) {
     Generator gen(static_cast<uint64_t>(seed));  // the initial weights, and so the whole run, are reproducible
     SineMLP model(gen);
     optim::SGD opt(model.named_parameters(), optim::SGDOptions(lr).momentum(0.9));
+    // Under mpirun, each process fits its share of the points and the
+    // gradients are averaged; as one process, backward is plain backward.
+    optim::DataParallel ddp(model.named_parameters());
+    ddp.broadcast_parameters();
+    x = dist::shard(x);
+    y = dist::shard(y);
 
     // What a checkpoint holds, registered once; the log's datasets, declared once.
     run.track("model", model);
@@ -64,21 +71,24 @@ int main(int argc, char** argv) {
     while (run.next()) {
       opt.zero_grad();
       Tensor loss = mse_loss(model.forward(x), y);
-      backward(loss);
+      ddp.backward(loss);
       opt.step();
-      run.log().scalar("train_loss", run.step(), loss.item());
-      run.show("mse", loss.item());
+      const double mse = dist::mean(loss.item());  // over all the points
+      run.log().scalar("train_loss", run.step(), mse);
+      run.show("mse", mse);
     }
     if (int status = run.finish()) return status;  // 130: stopped, with a checkpoint
 
     autograd::NoGradGuard no_grad;  // evaluation records no graph
-    const double mse = mse_loss(model.forward(x), y).item();
+    const double mse = dist::mean(mse_loss(model.forward(x), y).item());
     fmt::print("final mse {:.6f}: {}\n", mse, mse < 1e-3 ? "fits" : "does not fit yet (try more --steps)");
     return 0;
   } catch (const UsageError& e) {
+    if (dist::size() > 1) dist::abort_job(e.what());  // the other processes must not wait for this one
     fmt::print(stderr, "{}: {}\n", argv[0], e.what());
     return 2;
   } catch (const std::exception& e) {
+    if (dist::size() > 1) dist::abort_job(e.what());
     fmt::print(stderr, "{}: {}\n", argv[0], e.what());
     return 1;
   }

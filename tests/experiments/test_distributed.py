@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""tests/experiments/test_distributed.py HEED: data-parallel training on MPI.
+"""tests/experiments/test_distributed.py HEED EXAMPLE: data-parallel training on MPI.
 
 Runs the heed program under mpirun with 2 processes (as root, oversubscribed,
 unbound: the flags docs/distributed.md gives) and checks:
@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 
 HEED = sys.argv[1]
+EXAMPLE = sys.argv[2]  # the example user program (experiments/examples/fit_sine.cpp)
 TMP = tempfile.mkdtemp(prefix="heed-dist-")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 MPIRUN = ["mpirun", "-np", "2", "--bind-to", "none", "--oversubscribe"]
@@ -37,8 +38,8 @@ def check(ok, what):
         failures.append(what)
 
 
-def run(args, np_=2, timeout=300):
-    cmd = (MPIRUN[:2] + [str(np_)] + MPIRUN[3:] if np_ > 1 else []) + [HEED] + args
+def run(args, np_=2, timeout=300, program=None):
+    cmd = (MPIRUN[:2] + [str(np_)] + MPIRUN[3:] if np_ > 1 else []) + [program or HEED] + args
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=TMP)
 
 
@@ -88,6 +89,22 @@ try:
     check(rel < 1e-4, f"shapes attention: per-step losses within float32 rounding ({rel:.3g})")
     ta, tb = metric(os.path.join(TMP, "s1.h5"), "attention/test_mse")[-1, 1], metric(os.path.join(TMP, "s2.h5"), "attention/test_mse")[-1, 1]
     check(abs(ta - tb) < 0.01, f"shapes attention: test MSE within 0.01 ({ta:.5f} vs {tb:.5f})")
+
+    # ---- the other experiments and a user's program: 2 processes equal 1 -----------------
+    for name, program, args in [
+        ("copy", HEED, ["run", "copy", "--steps", "30", "--threads", "1"]),
+        ("sine", HEED, ["run", "sine", "--steps", "200", "--threads", "1"]),
+        ("example program", EXAMPLE, ["--steps", "200", "--threads", "1"]),
+    ]:
+        logs = []
+        for np_ in (1, 2):
+            log = os.path.join(TMP, f"{name.replace(' ', '_')}{np_}.h5")
+            r = run(args + ["--out", log], np_=np_, program=program)
+            check(r.returncode in (0, 1), f"{name}, {np_} process(es): exit {r.returncode} {r.stderr[-300:]}")
+            logs.append(metric(log, "train_loss"))
+        rel = np.max(np.abs(logs[0][:, 1] - logs[1][:, 1]) / np.abs(logs[0][:, 1]))
+        print(f"     {name}: largest relative difference of the per-step losses, 2 vs 1 process: {rel:.3g}")
+        check(logs[0].shape == logs[1].shape and rel < 1e-4, f"{name}: 2 processes train as 1 ({rel:.3g})")
 
     # ---- kill -9 of one rank, then resume ------------------------------------------------
     ref = run(lm("ref.h5", "--steps", "600", "--checkpoint-every", "20"))
