@@ -89,8 +89,12 @@ void fault_point_in_checkpoint_write(h5::File& f) {
 
 void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec && st.type() != fs::file_type::not_found) fail("checkpoint: cannot write '{}': {}", path, ec.message());
+  if (fs::is_directory(st)) fail("checkpoint: cannot write '{}': it is a directory", path);
   std::string tmp = path + ".tmp";
-  {
+  try {
     h5::File f(tmp, h5::File::Mode::create);
     f.set_attr("/", "heed_checkpoint_format", kFormat);
     f.set_attr("/", "experiment", ck.experiment);
@@ -103,9 +107,11 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
       f.set_attr("tensors/" + k, "crc32", static_cast<int64_t>(tensor_crc(t)));
     }
     f.flush();
+  } catch (const Error&) {
+    fs::remove(tmp, ec);  // the previous checkpoint at path is untouched
+    throw;
   }
   fsync_path(tmp, false);
-  std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) fail("checkpoint: could not move '{}' to '{}': {}", tmp, path, ec.message());
   fs::path dir = fs::path(path).parent_path();
@@ -163,7 +169,12 @@ void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit) {
 }
 
 Checkpoint load_checkpoint(const std::string& path, const std::string& expected_experiment) {
-  if (!std::filesystem::exists(path)) fail("checkpoint '{}' does not exist", path);
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) fail("checkpoint '{}' does not exist", path);
+  if (ec) fail("checkpoint '{}' cannot be read: {}", path, ec.message());
+  if (fs::is_directory(st)) fail("checkpoint '{}' is a directory, expected a checkpoint file", path);
   h5::File f = open_checkpoint(path);
   std::map<std::string, h5::Attr> root;
   try {

@@ -70,8 +70,11 @@ std::string encode_utf8(const std::vector<uint32_t>& cps) {
 
 std::string load_text(const std::string& path) {
   namespace fs = std::filesystem;
-  if (!fs::exists(path)) fail("text file '{}' does not exist", path);
-  if (fs::is_directory(path)) fail("'{}' is a directory, expected a text file", path);
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) fail("text file '{}' does not exist", path);
+  if (ec) fail("text file '{}' cannot be read: {}", path, ec.message());
+  if (fs::is_directory(st)) fail("'{}' is a directory, expected a text file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot read text file '{}'", path);
   std::ostringstream ss;
@@ -84,7 +87,11 @@ std::string load_text(const std::string& path) {
 
 std::string kjv_text(const std::string& cache_path) {
   namespace fs = std::filesystem;
-  if (fs::exists(cache_path) && fs::file_size(cache_path) > 0) return load_text(cache_path);
+  std::error_code ec;
+  const fs::file_status st = fs::status(cache_path, ec);
+  if (ec && st.type() != fs::file_type::not_found)
+    fail("the corpus cache '{}' cannot be read: {}", cache_path, ec.message());
+  if (fs::exists(st) && (fs::is_directory(st) || fs::file_size(cache_path, ec) > 0)) return load_text(cache_path);
   FILE* pipe = popen("bible \"gen1:1-rev22:21\" 2>/dev/null", "r");
   if (!pipe) fail("cannot run 'bible' (install the bible-kjv package, or pass --text FILE)");
   std::string s;
@@ -96,13 +103,17 @@ std::string kjv_text(const std::string& cache_path) {
     fail("'bible \"gen1:1-rev22:21\"' failed or printed too little ({} bytes); install the bible-kjv package "
          "(./heed does) or pass --text FILE",
          s.size());
-  if (fs::path(cache_path).has_parent_path()) fs::create_directories(fs::path(cache_path).parent_path());
+  const fs::path dir = fs::path(cache_path).parent_path();
+  if (!dir.empty() && !fs::create_directories(dir, ec) && ec)
+    fail("cannot create directory '{}' for the corpus cache '{}': {}", dir.string(), cache_path, ec.message());
   std::string tmp = cache_path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary);
     out << s;
+    if (!out.flush()) fail("cannot write the corpus cache '{}'", tmp);
   }
-  fs::rename(tmp, cache_path);
+  fs::rename(tmp, cache_path, ec);
+  if (ec) fail("cannot move '{}' to the corpus cache '{}': {}", tmp, cache_path, ec.message());
   return s;
 }
 

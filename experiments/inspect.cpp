@@ -102,8 +102,10 @@ std::string attr_line(const h5::Attr& a, bool* multiline = nullptr) {
 h5::File open_for_reading(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail("inspect: '{}' does not exist", path);
-  if (fs::is_directory(path, ec)) fail("inspect: '{}' is a directory, expected an HDF5 file", path);
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) fail("inspect: '{}' does not exist", path);
+  if (ec) fail("inspect: '{}' cannot be read: {}", path, ec.message());
+  if (fs::is_directory(st)) fail("inspect: '{}' is a directory, expected an HDF5 file", path);
   try {
     return h5::File(path, h5::File::Mode::read_swmr);
   } catch (const Error&) {

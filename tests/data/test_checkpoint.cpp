@@ -83,3 +83,19 @@ TEST_CASE("checkpoint: an attribute of another type (crc32, a counter, experimen
     test::check_error([&] { load_checkpoint(path, "sine"); }, c.message);
   }
 }
+
+TEST_CASE("checkpoint: a 300-character file name or a symlink loop is a heed::Error naming the path") {
+  test::DamageDir d("heed-ckpt-paths-");
+  const std::string longname = d.long_name(), loop = d.symlink_loop();
+  test::check_error([&] { load_checkpoint(longname, "sine"); },
+                    {"checkpoint '" + longname + "' cannot be read: File name too long"});
+  test::check_error([&] { load_checkpoint(loop, "sine"); },
+                    {"checkpoint '" + loop + "' cannot be read: Too many levels of symbolic links"});
+  test::check_error([&] { save_checkpoint(longname, test::small_checkpoint()); },
+                    {"checkpoint: cannot write '" + longname + "': File name too long"});
+  test::check_error([&] { save_checkpoint(loop, test::small_checkpoint()); },
+                    {"checkpoint: cannot write '" + loop + "': Too many levels of symbolic links"});
+  // Nothing was left behind, and a plain missing file still says so.
+  CHECK(std::distance(std::filesystem::directory_iterator(d.path), {}) == 2);  // loop1, loop2
+  test::check_error([&] { load_checkpoint(d.file("none.ckpt.h5"), "sine"); }, {"none.ckpt.h5' does not exist"});
+}

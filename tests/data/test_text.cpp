@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data/file_damage.h"
 #include "data/text.h"
 #include "test_util.h"
 
@@ -65,4 +66,15 @@ TEST_CASE("text: 90/10 split and reproducible windows whose targets are the next
   Tensor shortx, shorty;
   test::check_error([&] { random_windows(Tensor::from_i64({1, 2, 3}, {3}), 1, 8, g1, shortx, shorty); },
                     {"3 tokens", "context window of 8"});
+}
+
+TEST_CASE("text: a 300-character file name or a symlink loop is a heed::Error naming the path") {
+  test::DamageDir d("heed-text-paths-");
+  const std::string longname = d.long_name(), loop = d.symlink_loop();
+  test::check_error([&] { load_text(longname); }, {"text file '" + longname + "' cannot be read: File name too long"});
+  test::check_error([&] { load_text(loop); },
+                    {"text file '" + loop + "' cannot be read: Too many levels of symbolic links"});
+  // The default corpus's cache: refused by name before anything is extracted.
+  test::check_error([&] { kjv_text(loop); },
+                    {"the corpus cache '" + loop + "' cannot be read: Too many levels of symbolic links"});
 }

@@ -250,3 +250,10 @@ TEST_CASE("inspect: a text attribute holding NUL bytes is shown whole, each NUL 
   INFO(s);
   CHECK(has_line(s, "vocabulary \\0 ab\\0"));
 }
+
+TEST_CASE("inspect: a 300-character file name or a symlink loop is a heed::Error naming the path") {
+  test::DamageDir d("heed-inspect-paths-");
+  const std::string longname = d.long_name(), loop = d.symlink_loop();
+  CHECK(has(inspect_error(longname), "inspect: '" + longname + "' cannot be read: File name too long"));
+  CHECK(has(inspect_error(loop), "inspect: '" + loop + "' cannot be read: Too many levels of symbolic links"));
+}
