@@ -28,6 +28,12 @@ HEED = sys.argv[1]
 EXAMPLE = sys.argv[2]  # the example user program (experiments/examples/fit_sine.cpp)
 TMP = tempfile.mkdtemp(prefix="heed-dist-")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+# In the sanitized suite: AddressSanitizer's checks stay on, but not its leak
+# check. Open MPI keeps allocations in plugins it unloads at exit, whose
+# stacks end in unloaded modules that no suppression can name; heed's own
+# code paths are leak-checked by the single-process suite.
+if "ASAN_OPTIONS" in ENV:
+    ENV["ASAN_OPTIONS"] += ":detect_leaks=0"
 MPIRUN = ["mpirun", "-np", "2", "--bind-to", "none", "--oversubscribe"]
 failures = []
 
