@@ -3,55 +3,27 @@
 // or file and what was expected, exit status 1 (2 for a bad command line),
 // never `terminate called`, and no file written. Then the cases that used to
 // be refused and are now accepted.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 
 #include "data/checkpoint.h"
 #include "data/h5.h"
 #include "resume_check.h"
+#include "spawn.h"
 #include "test_util.h"
-
-extern char** environ;
 
 using namespace heed;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = 0;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using test::cat;
+using test::Result;
+using test::slurp;
 
 Result heed_cli(std::vector<std::string> args, const std::string& dir) {
   args.insert(args.begin(), HEED_CLI_PATH);
-  std::vector<char*> argv;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  const std::string out = dir + "/.stdout", err = dir + "/.stderr";
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&fa);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(out), slurp(err)};
-  fs::remove(out);
-  fs::remove(err);
-  return r;
+  return test::run_process(args, dir);
 }
 
 // Every file under dir with its bytes.
@@ -65,11 +37,6 @@ std::map<std::string, std::string> snapshot(const std::string& dir) {
 
 const std::vector<std::string> kTinyLM = {"--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
                                           "--batch", "4", "--eval-every", "2", "--eval-batches", "1"};
-
-std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 }  // namespace
 

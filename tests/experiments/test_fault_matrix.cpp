@@ -6,12 +6,6 @@
 // printed; the continued run must be bit-identical to one never interrupted
 // (every per-step loss, every final tensor; no step missing or doubled). Then
 // every refused resume must leave the log and the checkpoint byte-identical.
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,9 +14,8 @@
 #include "data/checkpoint.h"
 #include "data/h5.h"
 #include "resume_check.h"
+#include "spawn.h"
 #include "test_util.h"
-
-extern char** environ;
 
 using namespace heed;
 namespace fs = std::filesystem;
@@ -68,52 +61,13 @@ std::vector<Row> rows() {
   };
 }
 
-struct Result {
-  int status = 0;  // exit status, or 128 + signal
-  std::string out, err;
-};
+using test::cat;
+using test::Result;
+using test::slurp;
+using test::start;
+using test::wait_status;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-// Starts argv with stdout and stderr into files; returns the pid.
-pid_t start(const std::vector<std::string>& argv_s, const std::string& out, const std::string& err) {
-  std::vector<std::string> copy = argv_s;
-  std::vector<char*> argv;
-  for (auto& s : copy) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  return pid;
-}
-
-int wait_status(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-Result run(const std::vector<std::string>& argv, const std::string& dir) {
-  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
-  Result r;
-  r.status = wait_status(start(argv, out, err));
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+Result run(const std::vector<std::string>& argv, const std::string& dir) { return test::run_process(argv, dir); }
 
 // The command after "resume with: ", split at spaces (the test's paths have none).
 std::vector<std::string> printed_resume(const Result& r) {

@@ -1,0 +1,73 @@
+// tests/experiments/spawn.h: running a program (the heed CLI, the example
+// user program) as a separate process, as a user would, for the tests that
+// kill, interrupt or feed it bad input.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+extern char** environ;
+
+namespace heed::test {
+
+struct Result {
+  int status = 0;  // exit status, or 128 + signal
+  std::string out, err;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Starts argv (argv[0] a path) with stdout and stderr into files; the pid.
+inline pid_t start(const std::vector<std::string>& argv_s, const std::string& out, const std::string& err) {
+  std::vector<std::string> copy = argv_s;
+  std::vector<char*> argv;
+  for (auto& s : copy) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+inline int wait_status(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Runs argv to its end, its output captured through files in dir.
+inline Result run_process(const std::vector<std::string>& argv, const std::string& dir) {
+  const std::string out = dir + "/.stdout", err = dir + "/.stderr";
+  Result r;
+  r.status = wait_status(start(argv, out, err));
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return r;
+}
+
+inline std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace heed::test
