@@ -1,8 +1,6 @@
 // tests/experiments/test_inspect.cpp: `heed inspect` summarises run logs and
 // checkpoints, works while the writer runs, and refuses bad files by name.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,9 +12,8 @@
 #include "data/h5.h"
 #include "data/runlog.h"
 #include "experiments/inspect.h"
+#include "spawn.h"
 #include "test_util.h"
-
-extern char** environ;
 
 using namespace heed;
 
@@ -78,22 +75,6 @@ void write_small_log(const std::string& path) {
   log.series("cnn/output", 3, Tensor::zeros({3, 1, 10}));
   log.series("cnn/output", 5, Tensor::zeros({3, 1, 10}));
   log.close();
-}
-
-// `heed inspect path`, run as a user runs it: exit status and stderr.
-std::pair<int, std::string> heed_inspect_cli(const std::string& path, const std::string& dir) {
-  std::string exe = HEED_CLI_PATH, cmd = "inspect", file = path, err = dir + "/.stderr";
-  char* argv[] = {exe.data(), cmd.data(), file.data(), nullptr};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv, environ) == 0);
-  posix_spawn_file_actions_destroy(&fa);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), test::read_bytes(err)};
 }
 
 }  // namespace
@@ -210,10 +191,10 @@ TEST_CASE("inspect: a checkpoint with a flipped byte in one tensor's data names 
   CHECK(inspect_error(path).empty());  // intact: every CRC holds
   test::flip_byte_in(path, test::tensor_bytes(ck.tensors.at("model/l1.weight")), 5);
   CHECK(has(inspect_error(path), "inspect: checkpoint '" + path + "': tensor 'model/l1.weight' is corrupt (CRC mismatch)"));
-  auto [status, err] = heed_inspect_cli(path, d.path);
-  INFO(err);
-  CHECK(status == 1);
-  CHECK(err.rfind("heed: inspect: checkpoint '" + path + "': tensor 'model/l1.weight' is corrupt (CRC mismatch)", 0) == 0);
+  test::Result r = test::run_process({HEED_CLI_PATH, "inspect", path}, d.path);
+  INFO(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.rfind("heed: inspect: checkpoint '" + path + "': tensor 'model/l1.weight' is corrupt (CRC mismatch)", 0) == 0);
 }
 
 TEST_CASE("inspect: a checkpoint with a flipped byte in HDF5's structure is damaged, naming it") {
