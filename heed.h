@@ -7,6 +7,7 @@
 #include "core/random.h"
 #include "core/format.h"
 #include "core/dist.h"
+#include "core/safetensors.h"
 #include "autograd/autograd.h"
 #include "autograd/ops.h"
 #include "autograd/gradcheck.h"

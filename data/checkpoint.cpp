@@ -193,7 +193,7 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
   if (!root.count("experiment")) fail("checkpoint '{}' has no experiment attribute", path);
   ck.experiment =
       h5::attr_as<std::string>(root.at("experiment"), fmt::format("checkpoint '{}': its experiment attribute", path));
-  if (ck.experiment != expected_experiment)
+  if (!expected_experiment.empty() && ck.experiment != expected_experiment)
     fail("checkpoint '{}' is from the '{}' experiment, expected '{}'", path, ck.experiment, expected_experiment);
   for (const auto& [name, value] : root) {
     if (name.rfind("config.", 0) == 0) ck.config[name.substr(7)] = h5::attr_str(value);

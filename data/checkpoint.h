@@ -47,6 +47,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck);
 // a heed checkpoint, or one from another experiment is refused with an error
 // that names the problem. Shapes are checked by whoever loads the pieces
 // (Module::load_state_dict, Optimizer::load_state_dict).
+// An empty expected_experiment accepts a checkpoint of any experiment.
 Checkpoint load_checkpoint(const std::string& path, const std::string& expected_experiment);
 
 // Reads every tensor under /tensors of an open checkpoint file and checks it

@@ -13,6 +13,7 @@
 #include "core/dist.h"
 #include "core/error.h"
 #include "core/kernels.h"
+#include "core/safetensors.h"
 #include "core/random.h"
 #include "data/h5.h"
 
@@ -146,7 +147,9 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
             "continue the run saved in this checkpoint, appending to its log; its configuration comes back "
             "with it, and only the run's length, --threads and where and how often it checkpoints may change")
       .integer("stop-after", &stop_after_, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0)
-      .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024);
+      .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024)
+      .text("init-from", &init_from_,
+            "start the model from the weights in this .safetensors file (heed export writes one; so can PyTorch)");
   if (!args_.parse(argv)) return false;
   if (command_line.empty()) {
     command_line = {defaults_.program_};
@@ -154,6 +157,10 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   }
   command_line_ = std::move(command_line);
   if (out_.empty()) throw UsageError(fmt::format("{}: --out expects a log file path", args_.command()));
+  if (resuming() && args_.given("init-from"))
+    throw UsageError(fmt::format("{}: --init-from starts a new run from given weights; --resume continues one "
+                                 "(give one of them)",
+                                 args_.command()));
   if (resuming()) {
     if (same_file(resume_, out_))
       throw UsageError(fmt::format("{}: --resume '{}' is the run's log; expected its checkpoint (e.g. {})",
@@ -170,7 +177,7 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
 // Options that may differ between a run and its continuation; the rest of
 // the configuration is the checkpoint's.
 void Run::restore_config() {
-  const std::set<std::string> never = {"resume", "stop-after"};
+  const std::set<std::string> never = {"resume", "stop-after", "init-from"};
   std::set<std::string> changeable = {"threads", "checkpoint", "checkpoint-every", "steps"};
   changeable.insert(changeable_.begin(), changeable_.end());
   std::map<std::string, std::string> now;
@@ -341,6 +348,22 @@ void Run::restore_state() {
   for (const auto& [name, p] : counters_) *p = ck.counters.at(name);
 }
 
+// --init-from: the weights of the one model the run registered as "model".
+void Run::init_model() {
+  const Entry* model = nullptr;
+  for (const Entry& e : entries_)
+    if (e.prefix && e.name == "model") model = &e;
+  if (!model)
+    fail("{}: --init-from needs a run with one model registered as 'model' (this one has none by that name)",
+         args_.command());
+  try {
+    model->load_dict(safetensors::load(init_from_).tensors);
+  } catch (const Error& e) {
+    fail("{}: --init-from '{}': {}", args_.command(), init_from_, e.what());
+  }
+  fmt::print("model initialised from {}\n", init_from_);
+}
+
 void Run::begin(const std::function<void(RunLog&)>& schema) {
   if (begun_) fail("Run::begin: called twice");
   if (steps_ < 1 && !resuming()) fail("{}: the run has no steps (RunOptions::steps or set_steps)", args_.command());
@@ -349,13 +372,16 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     resume_ck_.reset();
     log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_) : RunLog::discard());
     fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
-  } else if (dist::is_main()) {
-    log_ = std::make_unique<RunLog>(RunLog::create(out_));
-    write_metadata();
-    if (schema) schema(*log_);
-    log_->begin();
   } else {
-    log_ = std::make_unique<RunLog>(RunLog::discard());
+    if (!init_from_.empty()) init_model();  // before the log exists: a file that does not fit leaves none
+    if (dist::is_main()) {
+      log_ = std::make_unique<RunLog>(RunLog::create(out_));
+      write_metadata();
+      if (schema) schema(*log_);
+      log_->begin();
+    } else {
+      log_ = std::make_unique<RunLog>(RunLog::discard());
+    }
   }
   if (dist::size() > 1) fmt::print("data-parallel: {} processes, rank 0 logs and checkpoints\n", dist::size());
   fmt::print("logging to {}, checkpoints to {}\n", out_, checkpoint_);

@@ -147,6 +147,7 @@ class Run {
   void check_paths();
   void check_resumed_log() const;
   void restore_state();
+  void init_model();
   void save() const;
   static std::string rank_key(const std::string& name, int rank);
   void write_metadata();
@@ -158,7 +159,7 @@ class Run {
   std::set<std::string> changeable_;
   std::vector<std::string> command_line_;
   // The run's own options.
-  std::string out_, checkpoint_, resume_;
+  std::string out_, checkpoint_, resume_, init_from_;
   int64_t checkpoint_every_ = 0, stop_after_ = 0, threads_ = 2, steps_ = 0;
 
   std::unique_ptr<Checkpoint> resume_ck_;  // loaded by parse(), consumed by begin()

@@ -1,6 +1,8 @@
 // layers/module.cpp
 #include "layers/module.h"
 
+#include "core/safetensors.h"
+
 #include <cmath>
 #include <set>
 
@@ -112,23 +114,46 @@ std::map<std::string, Tensor> Module::state_dict() const {
 }
 
 void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
+  // Every problem in one error: missing, unexpected and mis-shaped entries.
+  // Floating dtypes convert, as PyTorch's does (a float64 state loads into a
+  // float32 model); an integer entry must match exactly.
   auto mine = state_dict();
+  std::vector<std::string> missing, unexpected, mismatched;
   for (const auto& [name, t] : mine) {
     auto it = state.find(name);
-    if (it == state.end()) fail("load_state_dict: missing entry '{}' (expected shape {})", name, shape_str(t.shape()));
-    if (!it->second.defined()) fail("load_state_dict: entry '{}' is undefined", name);
-    if (it->second.shape() != t.shape())
-      fail("load_state_dict: entry '{}' has shape {}, the model expects {}", name, shape_str(it->second.shape()),
-           shape_str(t.shape()));
-    if (it->second.dtype() != t.dtype())
-      fail("load_state_dict: entry '{}' has dtype {}, the model expects {}", name, dtype_name(it->second.dtype()),
-           dtype_name(t.dtype()));
+    if (it == state.end()) {
+      missing.push_back(fmt::format("'{}' (expected shape {})", name, shape_str(t.shape())));
+    } else if (!it->second.defined()) {
+      mismatched.push_back(fmt::format("'{}' is undefined", name));
+    } else if (it->second.shape() != t.shape()) {
+      mismatched.push_back(
+          fmt::format("'{}' has shape {}, the model expects {}", name, shape_str(it->second.shape()), shape_str(t.shape())));
+    } else if (it->second.dtype() != t.dtype() && !(it->second.is_floating() && t.is_floating())) {
+      mismatched.push_back(fmt::format("'{}' has dtype {}, the model expects {}", name, dtype_name(it->second.dtype()),
+                                       dtype_name(t.dtype())));
+    }
   }
   for (const auto& [name, t] : state)
-    if (!mine.count(name)) fail("load_state_dict: unexpected entry '{}' (shape {}) not in the model", name,
-                                shape_str(t.shape()));
+    if (!mine.count(name)) unexpected.push_back(fmt::format("'{}' (shape {})", name, shape_str(t.shape())));
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::string what;
+    if (!missing.empty()) what += fmt::format("; missing entries: {}", fmt::join(missing, ", "));
+    if (!unexpected.empty()) what += fmt::format("; unexpected entries, not in the model: {}", fmt::join(unexpected, ", "));
+    if (!mismatched.empty()) what += fmt::format("; {}", fmt::join(mismatched, "; "));
+    fail("load_state_dict: the state does not fit {}{}", type_name(), what);
+  }
   autograd::NoGradGuard no_grad;
   for (const auto& [name, t] : mine) kernel::copy_(t, state.at(name));
+}
+
+void Module::save(const std::string& path) const { safetensors::save(path, state_dict(), {{"format", "pt"}}); }
+
+void Module::load(const std::string& path) {
+  try {
+    load_state_dict(safetensors::load(path).tensors);
+  } catch (const Error& e) {
+    fail("{}: loading '{}': {}", type_name(), path, e.what());
+  }
 }
 
 // ---- initialisation ----

@@ -65,6 +65,10 @@ class Module : public Stateful {
   // missing or unexpected key, or a shape/dtype mismatch, throws naming the
   // key and both shapes, and nothing is changed.
   void load_state_dict(const std::map<std::string, Tensor>& state) override;
+  // The state dict to and from a .safetensors file (core/safetensors.h), the
+  // format PyTorch users and Hugging Face tools read and write.
+  void save(const std::string& path) const;
+  void load(const std::string& path);
 
  protected:
   Tensor register_parameter(const std::string& name, Tensor t);

@@ -1,0 +1,36 @@
+// core/safetensors.h: named tensors in the safetensors format, the weights
+// format of Hugging Face and of many PyTorch users
+// (https://github.com/huggingface/safetensors): an 8-byte little-endian
+// header length N, N bytes of JSON
+//   {"<name>": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
+//    ..., "__metadata__": {"key": "text", ...}}
+// then the tensors' raw little-endian bytes, offsets relative to the end of
+// the header. The JSON is parsed by nlohmann::json (Debian's
+// nlohmann-json3-dev), not by hand.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace heed::safetensors {
+
+struct File {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Writes F32, F64 and I64 tensors (any layout; stored contiguous), in name
+// order, atomically (a temporary file beside path, renamed over it).
+void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
+          const std::map<std::string, std::string>& metadata = {});
+
+// Reads and validates everything: the header length lies inside the file,
+// the header is a JSON object, every dtype is known (F32, F64, I64; F16 and
+// BF16 are widened to float32), shapes are non-negative and their byte
+// counts equal the offsets' span, offsets lie inside the data and do not
+// overlap. An error names the file and the tensor.
+File load(const std::string& path);
+
+}  // namespace heed::safetensors

@@ -1,0 +1,66 @@
+// experiments/export.cpp: `heed export CKPT -o FILE.safetensors`.
+#include "experiments/export.h"
+
+#include "heed.h"
+
+namespace heed::experiments {
+
+int run_export(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    fmt::print(
+        "usage: heed export CHECKPOINT [-o FILE.safetensors] [--model NAME]\n\n"
+        "Writes the model weights of a checkpoint (any experiment's, or a program's on heed::Run) to a\n"
+        "safetensors file, under the model's own parameter names (e.g. blocks.0.attn.q_proj.weight), with\n"
+        "the run's experiment, step and configuration as metadata. PyTorch reads it with\n"
+        "safetensors.torch.load_file (or json + numpy); heed runs start from one with --init-from.\n\n"
+        "options:\n"
+        "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
+        "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention)\n");
+    if (args.empty()) throw UsageError("export: expected a checkpoint path (see heed export --help)");
+    return 0;
+  }
+  const std::string path = args[0];
+  std::string out, model;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if ((a == "-o" || a == "--out" || a == "--model") && i + 1 < args.size()) {
+      (a == "--model" ? model : out) = args[++i];
+    } else {
+      throw UsageError(fmt::format("export: unexpected argument '{}' (expected -o FILE or --model NAME; see --help)", a));
+    }
+  }
+  if (out.empty()) {
+    const bool h5 = path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0;
+    out = (h5 ? path.substr(0, path.size() - 3) : path) + ".safetensors";
+    if (out.size() > 17 && out.find(".ckpt.safetensors") == out.size() - 17)
+      out = out.substr(0, out.size() - 17) + ".safetensors";
+  }
+  Checkpoint ck = load_checkpoint(path, "");
+  // Models live under model/ (one) or model/<name>/ (several).
+  std::map<std::string, Tensor> weights = ck.get(model.empty() ? "model" : "model/" + model);
+  std::set<std::string> models;
+  for (const auto& [k, t] : ck.get("model")) {
+    auto slash = k.find('/');
+    if (slash != std::string::npos) models.insert(k.substr(0, slash));
+  }
+  if (model.empty() && !models.empty())
+    throw UsageError(fmt::format("export: checkpoint '{}' holds several models ({}); choose one with --model", path,
+                                 fmt::join(models, ", ")));
+  if (weights.empty())
+    throw UsageError(fmt::format("export: checkpoint '{}' has no model{} ({})", path,
+                                 model.empty() ? std::string() : " '" + model + "'",
+                                 models.empty() ? std::string("it has one model: leave out --model")
+                                                : fmt::format("its models: {}", fmt::join(models, ", "))));
+  std::map<std::string, std::string> meta = {{"format", "pt"},
+                                             {"heed_experiment", ck.experiment},
+                                             {"heed_step", std::to_string(ck.counter("step"))}};
+  for (const auto& [k, v] : ck.config) meta["heed_config." + k] = v;
+  safetensors::save(out, weights, meta);
+  int64_t n = 0;
+  for (const auto& [k, t] : weights) n += t.numel();
+  fmt::print("{}: {} tensors, {} parameters, from {} (experiment {}, step {})\n", out, weights.size(), n, path,
+             ck.experiment, ck.counter("step"));
+  return 0;
+}
+
+}  // namespace heed::experiments

@@ -1,0 +1,138 @@
+// tests/core/test_safetensors.cpp: weights in and out as safetensors files
+// (core/safetensors.h), Module::save/load, and load_state_dict's conversions
+// and errors.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "../experiments/resume_check.h"
+#include "test_util.h"
+
+using namespace heed;
+
+namespace {
+
+// A file made by hand: the header text, then the data bytes.
+void write_raw(const std::string& path, const std::string& header, const std::string& data, int64_t claimed = -1) {
+  const uint64_t n = claimed < 0 ? header.size() : static_cast<uint64_t>(claimed);
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  std::ofstream(path, std::ios::binary) << bytes << header << data;
+}
+
+std::string f32_bytes(std::vector<float> v) { return std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size()); }
+
+}  // namespace
+
+TEST_CASE("safetensors: float32, float64 and int64 tensors and the metadata round-trip bit for bit") {
+  test::TempDir d("heed-st-");
+  const std::string path = d.path + "/w.safetensors";
+  std::map<std::string, Tensor> in = {
+      {"a.weight", test::det_tensor({3, 4}, 1)},
+      {"b", test::det_tensor({5}, 2, -1, 1, DType::f64)},
+      {"ids", Tensor::from_i64({7, -3, 1LL << 40}, {3})},
+      {"empty", Tensor::zeros({0, 4})},
+      {"strided", kernel::transpose(test::det_tensor({2, 3}, 3), 0, 1)},  // not contiguous: stored as [3, 2]
+  };
+  safetensors::save(path, in, {{"format", "pt"}, {"note", "hello"}});
+  safetensors::File f = safetensors::load(path);
+  CHECK(f.metadata.at("note") == "hello");
+  REQUIRE(f.tensors.size() == in.size());
+  for (const auto& [k, t] : in) {
+    INFO(k);
+    CHECK(f.tensors.at(k).shape() == t.shape());
+    CHECK(f.tensors.at(k).dtype() == t.dtype());
+    CHECK(f.tensors.at(k).to_vector<double>() == t.to_vector<double>());
+  }
+  // The data starts 8-byte aligned, as the format recommends.
+  std::ifstream raw(path, std::ios::binary);
+  uint64_t n = 0;
+  raw.read(reinterpret_cast<char*>(&n), 8);
+  CHECK(n % 8 == 0);
+}
+
+TEST_CASE("safetensors: F16 and BF16 tensors (PyTorch's half types) are read as float32") {
+  test::TempDir d("heed-st-");
+  const std::string path = d.path + "/h.safetensors";
+  // 1.0, -2.0, 0.5, 2^-24 (the smallest subnormal half), 65504 (the largest half); bfloat16 1.0, -3.0.
+  const uint16_t half[] = {0x3c00, 0xc000, 0x3800, 0x0001, 0x7bff}, bf[] = {0x3f80, 0xc040};
+  std::string data(reinterpret_cast<const char*>(half), sizeof half);
+  data.append(reinterpret_cast<const char*>(bf), sizeof bf);
+  write_raw(path,
+            R"({"h":{"dtype":"F16","shape":[5],"data_offsets":[0,10]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[10,14]}})",
+            data);
+  safetensors::File f = safetensors::load(path);
+  CHECK(f.tensors.at("h").dtype() == DType::f32);
+  CHECK(f.tensors.at("h").to_vector<double>() == std::vector<double>{1.0, -2.0, 0.5, std::ldexp(1.0, -24), 65504.0});
+  CHECK(f.tensors.at("b").to_vector<double>() == std::vector<double>{1.0, -3.0});
+}
+
+TEST_CASE("safetensors: a damaged or malformed file is refused, naming the file and the tensor") {
+  test::TempDir d("heed-st-");
+  const std::string p = d.path + "/bad.safetensors";
+  const std::string ok = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  SUBCASE("too short") {
+    std::ofstream(p, std::ios::binary) << "abc";
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "3 bytes", "too short"});
+  }
+  SUBCASE("a header length past the end") {
+    write_raw(p, ok, f32_bytes({1, 2}), 1000);
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "header length 1000", "past the end"});
+  }
+  SUBCASE("a header that is not JSON") {
+    write_raw(p, "{\"w\": [", "");
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "not valid JSON"});
+  }
+  SUBCASE("an unknown dtype") {
+    write_raw(p, R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", f32_bytes({1, 2}));
+    test::check_error([&] { safetensors::load(p); }, {"tensor 'w'", "dtype 'Q4'", "F32, F64, I64"});
+  }
+  SUBCASE("a shape that does not match the bytes") {
+    write_raw(p, R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", f32_bytes({1, 2}));
+    test::check_error([&] { safetensors::load(p); }, {"tensor 'w'", "needs 12 bytes", "give 8"});
+  }
+  SUBCASE("offsets outside the data") {
+    write_raw(p, R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", f32_bytes({1, 2}));
+    test::check_error([&] { safetensors::load(p); }, {"tensor 'w'", "[4, 12]", "outside the 8 bytes"});
+  }
+  SUBCASE("overlapping tensors") {
+    write_raw(p,
+              R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+              f32_bytes({1, 2}));
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "overlap"});
+  }
+  SUBCASE("a negative size") {
+    write_raw(p, R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", f32_bytes({1, 2}));
+    test::check_error([&] { safetensors::load(p); }, {"tensor 'w'", "not a size"});
+  }
+  SUBCASE("a missing file") {
+    test::check_error([&] { safetensors::load(d.path + "/none.safetensors"); }, {"none.safetensors", "cannot read"});
+  }
+}
+
+TEST_CASE("Module::save and load go through safetensors; load_state_dict converts float64 and names every problem") {
+  test::TempDir d("heed-st-");
+  Generator g1(1), g2(2);
+  nn::Linear a(nn::LinearOptions(3, 2).generator(&g1)), b(nn::LinearOptions(3, 2).generator(&g2));
+  a.save(d.path + "/lin.safetensors");
+  b.load(d.path + "/lin.safetensors");
+  CHECK(b.weight.to_vector<double>() == a.weight.to_vector<double>());
+  CHECK(b.bias.to_vector<double>() == a.bias.to_vector<double>());
+
+  // float64 values load into the float32 model, rounded as PyTorch's copy_ does.
+  std::map<std::string, Tensor> f64 = {{"weight", test::det_tensor({2, 3}, 5, -1, 1, DType::f64)},
+                                       {"bias", test::det_tensor({2}, 6, -1, 1, DType::f64)}};
+  b.load_state_dict(f64);
+  CHECK(b.weight.dtype() == DType::f32);
+  CHECK(b.weight.to_vector<double>() == kernel::to_dtype(f64.at("weight"), DType::f32).to_vector<double>());
+
+  // Every missing, unexpected and mis-shaped key in one message.
+  std::map<std::string, Tensor> bad = {{"weight", Tensor::zeros({2, 4})}, {"extra", Tensor::zeros({1})}};
+  test::check_error([&] { b.load_state_dict(bad); },
+                    {"missing entries: 'bias' (expected shape [2])", "unexpected entries", "'extra' (shape [1])",
+                     "'weight' has shape [2, 4], the model expects [2, 3]"});
+  std::map<std::string, Tensor> ints = {{"weight", Tensor::from_i64({1, 2, 3, 4, 5, 6}, {2, 3})},
+                                        {"bias", Tensor::zeros({2})}};
+  test::check_error([&] { b.load_state_dict(ints); }, {"'weight' has dtype int64, the model expects float32"});
+  test::check_error([&] { b.load(d.path + "/none.safetensors"); }, {"Linear", "none.safetensors"});
+}

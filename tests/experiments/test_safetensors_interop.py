@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""tests/experiments/test_safetensors_interop.py HEED: weights in and out.
+
+The safetensors format is a JSON header and raw little-endian tensors, so
+this test reads and writes it with json + numpy, as any other program would
+(Python's safetensors package is not in Debian 12):
+  - `heed export` of a trained run: every tensor equals the checkpoint's;
+  - weights written here (float64, scaled) start a heed run with --init-from:
+    its first logged loss equals the loss numpy computes with them;
+  - a damaged file given to --init-from is refused, naming it, with no log.
+Debian's Python runs it (h5py, numpy).
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+HEED = sys.argv[1]
+TMP = tempfile.mkdtemp(prefix="heed-st-")
+failures = []
+CODES = {"F32": "<f4", "F64": "<f8", "I64": "<i8"}
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def heed(*args):
+    return subprocess.run([HEED, *args], capture_output=True, text=True, timeout=300, cwd=TMP)
+
+
+def read_safetensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    header = json.loads(b[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        s, t = e["data_offsets"]
+        out[name] = np.frombuffer(b[8 + n + s:8 + n + t], dtype=CODES[e["dtype"]]).reshape(e["shape"])
+    return out, header.get("__metadata__", {})
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a)
+        code = {np.dtype("float32"): "F32", np.dtype("float64"): "F64"}[a.dtype]
+        header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        blobs.append(a.astype(a.dtype.newbyteorder("<")).tobytes())
+        offset += a.nbytes
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def sine_mse(w, n=256):
+    x = np.linspace(-np.pi, np.pi, n).reshape(n, 1).astype(np.float32).astype(np.float64)
+    y = np.sin(x).astype(np.float32).astype(np.float64)
+    h = np.tanh(x @ w["l1.weight"].T + w["l1.bias"])
+    h = np.tanh(h @ w["l2.weight"].T + w["l2.bias"])
+    return float(np.mean((h @ w["l3.weight"].T + w["l3.bias"] - y) ** 2))
+
+
+try:
+    r = heed("run", "sine", "--steps", "200", "--out", "s.h5")
+    check(r.returncode == 0, f"heed run sine: exit {r.returncode} {r.stderr[-300:]}")
+    r = heed("export", "s.ckpt.h5", "-o", "s.safetensors")
+    check(r.returncode == 0, f"heed export: exit {r.returncode} {r.stderr[-300:]}")
+    tensors, meta = read_safetensors(os.path.join(TMP, "s.safetensors"))
+    with h5py.File(os.path.join(TMP, "s.ckpt.h5"), "r") as f:
+        same = all(np.array_equal(a, f["tensors/model/" + k][()]) for k, a in tensors.items())
+        count = sum(1 for k in f["tensors/model"])
+    check(same and len(tensors) == count == 6, f"heed export: all {len(tensors)} tensors equal the checkpoint's")
+    check(meta.get("heed_experiment") == "sine" and meta.get("heed_step") == "200",
+          f"heed export: metadata names the experiment and step ({meta.get('heed_experiment')}, {meta.get('heed_step')})")
+
+    # float64 weights from elsewhere (here: the trained ones, scaled) start a new run.
+    mine = {k: a.astype(np.float64) * 0.9 for k, a in tensors.items()}
+    write_safetensors(os.path.join(TMP, "mine.safetensors"), mine)
+    r = heed("run", "sine", "--init-from", "mine.safetensors", "--steps", "2", "--out", "i.h5")
+    check(r.returncode in (0, 1), f"heed run sine --init-from: exit {r.returncode} {r.stderr[-300:]}")
+    with h5py.File(os.path.join(TMP, "i.h5"), "r") as f:
+        first = float(f["metrics/train_loss"][0, 1])
+    expect = sine_mse({k: a.astype(np.float32).astype(np.float64) for k, a in mine.items()})
+    print(f"     first loss from the given weights: heed {first:.8f}, numpy (float64) {expect:.8f}")
+    check(abs(first - expect) <= 1e-5 * abs(expect), "--init-from: heed's first loss equals numpy's within 1e-5")
+
+    bad = os.path.join(TMP, "bad.safetensors")
+    with open(os.path.join(TMP, "mine.safetensors"), "rb") as f:
+        open(bad, "wb").write(f.read()[:40])
+    r = heed("run", "sine", "--init-from", "bad.safetensors", "--out", "b.h5")
+    check(r.returncode == 1 and "bad.safetensors" in r.stderr and "terminate" not in r.stderr,
+          f"a damaged --init-from file is refused naming it: {r.stderr.strip()}")
+    check(not os.path.exists(os.path.join(TMP, "b.h5")), "... and no log is written")
+    r = heed("export", "s.ckpt.h5", "--model", "nope")
+    check(r.returncode == 2 and "no model 'nope'" in r.stderr, f"export --model of a missing model: {r.stderr.strip()}")
+finally:
+    shutil.rmtree(TMP, ignore_errors=True)
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
