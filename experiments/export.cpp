@@ -8,27 +8,31 @@ namespace heed::experiments {
 int run_export(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     fmt::print(
-        "usage: heed export CHECKPOINT [-o FILE.safetensors] [--model NAME]\n\n"
+        "usage: heed export CHECKPOINT [-o FILE.safetensors] [--model NAME] [--names heed|nanogpt]\n\n"
         "Writes the model weights of a checkpoint (any experiment's, or a program's on heed::Run) to a\n"
         "safetensors file, under the model's own parameter names (e.g. blocks.0.attn.q_proj.weight), with\n"
         "the run's experiment, step and configuration as metadata. PyTorch reads it with\n"
         "safetensors.torch.load_file (or json + numpy); heed runs start from one with --init-from.\n\n"
         "options:\n"
         "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
-        "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention)\n");
+        "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention)\n"
+        "  --names nanogpt    charlm: a plain PyTorch GPT's names (nanoGPT: transformer.h.0.attn.c_attn.weight\n"
+        "                     with q, k and v fused, ...); heed's own by default. heed loads either.\n");
     if (args.empty()) throw UsageError("export: expected a checkpoint path (see heed export --help)");
     return 0;
   }
   const std::string path = args[0];
-  std::string out, model;
+  std::string out, model, names = "heed";
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if ((a == "-o" || a == "--out" || a == "--model") && i + 1 < args.size()) {
-      (a == "--model" ? model : out) = args[++i];
+    if ((a == "-o" || a == "--out" || a == "--model" || a == "--names") && i + 1 < args.size()) {
+      (a == "--model" ? model : a == "--names" ? names : out) = args[++i];
     } else {
       throw UsageError(fmt::format("export: unexpected argument '{}' (expected -o FILE or --model NAME; see --help)", a));
     }
   }
+  if (names != "heed" && names != "nanogpt")
+    throw UsageError(fmt::format("export: --names expects heed or nanogpt, got '{}'", names));
   if (out.empty()) {
     const bool h5 = path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0;
     out = (h5 ? path.substr(0, path.size() - 3) : path) + ".safetensors";
@@ -51,6 +55,11 @@ int run_export(const std::vector<std::string>& args) {
                                  model.empty() ? std::string() : " '" + model + "'",
                                  models.empty() ? std::string("it has one model: leave out --model")
                                                 : fmt::format("its models: {}", fmt::join(models, ", "))));
+  if (names == "nanogpt") {
+    if (ck.experiment != "charlm")
+      throw UsageError(fmt::format("export: --names nanogpt is for a GPT (charlm), not a {} checkpoint", ck.experiment));
+    weights = nn::gpt_to_nanogpt(weights);
+  }
   std::map<std::string, std::string> meta = {{"format", "pt"},
                                              {"heed_experiment", ck.experiment},
                                              {"heed_step", std::to_string(ck.counter("step"))}};

@@ -1,6 +1,8 @@
 // layers/transformer.cpp
 #include "layers/transformer.h"
 
+#include <array>
+
 #include <cmath>
 
 #include "core/error.h"
@@ -210,6 +212,115 @@ std::vector<Tensor> GPT::attention_maps() const {
   std::vector<Tensor> maps;
   for (const auto& b : blocks) maps.push_back(b->attn->last_attention());
   return maps;
+}
+
+// ---- nanoGPT's names ----
+
+namespace {
+// "blocks.3.attn.q_proj.weight" -> {3, "attn.q_proj.weight"}; false when not a block's.
+bool block_key(const std::string& k, const std::string& prefix, int64_t& layer, std::string& rest) {
+  if (k.rfind(prefix, 0) != 0) return false;
+  const size_t dot = k.find('.', prefix.size());
+  if (dot == std::string::npos) return false;
+  const std::string num = k.substr(prefix.size(), dot - prefix.size());
+  if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) return false;
+  layer = std::stoll(num);
+  rest = k.substr(dot + 1);
+  return true;
+}
+
+const std::vector<std::pair<std::string, std::string>>& block_names() {  // heed -> nanoGPT, inside a block
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"ln1.", "ln_1."}, {"ln2.", "ln_2."}, {"attn.out_proj.", "attn.c_proj."}, {"ffn.fc1.", "mlp.c_fc."},
+      {"ffn.fc2.", "mlp.c_proj."}};
+  return names;
+}
+
+const std::vector<std::pair<std::string, std::string>>& top_names() {
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"wte.weight", "transformer.wte.weight"}, {"wpe.weight", "transformer.wpe.weight"},
+      {"ln_f.weight", "transformer.ln_f.weight"}, {"ln_f.bias", "transformer.ln_f.bias"},
+      {"lm_head.weight", "lm_head.weight"},      {"lm_head.bias", "lm_head.bias"}};
+  return names;
+}
+}  // namespace
+
+std::map<std::string, Tensor> gpt_to_nanogpt(const std::map<std::string, Tensor>& state) {
+  std::map<std::string, Tensor> out;
+  std::map<std::string, std::array<Tensor, 3>> qkv;  // "transformer.h.<i>.attn.c_attn.<w>" -> q, k, v
+  for (const auto& [k, t] : state) {
+    int64_t layer = 0;
+    std::string rest;
+    bool done = false;
+    for (const auto& [heed, nano] : top_names())
+      if (k == heed) {
+        out[nano] = t;
+        done = true;
+      }
+    if (!done && block_key(k, "blocks.", layer, rest)) {
+      const std::string h = fmt::format("transformer.h.{}.", layer);
+      for (const auto& [heed, nano] : block_names())
+        if (rest.rfind(heed, 0) == 0) {
+          out[h + nano + rest.substr(heed.size())] = t;
+          done = true;
+        }
+      for (int j = 0; j < 3 && !done; ++j) {
+        const std::string proj = std::string("attn.") + "qkv"[j] + "_proj.";
+        if (rest.rfind(proj, 0) == 0) {
+          qkv[h + "attn.c_attn." + rest.substr(proj.size())][static_cast<size_t>(j)] = t;
+          done = true;
+        }
+      }
+    }
+    if (!done) fail("gpt_to_nanogpt: '{}' has no name in nanoGPT's layout", k);
+  }
+  for (const auto& [name, parts] : qkv) {
+    for (const Tensor& p : parts)
+      if (!p.defined()) fail("gpt_to_nanogpt: '{}' needs q_proj, k_proj and v_proj alike", name);
+    out[name] = kernel::concat({parts[0], parts[1], parts[2]}, 0);
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tensor>& state) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [k, t] : state) {
+    int64_t layer = 0;
+    std::string rest;
+    bool done = false;
+    for (const auto& [heed, nano] : top_names())
+      if (k == nano) {
+        out[heed] = t;
+        done = true;
+      }
+    if (!done && block_key(k, "transformer.h.", layer, rest)) {
+      const std::string b = fmt::format("blocks.{}.", layer);
+      if (rest == "attn.bias" || rest == "attn.masked_bias") continue;  // nanoGPT's causal mask, not a weight
+      for (const auto& [heed, nano] : block_names())
+        if (rest.rfind(nano, 0) == 0) {
+          out[b + heed + rest.substr(nano.size())] = t;
+          done = true;
+        }
+      if (!done && rest.rfind("attn.c_attn.", 0) == 0) {
+        if (t.dim() < 1 || t.size(0) % 3 != 0)
+          fail("gpt_from_nanogpt: '{}' has shape {}, expected the q, k and v rows stacked (a multiple of 3)", k,
+               shape_str(t.shape()));
+        const int64_t d = t.size(0) / 3;
+        const std::string w = rest.substr(12);
+        for (int j = 0; j < 3; ++j)
+          out[b + "attn." + "qkv"[j] + "_proj." + w] = kernel::contiguous(kernel::narrow(t, 0, j * d, d));
+        done = true;
+      }
+    }
+    if (!done) fail("gpt_from_nanogpt: '{}' is not a name of nanoGPT's layout heed knows", k);
+  }
+  return out;
+}
+
+void GPT::load_state_dict(const std::map<std::string, Tensor>& state) {
+  for (const auto& [k, t] : state)
+    if (k.rfind("transformer.", 0) == 0) return Module::load_state_dict(gpt_from_nanogpt(state));
+  Module::load_state_dict(state);
 }
 
 }  // namespace heed::nn

@@ -8,7 +8,8 @@
 // Top-level names are nanoGPT's ("wte", "wpe", "ln_f", "lm_head"); inside a
 // block they are heed's own ("blocks.0.ln1.weight", "blocks.0.attn.q_proj.weight",
 // "blocks.0.ffn.fc1.bias"), with separate q/k/v projections where nanoGPT
-// fuses them into one c_attn.
+// fuses them into one c_attn; gpt_to_nanogpt and gpt_from_nanogpt (below)
+// map between the two, and GPT::load_state_dict takes either.
 #pragma once
 
 #include <memory>
@@ -146,6 +147,10 @@ class GPT : public Module {
   Tensor forward_cached(const Tensor& ids_new, GPTCache& cache);
   std::string extra_repr() const override;
 
+  // Also takes a state dict under nanoGPT's names (keys starting with
+  // "transformer."; see gpt_from_nanogpt), as written by PyTorch.
+  void load_state_dict(const std::map<std::string, Tensor>& state) override;
+
   // Attention weights [N, H, T, T] of every layer's last forward, when kept.
   void keep_attention(bool on);
   std::vector<Tensor> attention_maps() const;
@@ -162,5 +167,20 @@ class GPT : public Module {
   Tensor embed(const Tensor& ids, int64_t start);
   Tensor head(const Tensor& h);
 };
+
+// heed's GPT parameter names and a plain PyTorch GPT's (nanoGPT's layout):
+//   wte.weight                      transformer.wte.weight
+//   wpe.weight                      transformer.wpe.weight
+//   blocks.<i>.ln1 / ln2            transformer.h.<i>.ln_1 / ln_2
+//   blocks.<i>.attn.q_proj, k_proj, v_proj
+//                                   transformer.h.<i>.attn.c_attn (fused: rows q, k, v)
+//   blocks.<i>.attn.out_proj        transformer.h.<i>.attn.c_proj
+//   blocks.<i>.ffn.fc1 / fc2        transformer.h.<i>.mlp.c_fc / c_proj
+//   ln_f                            transformer.ln_f
+//   lm_head.weight                  lm_head.weight
+// A name outside this map is an error naming it. from_nanogpt ignores
+// nanoGPT's causal-mask buffers (transformer.h.<i>.attn.bias).
+std::map<std::string, Tensor> gpt_to_nanogpt(const std::map<std::string, Tensor>& state);
+std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tensor>& state);
 
 }  // namespace heed::nn

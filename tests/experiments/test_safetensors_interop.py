@@ -95,6 +95,35 @@ try:
     print(f"     first loss from the given weights: heed {first:.8f}, numpy (float64) {expect:.8f}")
     check(abs(first - expect) <= 1e-5 * abs(expect), "--init-from: heed's first loss equals numpy's within 1e-5")
 
+    # A GPT under a plain PyTorch GPT's names (nanoGPT: q, k, v fused into c_attn), and back.
+    with open(os.path.join(TMP, "t.txt"), "w") as f:
+        f.write("In the beginning God created the heaven and the earth. " * 100)
+    lm = ["run", "charlm", "--text", "t.txt", "--layers", "2", "--heads", "2", "--width", "16", "--context", "16",
+          "--batch", "4", "--eval-every", "10", "--eval-batches", "1"]
+    r = heed(*lm, "--steps", "10", "--out", "lm.h5")
+    check(r.returncode == 0, f"heed run charlm: exit {r.returncode} {r.stderr[-300:]}")
+    r = heed("export", "lm.ckpt.h5", "--names", "nanogpt", "-o", "nano.safetensors")
+    check(r.returncode == 0, f"heed export --names nanogpt: exit {r.returncode} {r.stderr[-300:]}")
+    nano, _ = read_safetensors(os.path.join(TMP, "nano.safetensors"))
+    with h5py.File(os.path.join(TMP, "lm.ckpt.h5"), "r") as f:
+        m = lambda k: f["tensors/model/" + k][()]
+        fused = np.concatenate([m("blocks.1.attn.q_proj.weight"), m("blocks.1.attn.k_proj.weight"),
+                                m("blocks.1.attn.v_proj.weight")])
+        check(np.array_equal(nano["transformer.h.1.attn.c_attn.weight"], fused),
+              "export --names nanogpt: c_attn is q, k and v stacked")
+        check(np.array_equal(nano["transformer.h.0.mlp.c_fc.weight"], m("blocks.0.ffn.fc1.weight")) and
+              np.array_equal(nano["transformer.wte.weight"], m("wte.weight")), "... and the other names map one to one")
+    runs = {}
+    for name in ("nano", "lm"):
+        src = "nano.safetensors" if name == "nano" else "lmh.safetensors"
+        if name == "lm":
+            heed("export", "lm.ckpt.h5", "-o", "lmh.safetensors")
+        r = heed(*lm, "--steps", "2", "--init-from", src, "--out", f"from_{name}.h5")
+        check(r.returncode == 0, f"charlm --init-from {src}: exit {r.returncode} {r.stderr[-300:]}")
+        with h5py.File(os.path.join(TMP, f"from_{name}.h5"), "r") as f:
+            runs[name] = f["metrics/train_loss"][:, 1]
+    check(np.array_equal(runs["nano"], runs["lm"]), "a GPT starts the same from nanoGPT's names as from heed's")
+
     bad = os.path.join(TMP, "bad.safetensors")
     with open(os.path.join(TMP, "mine.safetensors"), "rb") as f:
         open(bad, "wb").write(f.read()[:40])

@@ -212,3 +212,26 @@ TEST_CASE("layers: transformer layers refuse bad input with their configuration 
   test::check_error([] { GPT(GPTOptions(7, 10, 1, 3, 4)); }, {"d_model=10", "heads=3"});
   test::check_error([] { TransformerBlock(TransformerBlockOptions(8, 4).kv_heads(3)); }, {"heads=4", "kv_heads=3"});
 }
+
+TEST_CASE("GPT: nanoGPT's names (fused c_attn) round-trip, and a GPT loads a state dict under either names") {
+  Generator g1(1), g2(2);
+  nn::GPT a(nn::GPTOptions(11, 8, 2, 2, 6).generator(&g1)), b(nn::GPTOptions(11, 8, 2, 2, 6).generator(&g2));
+  auto nano = nn::gpt_to_nanogpt(a.state_dict());
+  REQUIRE(nano.count("transformer.h.1.attn.c_attn.weight") == 1);
+  CHECK(nano.at("transformer.h.1.attn.c_attn.weight").shape() == Shape{24, 8});  // q, k, v rows stacked
+  CHECK(nano.at("transformer.h.1.attn.c_attn.bias").shape() == Shape{24});
+  CHECK(nano.count("transformer.wte.weight") == 1);
+  CHECK(nano.count("transformer.h.0.mlp.c_fc.weight") == 1);
+  CHECK(nano.count("transformer.ln_f.bias") == 1);
+  CHECK(nano.count("lm_head.weight") == 1);
+  // The k rows of c_attn are k_proj's.
+  CHECK(kernel::contiguous(kernel::narrow(nano.at("transformer.h.1.attn.c_attn.weight"), 0, 8, 8)).to_vector<double>() ==
+        a.blocks[1]->attn->k_proj->weight.to_vector<double>());
+  nano["transformer.h.0.attn.bias"] = Tensor::ones({1, 1, 6, 6});  // nanoGPT's mask buffer: ignored
+  b.load_state_dict(nano);
+  Tensor ids = Tensor::from_i64({1, 2, 3, 4, 5, 6}, {1, 6});
+  CHECK(b.forward(ids).to_vector<double>() == a.forward(ids).to_vector<double>());
+  test::check_error([&] { nn::gpt_to_nanogpt({{"blocks.0.odd.weight", Tensor::zeros({1})}}); }, {"blocks.0.odd.weight"});
+  test::check_error([&] { nn::gpt_from_nanogpt({{"transformer.h.0.attn.c_attn.weight", Tensor::zeros({7, 2})}}); },
+                    {"c_attn.weight", "[7, 2]", "multiple of 3"});
+}
