@@ -118,6 +118,8 @@ Tensor exp(const Tensor& a) { return unary_op(Unary::exp, a); }
 Tensor log(const Tensor& a) { return unary_op(Unary::log, a); }
 Tensor sqrt(const Tensor& a) { return unary_op(Unary::sqrt, a); }
 Tensor tanh(const Tensor& a) { return unary_op(Unary::tanh, a); }
+Tensor sin(const Tensor& a) { return unary_op(Unary::sin, a); }
+Tensor cos(const Tensor& a) { return unary_op(Unary::cos, a); }
 Tensor sigmoid(const Tensor& a) { return unary_op(Unary::sigmoid, a); }
 Tensor relu(const Tensor& a) { return unary_op(Unary::relu, a); }
 Tensor gelu(const Tensor& a, GeluApprox approx) {

@@ -31,6 +31,8 @@ Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
 Tensor tanh(const Tensor& a);
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 enum class GeluApprox { erf, tanh };

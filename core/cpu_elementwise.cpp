@@ -43,6 +43,8 @@ const char* unary_name(Unary op) {
     case Unary::abs: return "abs";
     case Unary::square: return "square";
     case Unary::reciprocal: return "reciprocal";
+    case Unary::sin: return "sin";
+    case Unary::cos: return "cos";
   }
   return "?";
 }
@@ -214,6 +216,8 @@ inline T apply_unary(Unary op, T x) {
     case Unary::abs: return std::abs(x);
     case Unary::square: return x * x;
     case Unary::reciprocal: return T(1) / x;
+    case Unary::sin: return std::sin(x);
+    case Unary::cos: return std::cos(x);
   }
   return x;
 }
@@ -244,6 +248,8 @@ inline T apply_unary_grad(Unary op, T s, T g) {
     case Unary::abs: return s > T(0) ? g : (s < T(0) ? -g : T(0));
     case Unary::square: return g * T(2) * s;
     case Unary::reciprocal: return -g * s * s;  // d(1/x) = -1/x^2 = -y^2
+    case Unary::sin: return g * std::cos(s);
+    case Unary::cos: return -g * std::sin(s);
   }
   return g;
 }
@@ -271,7 +277,7 @@ void unary_grad_loop(T* o, const T* s, const T* g, const int64_t* off, int64_t n
 
 #define HEED_UNARY_CASES(MACRO)                                                                    \
   MACRO(neg) MACRO(exp) MACRO(log) MACRO(sqrt) MACRO(tanh) MACRO(sigmoid) MACRO(relu) MACRO(gelu_tanh) \
-  MACRO(gelu_erf) MACRO(abs) MACRO(square) MACRO(reciprocal)
+  MACRO(gelu_erf) MACRO(abs) MACRO(square) MACRO(reciprocal) MACRO(sin) MACRO(cos)
 
 }  // namespace
 

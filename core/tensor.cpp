@@ -1,8 +1,10 @@
 // core/tensor.cpp: storage, factories, metadata and element access.
 #include "core/tensor.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/error.h"
@@ -92,6 +94,28 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
 Tensor Tensor::zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
 Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 Tensor Tensor::scalar(double value, DType dtype) { return full({}, value, dtype); }
+
+Tensor Tensor::arange(double start, double end, double step, DType dtype) {
+  if (!(step != 0) || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
+    fail("arange: expected finite start, end and a nonzero step, got {}, {}, {}", start, end, step);
+  const double count = std::ceil((end - start) / step);
+  if (count > 1e12) fail("arange: {} .. {} by {} has too many values ({})", start, end, step, count);
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
+  return kernel::to_dtype(from_f64(v, {n}), dtype);
+}
+
+Tensor Tensor::linspace(double start, double end, int64_t n, DType dtype) {
+  if (n < 0 || !std::isfinite(start) || !std::isfinite(end))
+    fail("linspace: expected finite ends and n >= 0, got {}, {}, {}", start, end, n);
+  std::vector<double> v(static_cast<size_t>(n));
+  const double step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
+  // The second half counts back from end, so both ends are exact (as PyTorch does).
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = i < (n + 1) / 2 ? start + step * static_cast<double>(i) : end - step * static_cast<double>(n - 1 - i);
+  return kernel::to_dtype(from_f64(v, {n}), dtype);
+}
 
 Tensor Tensor::arange(int64_t n, DType dtype) {
   Tensor t = empty({n}, dtype);

@@ -78,6 +78,10 @@ class Tensor {
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
   static Tensor scalar(double value, DType dtype = DType::f32);  // shape []
   static Tensor arange(int64_t n, DType dtype = DType::f32);
+  // start, start + step, ... while below end (above it for a negative step), as PyTorch's arange.
+  static Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::f32);
+  // n values from start to end, both included, evenly spaced (computed in float64), as PyTorch's linspace.
+  static Tensor linspace(double start, double end, int64_t n, DType dtype = DType::f32);
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
   // Convenience: float data, shape checked against the number of values.

@@ -26,15 +26,8 @@ class SineNet : public nn::Module {
 
 // N evenly spaced points on [-pi, pi] and their sines, as columns [N, 1].
 void sine_points(int64_t n, Tensor& x, Tensor& y) {
-  const double pi = std::numbers::pi;
-  std::vector<float> xs(static_cast<size_t>(n)), ys(static_cast<size_t>(n));
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const double v = -pi + 2 * pi * static_cast<double>(i) / static_cast<double>(n - 1);
-    xs[i] = static_cast<float>(v);
-    ys[i] = static_cast<float>(std::sin(v));
-  }
-  x = Tensor::from(xs, {n, 1});
-  y = Tensor::from(ys, {n, 1});
+  x = reshape(Tensor::linspace(-std::numbers::pi, std::numbers::pi, n), {n, 1});
+  y = sin(x);
 }
 
 }  // namespace

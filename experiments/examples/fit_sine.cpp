@@ -10,9 +10,7 @@
 //   build/heed_fit_sine --resume runs/fit_sine.ckpt.h5
 //   build/heed_fit_sine --help
 //   mpirun -np 2 --bind-to none --oversubscribe build/heed_fit_sine --threads 1   (data-parallel)
-#include <cmath>
 #include <numbers>
-#include <vector>
 
 #include "heed.h"
 
@@ -45,13 +43,8 @@ int main(int argc, char** argv) {
     // Training data: N evenly spaced x in [-pi, pi] and y = sin(x), as [N, 1]
     // columns because Linear maps the last dimension.
     const int64_t N = 256;
-    std::vector<float> xs(N), ys(N);
-    for (int64_t i = 0; i < N; ++i) {
-      double x = -std::numbers::pi + 2 * std::numbers::pi * double(i) / double(N - 1);
-      xs[i] = float(x);
-      ys[i] = float(std::sin(x));
-    }
-    Tensor x = Tensor::from(xs, {N, 1}), y = Tensor::from(ys, {N, 1});
+    Tensor x = reshape(Tensor::linspace(-std::numbers::pi, std::numbers::pi, N), {N, 1});
+    Tensor y = sin(x);
 
     Generator gen(static_cast<uint64_t>(seed));  // the initial weights, and so the whole run, are reproducible
     SineMLP model(gen);

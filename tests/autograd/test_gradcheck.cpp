@@ -82,6 +82,8 @@ std::vector<Case> cases() {
       {"tanh", {{3, 4}}, [](V x) { return tanh(x[0]); }},
       {"tanh nc", {{4, 3}}, [](V x) { return tanh(T(x[0])); }},
       {"sigmoid", {{3, 4}}, [](V x) { return sigmoid(x[0]); }},
+      {"sin", {{3, 4}}, [](V x) { return sin(x[0] * 3.0); }},
+      {"cos nc", {{4, 3}}, [](V x) { return cos(T(x[0]) * 3.0); }},
       {"relu", {{3, 4}}, [](V x) { return relu(x[0]); }, Dom::away0},
       {"relu nc", {{4, 3}}, [](V x) { return relu(T(x[0])); }, Dom::away0},
       {"gelu erf", {{3, 4}}, [](V x) { return gelu(x[0] * 3.0, GeluApprox::erf); }},

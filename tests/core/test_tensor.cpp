@@ -839,3 +839,17 @@ TEST_CASE("element-wise results keep a dense input's memory order (channels-last
   CHECK(kernel::unary(kernel::Unary::neg, one).strides() == kernel::empty_like_dense(one).strides());
   same_values(kernel::unary(kernel::Unary::neg, one), kernel::unary(kernel::Unary::neg, kernel::contiguous(one)));
 }
+
+TEST_CASE("factories: linspace includes both ends exactly; arange steps up or down; bad ranges are named") {
+  CHECK(Tensor::linspace(-1, 1, 5, DType::f64).to_vector<double>() == std::vector<double>{-1, -0.5, 0, 0.5, 1});
+  Tensor p = Tensor::linspace(-M_PI, M_PI, 256, DType::f64);
+  CHECK(p.to_vector<double>().front() == -M_PI);
+  CHECK(p.to_vector<double>().back() == M_PI);
+  CHECK(Tensor::linspace(2, 3, 1).to_vector<double>() == std::vector<double>{2});
+  CHECK(Tensor::linspace(2, 3, 0).numel() == 0);
+  CHECK(Tensor::arange(0, 1, 0.25).to_vector<double>() == std::vector<double>{0, 0.25, 0.5, 0.75});
+  CHECK(Tensor::arange(5, 1, -2, DType::i64).to_vector<double>() == std::vector<double>{5, 3});
+  CHECK(Tensor::arange(1, 1).numel() == 0);
+  test::check_error([] { Tensor::arange(0, 1, 0); }, {"arange", "nonzero step", "0"});
+  test::check_error([] { Tensor::linspace(0, 1, -3); }, {"linspace", "n >= 0", "-3"});
+}
