@@ -128,6 +128,19 @@ class Tensor {
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl_->grad_fn; }
   bool is_leaf() const { return impl_->grad_fn == nullptr; }
 
+  // ---- the differentiable ops as methods, libtorch's spelling ----
+  // x.matmul(w).softmax(-1).sum().backward() is matmul, softmax, sum and
+  // backward of autograd/ops.h (declared here, defined with the ops in
+  // autograd/tensor_methods.cpp): they record gradients like the functions.
+  Tensor matmul(const Tensor& other) const;
+  Tensor sum(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor mean(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor detach() const;
+  void backward() const;
+
   // ---- identity ----
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
