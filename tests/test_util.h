@@ -3,9 +3,16 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <system_error>
 #include <vector>
 
 #include "heed.h"
@@ -71,6 +78,29 @@ void check_error(F&& fn, const std::vector<std::string>& fragments) {
     INFO("expected fragment: " << f);
     CHECK(msg.find(f) != std::string::npos);
   }
+}
+
+// A fresh directory under the system's temporary one, removed with its
+// contents at the end of the scope.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& prefix) {
+    namespace fs = std::filesystem;
+    path = (fs::temp_directory_path() / (prefix + std::to_string(getpid()))).string();
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+// A file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 }  // namespace heed::test

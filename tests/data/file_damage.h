@@ -19,22 +19,9 @@
 
 namespace heed::test {
 
-// A fresh directory named prefix + pid under the system's temporary one,
-// removed with its contents at the end of the scope.
-struct DamageDir {
-  std::string path;
-  explicit DamageDir(const std::string& prefix) {
-    namespace fs = std::filesystem;
-    path = (fs::temp_directory_path() / (prefix + std::to_string(getpid()))).string();
-    fs::create_directories(path);
-  }
-  ~DamageDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  DamageDir(const DamageDir&) = delete;
-  DamageDir& operator=(const DamageDir&) = delete;
-
+// A TempDir (test_util.h) with the damaged names a test needs.
+struct DamageDir : TempDir {
+  using TempDir::TempDir;
   std::string file(const std::string& name) const { return path + "/" + name; }
   // A name of 300 characters: longer than a file name may be (ENAMETOOLONG).
   std::string long_name() const { return file(std::string(300, 'a') + ".h5"); }
@@ -47,16 +34,11 @@ struct DamageDir {
   }
 };
 
-inline std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 // Flips one byte (XOR 0x5a) at offset `at` within the first occurrence of
 // `needle` in the file: the bytes of a tensor's data, or a link name inside
 // an HDF5 object header (which HDF5 protects with a checksum).
 inline void flip_byte_in(const std::string& path, const std::string& needle, size_t at = 0) {
-  std::string all = read_bytes(path);
+  std::string all = slurp(path);
   size_t pos = all.find(needle);
   REQUIRE(pos != std::string::npos);
   REQUIRE(all.find(needle, pos + 1) == std::string::npos);  // the damage lands where meant

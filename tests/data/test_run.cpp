@@ -50,10 +50,6 @@ struct Toy {
   }
 };
 
-std::string bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 }  // namespace
 
@@ -121,7 +117,7 @@ TEST_CASE("Run: a checkpoint that does not fit the program is refused before any
   test::TempDir d("heed-run-");
   REQUIRE(Toy().go({"--out", d.path + "/g.h5"}) == 0);
   const std::string log = d.path + "/g.h5", ck = d.path + "/g.ckpt.h5";
-  const std::string log_bytes = bytes(log), ck_bytes = bytes(ck);
+  const std::string log_bytes = test::slurp(log), ck_bytes = test::slurp(ck);
   SUBCASE("another model") {  // width 5 instead of 3: the weight's shape differs
     test::check_error([&] { Toy(5).go({"--resume", ck}); }, {"'model'", "weight", "[2, 3]", "[2, 5]"});
   }
@@ -140,8 +136,8 @@ TEST_CASE("Run: a checkpoint that does not fit the program is refused before any
     save_checkpoint(d.path + "/e.ckpt.h5", c);
     test::check_error([&] { Toy().go({"--resume", d.path + "/e.ckpt.h5"}); }, {"e.ckpt.h5", "'copy'", "'toy'"});
   }
-  CHECK(bytes(log) == log_bytes);
-  CHECK(bytes(ck) == ck_bytes);
+  CHECK(test::slurp(log) == log_bytes);
+  CHECK(test::slurp(ck) == ck_bytes);
 }
 
 TEST_CASE("Run: registering a name twice, or after begin, is refused naming it") {

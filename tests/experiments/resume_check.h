@@ -15,23 +15,6 @@
 
 namespace heed::test {
 
-// A fresh directory under the system's temporary one, removed with its
-// contents at the end of the scope.
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& prefix) {
-    namespace fs = std::filesystem;
-    path = (fs::temp_directory_path() / (prefix + std::to_string(getpid()))).string();
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
-
 // Every dataset of two logs: metrics by (step, value) (not wall time; metrics
 // whose name holds "second" are timings, such as step_seconds and
 // tokens_per_second, and differ by nature), series and fixed datasets entirely.

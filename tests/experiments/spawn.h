@@ -25,11 +25,6 @@ struct Result {
   std::string out, err;
 };
 
-inline std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 // Starts argv (argv[0] a path) with stdout and stderr into files; the pid.
 inline pid_t start(const std::vector<std::string>& argv_s, const std::string& out, const std::string& err) {
   std::vector<std::string> copy = argv_s;
