@@ -2,9 +2,9 @@
 #pragma once
 
 #include "core/error.h"
-#include "core/kernels.h"
 #include "core/tensor.h"
 #include "core/random.h"
+#include "core/runtime.h"
 #include "core/format.h"
 #include "core/dist.h"
 #include "core/safetensors.h"

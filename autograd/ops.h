@@ -112,6 +112,54 @@ Tensor log_softmax(const Tensor& t, int64_t dim);
 Tensor masked_fill(const Tensor& t, const Tensor& mask, double value);
 Tensor causal_mask(int64_t T);
 
+// ---- selection, comparison, conversion (autograd/select.cpp) ----
+// |a|; the gradient at 0 is 0 (as PyTorch).
+Tensor abs(const Tensor& a);
+// Clamped to [min, max] (min <= max); the gradient passes where min <= t <= max
+// and is 0 where t was clamped. clamp_min / clamp_max bound one side only.
+Tensor clamp(const Tensor& t, double min, double max);
+Tensor clamp_min(const Tensor& t, double min);
+Tensor clamp_max(const Tensor& t, double max);
+// a where cond (any dtype, nonzero = true) else b, all three broadcast; the
+// gradient goes to whichever branch was chosen. cond gets none.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, double b);
+Tensor where(const Tensor& cond, double a, const Tensor& b);
+// Comparisons, broadcasting, without gradient: 1 where true, else 0, in the
+// operands' dtype (heed has no bool dtype), ready for where() and masked_fill.
+// There is deliberately no operator== / != on tensors: those would read as
+// "is the same tensor"; write eq(a, b) / ne(a, b).
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double s);
+Tensor ne(const Tensor& a, double s);
+Tensor lt(const Tensor& a, double s);
+Tensor le(const Tensor& a, double s);
+Tensor gt(const Tensor& a, double s);
+Tensor ge(const Tensor& a, double s);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, double s);
+Tensor operator<=(const Tensor& a, double s);
+Tensor operator>(const Tensor& a, double s);
+Tensor operator>=(const Tensor& a, double s);
+// Index (int64) of the largest element along dim, the first on ties; no gradient.
+Tensor argmax(const Tensor& t, int64_t dim, bool keepdim = false);
+// t converted to dtype (t itself when it already has it). Between f32 and f64
+// it is differentiable (the gradient is converted back); to or from i64 it
+// carries no gradient.
+Tensor to(const Tensor& t, DType dtype);
+// New tensors of t's shape and dtype (never requiring grad).
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+
 // ---- fused attention (autograd/attention.cpp) ----
 // softmax(scale q k^T, causal or not) v without materialising the score
 // matrix (blockwise, online softmax; see core/cpu_attention.cpp).

@@ -347,9 +347,6 @@ Tensor empty_cl(int64_t N, int64_t C, int64_t L) { return permute(Tensor::empty(
 
 }  // namespace
 
-void set_conv1d_winograd(bool on) { g_enabled.store(on); }
-bool conv1d_winograd() { return g_enabled.load(); }
-
 bool winograd_conv1d_supported() { return cpu_has_avx512(); }
 
 bool winograd_conv1d_applies(DType dtype, int64_t C, int64_t O, int64_t K, const Conv1dGeom& g, bool channels_last) {
@@ -421,3 +418,10 @@ Tensor winograd_conv1d_backward_weights(const Tensor& gy, const Tensor& relu_out
 }
 
 }  // namespace heed::kernel
+
+namespace heed {
+
+void set_conv1d_winograd(bool on) { kernel::g_enabled.store(on); }
+bool conv1d_winograd() { return kernel::g_enabled.load(); }
+
+}  // namespace heed

@@ -370,9 +370,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   return y;
 }
 
+}  // namespace heed::kernel
+
+namespace heed {
+
 void set_num_threads(int n) {
   if (n < 1) fail("set_num_threads: expected a thread count >= 1, got {}", n);
-  openblas_single_threaded();
+  kernel::openblas_single_threaded();
   omp_set_num_threads(n);  // oneDNN uses OpenMP, so this covers it
 }
 
@@ -385,11 +389,11 @@ std::string backend_info() {
   const char* rt = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential" : "other";
   // Which algorithm the 5-tap convolutions use changes float32 rounding, so
   // run logs record it with the rest.
-  const char* conv = !winograd_conv1d_supported() ? "direct (no AVX-512)"
-                     : conv1d_winograd()          ? "Winograd F(4,5)"
+  const char* conv = !kernel::winograd_conv1d_supported() ? "direct (no AVX-512)"
+                     : heed::conv1d_winograd()        ? "Winograd F(4,5)"
                                                   : "direct (switched off)";
   return fmt::format("OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={}; OpenMP threads={}; conv1d 5-tap: {}",
                      openblas_get_config(), mode, v->major, v->minor, v->patch, rt, omp_get_max_threads(), conv);
 }
 
-}  // namespace heed::kernel
+}  // namespace heed

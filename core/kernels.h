@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/random.h"
+#include "core/runtime.h"
 #include "core/tensor.h"
 
 namespace heed::kernel {
@@ -136,14 +138,8 @@ Tensor conv1d_backward_weights(const Tensor& gy, const Tensor& x, const Shape& w
 // this gradient, weight shape and input layout (else masking once first and
 // passing no relu_out saves a pass).
 bool conv1d_backward_fuses_relu(const Tensor& gy, const Shape& w_shape, const Conv1dGeom& g, bool x_channels_last);
-// 5-tap float32 convolutions on channels-last activations with channel
-// counts that are multiples of 16 (stride 1, dilation 1, padding 0..4) run
-// Winograd's F(4, 5) on CPUs with AVX-512: 2.5x fewer multiplications, in
-// all three passes, with float32 rounding differences of ~1e-6 relative to
-// the direct convolution. On by default; off sends them to oneDNN's direct
-// kernels.
-void set_conv1d_winograd(bool on);
-bool conv1d_winograd();
+// 5-tap float32 convolutions on channels-last activations may run Winograd's
+// F(4, 5): set_conv1d_winograd / conv1d_winograd in core/runtime.h.
 
 // ---- layer normalisation over the last dim (Ba, Kiros, Hinton 2016) ----
 // x [.., D] seen as R = numel / D rows, w and b [D]:
@@ -218,11 +214,23 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t count,
                               int64_t ignore_index, double g);
 
-// ---- runtime ----
-// Sets the thread count of every pool heed uses (OpenMP, OpenBLAS, oneDNN).
-void set_num_threads(int n);
-int num_threads();
-// A one-line description of the backends ("OpenBLAS 0.3.21 (OpenMP), ...").
-std::string backend_info();
+// ---- runtime: set_num_threads, num_threads, backend_info (core/runtime.h) ----
+
+// ---- random fills (core/random.cpp) ----
+// In-place fills; t may be any view whose elements do not overlap (an
+// expanded view, with stride 0 on a dim of size > 1, is rejected). Element i
+// in row-major order draws from block g.offset() + i, so results do not
+// depend on the thread count; each fill advances g by t.numel() blocks.
+// Users get fresh tensors from randn / rand / randint (core/random.h).
+
+// U[lo, hi) for f32/f64; needs lo <= hi.
+void uniform_(const Tensor& t, double lo, double hi, Generator& g);
+// N(mean, std^2) for f32/f64 (Box-Muller, one block per element); needs std >= 0.
+void normal_(const Tensor& t, double mean, double std, Generator& g);
+// 1 with probability p, else 0; f32/f64/i64; needs 0 <= p <= 1.
+void bernoulli_(const Tensor& t, double p, Generator& g);
+// Integers in [lo, hi), unbiased; i64, or f32/f64 when every value in the
+// range is exactly representable (|lo|, |hi| <= 2^24 for f32, 2^53 for f64).
+void randint_(const Tensor& t, int64_t lo, int64_t hi, Generator& g);
 
 }  // namespace heed::kernel

@@ -93,22 +93,3 @@ Tensor rand(const Shape& shape, Generator* g = nullptr, DType dtype = DType::f32
 Tensor randint(int64_t lo, int64_t hi, const Shape& shape, Generator* g = nullptr);  // i64 in [lo, hi)
 
 }  // namespace heed
-
-namespace heed::kernel {
-
-// In-place fills; t may be any view whose elements do not overlap (an
-// expanded view, with stride 0 on a dim of size > 1, is rejected). Element i
-// in row-major order draws from block g.offset() + i, so results do not
-// depend on the thread count; each fill advances g by t.numel() blocks.
-
-// U[lo, hi) for f32/f64; needs lo <= hi.
-void uniform_(const Tensor& t, double lo, double hi, Generator& g);
-// N(mean, std^2) for f32/f64 (Box-Muller, one block per element); needs std >= 0.
-void normal_(const Tensor& t, double mean, double std, Generator& g);
-// 1 with probability p, else 0; f32/f64/i64; needs 0 <= p <= 1.
-void bernoulli_(const Tensor& t, double p, Generator& g);
-// Integers in [lo, hi), unbiased; i64, or f32/f64 when every value in the
-// range is exactly representable (|lo|, |hi| <= 2^24 for f32, 2^53 for f64).
-void randint_(const Tensor& t, int64_t lo, int64_t hi, Generator& g);
-
-}  // namespace heed::kernel

@@ -138,6 +138,25 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
   Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor max(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;  // int64, no gradient
+  Tensor view(const Shape& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor contiguous() const;
+  Tensor pow(double exponent) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor clamp(double min, double max) const;
+  Tensor relu() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor to(DType dtype) const;  // differentiable between f32 and f64
   Tensor detach() const;
   void backward() const;
 

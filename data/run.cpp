@@ -170,7 +170,7 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   }
   check_paths();
   if (resuming()) check_resumed_log();
-  kernel::set_num_threads(static_cast<int>(threads_));
+  heed::set_num_threads(static_cast<int>(threads_));
   return true;
 }
 
@@ -413,7 +413,7 @@ void Run::write_metadata() {
   log.set_attr("processes", static_cast<int64_t>(dist::size()));
   log.set_attr("cpu", cpu_model());
   log.set_attr("start_time", std::string(iso));
-  log.set_attr("backends", kernel::backend_info());
+  log.set_attr("backends", heed::backend_info());
   for (const auto& [k, v] : args_.values()) log.set_attr("config." + k, v);
 }
 

@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "core/allocator.h"
+#include "core/kernels.h"
 #include "data/args.h"
 #include "experiments/common.h"
 #include "experiments/shapes_models.h"
@@ -353,7 +354,7 @@ int run_data_parallel(const std::string& only, int64_t warmup, int64_t steps) {
              "tokens/s", "exposed comm ms", "buckets");
   for (const std::string n : {"gpt-128", "gpt-256"}) {
     if (!only.empty() && n != only) continue;
-    kernel::set_num_threads(2);
+    heed::set_num_threads(2);
     Workload w = n == "gpt-128" ? gpt_workload(n, 128, 64, 12) : gpt_workload(n, 256, 256, 12);
     Result one = measure(w, warmup, steps);
     const std::string cmd =
@@ -423,7 +424,7 @@ int run_bench(const std::vector<std::string>& args) {
       .text("dp-worker", &dp_worker, "(internal) the mpirun side of --data-parallel for this workload");
   if (!a.parse(args)) return 0;
   if (!dp_worker.empty()) {
-    kernel::set_num_threads(static_cast<int>(threads));
+    heed::set_num_threads(static_cast<int>(threads));
     return run_data_parallel_worker(dp_worker, warmup, steps);
   }
   if (data_parallel) {
@@ -433,17 +434,17 @@ int run_bench(const std::vector<std::string>& args) {
   }
   if (attention_memory) {
     if (compare || !only.empty()) fail("bench: --attention-memory takes neither --compare nor --only");
-    kernel::set_num_threads(static_cast<int>(threads));
+    heed::set_num_threads(static_cast<int>(threads));
     return run_attention_memory(threads, max_t, plain_max_t, a.given("warmup") ? warmup : 1,
                                 a.given("steps") ? steps : 3);
   }
   if (conv != "winograd" && conv != "direct") fail("bench: --conv expects winograd or direct, got '{}'", conv);
-  kernel::set_conv1d_winograd(conv == "winograd");
+  heed::set_conv1d_winograd(conv == "winograd");
   if (rounds > 1 && !compare) fail("bench: --rounds {} alternates heed with PyTorch and needs --compare", rounds);
   const std::vector<std::string> names{"toy-cnn", "toy-attention", "gpt-128", "gpt-256"};
   if (!only.empty() && std::find(names.begin(), names.end(), only) == names.end())
     fail("bench: --only expects one of toy-cnn|toy-attention|gpt-128|gpt-256, got '{}'", only);
-  kernel::set_num_threads(static_cast<int>(threads));
+  heed::set_num_threads(static_cast<int>(threads));
 
   double peak = sgemm_peak_gflops();
   fmt::print("heed bench: {} threads, {}\nsgemm peak (best of 1024^3 and 2048^3): {:.1f} GFLOP/s\n\n", threads,

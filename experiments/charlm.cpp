@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/kernels.h"
 #include "data/text.h"
 #include "experiments/common.h"
 #include "heed.h"

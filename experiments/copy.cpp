@@ -3,6 +3,7 @@
 // example 5, learned instead of set by hand).
 #include "experiments/copy.h"
 
+#include "core/kernels.h"
 #include "experiments/common.h"
 #include "heed.h"
 

@@ -46,7 +46,7 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
   if (args[0] == "info") {
-    fmt::print("heed {}\n{}\n", "0.1.0", heed::kernel::backend_info());
+    fmt::print("heed {}\n{}\n", "0.1.0", heed::backend_info());
     return 0;
   }
   if (args[0] == "demo") {

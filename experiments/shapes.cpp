@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "core/kernels.h"
 #include "data/batch.h"
 #include "data/shapes.h"
 #include "experiments/common.h"

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "core/kernels.h"
+
 namespace heed::experiments {
 
 PairScore pair_attention_score(const Tensor& attn0, const Tensor& centres0, const Tensor& widths0,

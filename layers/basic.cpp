@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/kernels.h"
 #include "core/random.h"
 
 namespace heed::nn {

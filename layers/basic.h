@@ -54,7 +54,7 @@ class Conv1d : public Module {
   // the module's configuration. Which kernel runs depends on the shape and the
   // input's layout (kernel::conv1d_forward): float32 5-tap layers on
   // channels-last activations use Winograd F(4, 5) on AVX-512 CPUs
-  // (kernel::set_conv1d_winograd(false) for oneDNN's direct kernels).
+  // (heed::set_conv1d_winograd(false) for oneDNN's direct kernels).
   Tensor forward(const Tensor& x) override;
   // relu(forward(x)) in one pass (Sequential uses it for Conv1d then ReLU).
   Tensor forward_relu(const Tensor& x);

@@ -15,6 +15,7 @@
 #include <system_error>
 #include <vector>
 
+#include "core/kernels.h"  // the tests also check kernels directly
 #include "heed.h"
 
 namespace heed::test {

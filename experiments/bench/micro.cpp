@@ -103,26 +103,26 @@ void conv1d_benchmarks() {
       const bool nwc = m.nwc, wino = m.winograd;
       add("conv1d_forward/" + shape, c.label, [=](benchmark::State& st) {
         Tensor x = act(c.N, c.C, c.T, 1, nwc), w = rnd({c.O, c.C, c.K}, 2), b = rnd({c.O}, 3);
-        k::set_conv1d_winograd(wino);
+        heed::set_conv1d_winograd(wino);
         for (auto _ : st) benchmark::DoNotOptimize(k::conv1d_forward(x, w, b, g));
-        k::set_conv1d_winograd(true);
+        heed::set_conv1d_winograd(true);
         count_flops(st, flops);
       });
       add("conv1d_backward_data/" + shape, c.label, [=](benchmark::State& st) {
         Tensor gy = act(c.N, c.O, To, 1, nwc), w = rnd({c.O, c.C, c.K}, 2);
-        k::set_conv1d_winograd(wino);
+        heed::set_conv1d_winograd(wino);
         for (auto _ : st) benchmark::DoNotOptimize(k::conv1d_backward_data(gy, w, {c.N, c.C, c.T}, g, nwc));
-        k::set_conv1d_winograd(true);
+        heed::set_conv1d_winograd(true);
         count_flops(st, flops);
       });
       add("conv1d_backward_weights/" + shape, c.label, [=](benchmark::State& st) {
         Tensor gy = act(c.N, c.O, To, 1, nwc), x = act(c.N, c.C, c.T, 2, nwc);
-        k::set_conv1d_winograd(wino);
+        heed::set_conv1d_winograd(wino);
         for (auto _ : st) {
           Tensor gb;
           benchmark::DoNotOptimize(k::conv1d_backward_weights(gy, x, {c.O, c.C, c.K}, g, &gb));
         }
-        k::set_conv1d_winograd(true);
+        heed::set_conv1d_winograd(true);
         count_flops(st, flops);
       });
     }
@@ -404,9 +404,9 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
 
-  k::set_num_threads(threads);
-  benchmark::AddCustomContext("heed threads", std::to_string(k::num_threads()));
-  benchmark::AddCustomContext("heed backends", k::backend_info());
+  heed::set_num_threads(threads);
+  benchmark::AddCustomContext("heed threads", std::to_string(heed::num_threads()));
+  benchmark::AddCustomContext("heed backends", heed::backend_info());
   conv1d_benchmarks();
   matmul_benchmarks();
   attention_benchmarks();

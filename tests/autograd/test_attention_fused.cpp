@@ -129,7 +129,7 @@ TEST_CASE("fused attention is deterministic across thread counts") {
   Tensor q = leaf({3, 40, 4, 8}, 1, DType::f32), k = leaf({3, 40, 2, 8}, 2, DType::f32),
          v = leaf({3, 40, 2, 8}, 3, DType::f32);
   auto run = [&](int threads) {
-    kernel::set_num_threads(threads);
+    heed::set_num_threads(threads);
     q.zero_grad();
     k.zero_grad();
     v.zero_grad();
@@ -138,9 +138,9 @@ TEST_CASE("fused attention is deterministic across thread counts") {
     return std::vector<std::vector<float>>{o.to_vector<float>(), q.grad().to_vector<float>(),
                                            k.grad().to_vector<float>(), v.grad().to_vector<float>()};
   };
-  const int before = kernel::num_threads();
+  const int before = heed::num_threads();
   auto a = run(1), b = run(2);
-  kernel::set_num_threads(before);
+  heed::set_num_threads(before);
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
 }
 

@@ -82,15 +82,15 @@ bool same_bits(const StepResult& a, const StepResult& b, std::string& where) {
 
 // Restores the thread count however the test exits.
 struct ThreadCount {
-  int before = kernel::num_threads();
-  ~ThreadCount() { kernel::set_num_threads(before); }
+  int before = heed::num_threads();
+  ~ThreadCount() { heed::set_num_threads(before); }
 };
 
 }  // namespace
 
 TEST_CASE("a training step is bit-identical across runs and across thread counts (1 vs 2)") {
   ThreadCount restore;
-  kernel::set_num_threads(2);
+  heed::set_num_threads(2);
   StepResult a = mlp_step();
   StepResult b = mlp_step();
   std::string where;
@@ -99,7 +99,7 @@ TEST_CASE("a training step is bit-identical across runs and across thread counts
   CHECK(std::isfinite(a.loss));
   CHECK(a.loss > 0);
 
-  kernel::set_num_threads(1);
+  heed::set_num_threads(1);
   StepResult c = mlp_step();
   std::string where1;
   INFO("2 threads vs 1 thread first differ at " << where1);

@@ -66,9 +66,9 @@ TEST_CASE("single-output-channel conv1d: the same numbers on 1 and 2 threads, co
   if (cl) x = kernel::permute(kernel::contiguous(kernel::permute(x, {0, 2, 1})), {0, 2, 1});
   REQUIRE(kernel::conv1d_channels_last(x) == cl);
   const kernel::Conv1dGeom g{1, 2, 1};
-  const int before = kernel::num_threads();
+  const int before = heed::num_threads();
   auto run = [&](int threads) {
-    kernel::set_num_threads(threads);
+    heed::set_num_threads(threads);
     Tensor gb;
     return std::vector<std::vector<float>>{kernel::conv1d_forward(x, w, Tensor(), g).to_vector<float>(),
                                            kernel::conv1d_backward_data(gy, w, x.shape(), g, cl).to_vector<float>(),
@@ -76,7 +76,7 @@ TEST_CASE("single-output-channel conv1d: the same numbers on 1 and 2 threads, co
                                            gb.to_vector<float>()};
   };
   auto a = run(1), b = run(2);
-  kernel::set_num_threads(before);
+  heed::set_num_threads(before);
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
   }
 }

@@ -24,7 +24,7 @@ Tensor f32_cl(const Tensor& t) {
 }  // namespace
 
 TEST_CASE("Winograd conv1d equals the float64 direct convolution: forward, ReLU, both gradients, partial tiles") {
-  REQUIRE(kernel::conv1d_winograd());
+  REQUIRE(heed::conv1d_winograd());
   struct Case {
     int64_t N, C, O, T, P;
   };
@@ -111,9 +111,9 @@ TEST_CASE("Winograd conv1d: the same numbers on 1 and 2 threads; close to oneDNN
   Tensor w = test::det_tensor({64, 64, 5}, 6, -0.1, 0.1), b = test::det_tensor({64}, 8, -0.1, 0.1);
   Tensor gy = f32_cl(test::det_tensor({100, 64, 100}, 7, -1, 1, DType::f64));
   const kernel::Conv1dGeom g{1, 2, 1};
-  const int before = kernel::num_threads();
+  const int before = heed::num_threads();
   auto run = [&](int threads) {
-    kernel::set_num_threads(threads);
+    heed::set_num_threads(threads);
     Tensor gb;
     return std::vector<std::vector<float>>{kernel::conv1d_forward(x, w, b, g, true).to_vector<float>(),
                                            kernel::conv1d_backward_data(gy, w, x.shape(), g, true).to_vector<float>(),
@@ -121,13 +121,13 @@ TEST_CASE("Winograd conv1d: the same numbers on 1 and 2 threads; close to oneDNN
                                            gb.to_vector<float>()};
   };
   auto a = run(1), c = run(2);
-  kernel::set_num_threads(before);
+  heed::set_num_threads(before);
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == c[i]);
 
-  kernel::set_conv1d_winograd(false);
+  heed::set_conv1d_winograd(false);
   CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, g, true));
   auto direct = run(before);
-  kernel::set_conv1d_winograd(true);
+  heed::set_conv1d_winograd(true);
   for (size_t i = 0; i < a.size(); ++i) {
     double worst = 0, scale = 1;
     for (size_t j = 0; j < a[i].size(); ++j) {

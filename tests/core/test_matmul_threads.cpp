@@ -14,8 +14,8 @@ using namespace heed;
 namespace {
 
 struct ThreadCount {
-  int before = kernel::num_threads();
-  ~ThreadCount() { kernel::set_num_threads(before); }
+  int before = heed::num_threads();
+  ~ThreadCount() { heed::set_num_threads(before); }
 };
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -41,7 +41,7 @@ TEST_CASE("matmul and linear are bit-identical on 1, 2, 3 and 4 threads, for eve
     Tensor bias = test::det_tensor({N}, 14, -1, 1);
     std::vector<Tensor> ref;
     for (int nt : {1, 2, 3, 4}) {
-      kernel::set_num_threads(nt);
+      heed::set_num_threads(nt);
       std::vector<Tensor> got = {kernel::matmul(a, b), kernel::matmul(kernel::transpose(kernel::contiguous(kernel::transpose(a, 0, 1)), 0, 1), b),
                                  kernel::linear(a, bt, bias)};
       if (ref.empty()) ref = got;

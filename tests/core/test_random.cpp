@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/kernels.h"
 #include "core/random.h"
 
 using namespace heed;

@@ -780,17 +780,17 @@ TEST_CASE("cross_entropy kernel on large logits stays finite and exact") {
 // ---- runtime ----
 
 TEST_CASE("set_num_threads controls the pools; backend_info reports OpenBLAS and oneDNN on OpenMP") {
-  const int before = k::num_threads();
-  k::set_num_threads(1);
-  CHECK(k::num_threads() == 1);
-  CHECK(k::backend_info().find("OpenMP threads=1") != std::string::npos);
-  k::set_num_threads(2);
-  CHECK(k::num_threads() == 2);
-  k::set_num_threads(before);
-  test::check_error([] { k::set_num_threads(0); }, {"set_num_threads", "0"});
+  const int before = heed::num_threads();
+  heed::set_num_threads(1);
+  CHECK(heed::num_threads() == 1);
+  CHECK(heed::backend_info().find("OpenMP threads=1") != std::string::npos);
+  heed::set_num_threads(2);
+  CHECK(heed::num_threads() == 2);
+  heed::set_num_threads(before);
+  test::check_error([] { heed::set_num_threads(0); }, {"set_num_threads", "0"});
   // One thread pool, not two: OpenBLAS must be the OpenMP build (see the
   // CMake note on libopenblas0-openmp), or its pthreads fight oneDNN's.
-  const std::string info = k::backend_info();
+  const std::string info = heed::backend_info();
   INFO(info);
   CHECK(info.find("OpenBLAS") != std::string::npos);
   CHECK(info.find("threading=OpenMP") != std::string::npos);
@@ -800,9 +800,9 @@ TEST_CASE("set_num_threads controls the pools; backend_info reports OpenBLAS and
   // The 5-tap convolution algorithm, which run logs record.
   CHECK(info.find(kernel::winograd_conv1d_supported() ? "conv1d 5-tap: Winograd F(4,5)" : "conv1d 5-tap: direct") !=
         std::string::npos);
-  k::set_conv1d_winograd(false);
-  CHECK(k::backend_info().find("conv1d 5-tap: direct") != std::string::npos);
-  k::set_conv1d_winograd(true);
+  heed::set_conv1d_winograd(false);
+  CHECK(heed::backend_info().find("conv1d 5-tap: direct") != std::string::npos);
+  heed::set_conv1d_winograd(true);
 }
 
 TEST_CASE("element-wise results keep a dense input's memory order (channels-last stays channels-last)") {

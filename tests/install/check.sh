@@ -24,6 +24,20 @@ cmake --install "$build_dir" --prefix "$prefix" >"$work/install.log" || { cat "$
 [[ -f $prefix/include/heed/core/tensor.h ]] || fail "include/heed/core/tensor.h not installed"
 [[ -f $prefix/include/heed/data/run.h ]] || fail "include/heed/data/run.h not installed"
 [[ ! -e $prefix/include/heed/core/dnnl_context.h ]] || fail "a backend's internal header (core/dnnl_context.h) was installed"
+[[ ! -e $prefix/include/heed/core/kernels.h ]] || fail "the kernel-level ops (core/kernels.h) were installed"
+
+# The differentiable ops are the only ones a user reaches: heed::reshape
+# compiles against the installed headers, the gradient-free kernel of the same
+# name (heed::kernel::reshape) must not be declared by anything installed.
+probe() {  # probe NAME: compile `NAME(x, {6})` against the installed heed.h
+  printf '#include <heed.h>\nint main() { heed::Tensor x = heed::Tensor::ones({2, 3}); return (int)%s(x, {6}).numel(); }\n' "$1" |
+    "$cxx" -std=c++20 -fsyntax-only -I"$prefix/include/heed" -x c++ - 2>"$work/probe.log"
+}
+echo "== heed.h: heed::reshape is there, heed::kernel::reshape is not"
+probe heed::reshape || { cat "$work/probe.log"; fail "heed::reshape does not compile against the installed heed.h"; }
+if probe heed::kernel::reshape; then fail "heed::kernel::reshape is reachable from the installed heed.h"; fi
+grep -q "kernel" "$work/probe.log" || { cat "$work/probe.log"; fail "compiling heed::kernel::reshape failed for another reason"; }
+
 config="$(find "$prefix" -name heedConfig.cmake)"
 [[ -n $config ]] || fail "heedConfig.cmake not installed"
 # An installed package must not point back into the source or build tree.

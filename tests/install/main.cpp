@@ -21,6 +21,6 @@ int main() {
   heed::Run run("consumer", "an installed heed's run", heed::RunOptions("consumer.h5").steps(3));
   std::printf("run steps %lld\n", static_cast<long long>(run.steps()));
 
-  std::printf("%s\n", heed::kernel::backend_info().c_str());
+  std::printf("%s\n", heed::backend_info().c_str());
   return 0;
 }

@@ -196,8 +196,8 @@ TEST_CASE("optim: AdamW is Adam with decoupled_weight_decay, with PyTorch's Adam
 TEST_CASE("optim: Adam's update does not depend on the thread count") {
   const int64_t n = 3 * kernel::kParallelGrain + 17;  // parallel path
   auto run = [&](int threads) {
-    int saved = kernel::num_threads();
-    kernel::set_num_threads(threads);
+    int saved = heed::num_threads();
+    heed::set_num_threads(threads);
     Tensor w = test::det_tensor({n}, 1);
     w.set_requires_grad(true);
     AdamW opt({{"w", w}}, AdamWOptions().lr(1e-2));
@@ -205,7 +205,7 @@ TEST_CASE("optim: Adam's update does not depend on the thread count") {
       w.set_grad(test::det_tensor({n}, 10 + t));
       opt.step();
     }
-    kernel::set_num_threads(saved);
+    heed::set_num_threads(saved);
     return w.to_floats();
   };
   auto one = run(1), two = run(2);

@@ -66,8 +66,8 @@ TEST_CASE("optim: clip_grad_norm returns a non-finite norm and scales nothing") 
 TEST_CASE("optim: clip_grad_norm over large gradients matches a double reference and ignores the thread count") {
   const int64_t n = 5 * kernel::kParallelGrain + 3;
   auto run = [&](int threads, double* norm) {
-    int saved = kernel::num_threads();
-    kernel::set_num_threads(threads);
+    int saved = heed::num_threads();
+    heed::set_num_threads(threads);
     Tensor w = Tensor::zeros({n});
     w.set_requires_grad(true);
     w.set_grad(test::det_tensor({n}, 7));
@@ -75,7 +75,7 @@ TEST_CASE("optim: clip_grad_norm over large gradients matches a double reference
     v.set_requires_grad(true);
     v.set_grad(test::det_tensor({2, 3}, 8, -1, 1, DType::f64));
     *norm = clip_grad_norm(std::vector<Tensor>{w, v}, 10.0);
-    kernel::set_num_threads(saved);
+    heed::set_num_threads(saved);
     return w.grad().to_floats();
   };
   double n1 = 0, n2 = 0;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# run_tour.sh TOUR: runs the program made of docs/cpp-api.md's code blocks and
+# checks that it does what the page says: --help, a run that learns the delay
+# line, stopping early and resuming, the exported weights reloaded exactly.
+set -euo pipefail
+tour="$1"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { printf 'cpp-api tour: FAILED: %s\n' "$*" >&2; exit 1; }
+
+"$tour" --help >"$work/help.txt" || fail "--help exited with $?"
+grep -q -- "--export" "$work/help.txt" || fail "--help does not list --export"
+
+# Stopped halfway, then resumed with the printed command's checkpoint.
+set +e
+"$tour" --out "$work/tour.h5" --export "$work/tour.safetensors" --stop-after 200 >"$work/first.txt" 2>&1
+status=$?
+set -e
+[[ $status == 130 ]] || { cat "$work/first.txt"; fail "--stop-after 200: expected exit status 130, got $status"; }
+[[ ! -e $work/tour.safetensors ]] || fail "a stopped run exported its weights"
+"$tour" --resume "$work/tour.ckpt.h5" >"$work/second.txt" 2>&1 || { cat "$work/second.txt"; fail "the resumed run failed"; }
+cat "$work/second.txt"
+
+grep -q "^y = " "$work/second.txt" || fail "tensor_basics printed nothing"
+line="$(grep '^test mse' "$work/second.txt")" || fail "no 'test mse' line"
+# "test mse M (predicting 0 everywhere: Z); reloaded from F: R"
+read -r mse zero reloaded < <(sed -E 's/^test mse ([0-9.e+-]+) \(predicting 0 everywhere: ([0-9.e+-]+)\); reloaded from .*: ([0-9.e+-]+)$/\1 \2 \3/' <<<"$line")
+awk -v m="$mse" -v z="$zero" 'BEGIN { exit !(m < 0.1 * z) }' || fail "test mse $mse is not below a tenth of $zero: the delay line was not learnt"
+[[ $mse == "$reloaded" ]] || fail "the reloaded model gives $reloaded, the trained one $mse"
+[[ -s $work/tour.safetensors ]] || fail "no exported weights"
+echo "cpp-api tour: OK (test mse $mse against $zero for zeros)"
