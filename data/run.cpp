@@ -507,4 +507,19 @@ int Run::finish() {
   return 0;
 }
 
+int guard_main(const char* program, const std::function<int()>& body) {
+  auto report = [program](const char* what, int status) {
+    if (dist::size() > 1) dist::abort_job(what);  // does not return
+    fmt::print(stderr, "{}: {}\n", program, what);
+    return status;
+  };
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    return report(e.what(), 2);
+  } catch (const std::exception& e) {
+    return report(e.what(), 1);
+  }
+}
+
 }  // namespace heed

@@ -213,4 +213,12 @@ class Stopwatch {
   std::chrono::steady_clock::time_point t0_;
 };
 
+// A program's main in one line, with nothing escaping as `terminate called`:
+//   int main(int argc, char** argv) { return heed::guard_main(argv[0], [&] { ...; return 0; }); }
+// runs body and returns its status; a UsageError (a bad option) prints
+// "PROGRAM: message" and returns 2, any other exception prints the same and
+// returns 1. Under mpirun the other processes are stopped too (dist::abort_job),
+// so they never wait for one that failed.
+int guard_main(const char* program, const std::function<int()>& body);
+
 }  // namespace heed

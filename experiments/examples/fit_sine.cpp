@@ -26,11 +26,13 @@ struct SineMLP : nn::Module {
     hidden2 = register_module("hidden2", std::make_shared<nn::Linear>(nn::LinearOptions(32, 32).generator(&g)));
     out = register_module("out", std::make_shared<nn::Linear>(nn::LinearOptions(32, 1).generator(&g)));
   }
-  Tensor forward(const Tensor& x) override { return out->forward(tanh(hidden2->forward(tanh(hidden1->forward(x))))); }
+  Tensor forward(const Tensor& x) override { return (*out)(tanh((*hidden2)(tanh((*hidden1)(x))))); }
 };
 
 int main(int argc, char** argv) {
-  try {
+  // guard_main: a bad option exits with status 2 and its message, any other
+  // error with 1 (under mpirun, stopping the other processes too).
+  return guard_main(argv[0], [&] {
     // The run: its own options (--out, --steps, --checkpoint-every, --resume,
     // --stop-after, --threads) and this program's.
     double lr = 0.05;
@@ -43,7 +45,7 @@ int main(int argc, char** argv) {
     // Training data: N evenly spaced x in [-pi, pi] and y = sin(x), as [N, 1]
     // columns because Linear maps the last dimension.
     const int64_t N = 256;
-    Tensor x = reshape(Tensor::linspace(-std::numbers::pi, std::numbers::pi, N), {N, 1});
+    Tensor x = Tensor::linspace(-std::numbers::pi, std::numbers::pi, N).reshape({N, 1});
     Tensor y = sin(x);
 
     Generator gen(static_cast<uint64_t>(seed));  // the initial weights, and so the whole run, are reproducible
@@ -63,7 +65,7 @@ int main(int argc, char** argv) {
 
     while (run.next()) {
       opt.zero_grad();
-      Tensor loss = mse_loss(model.forward(x), y);
+      Tensor loss = mse_loss(model(x), y);
       ddp.backward(loss);
       opt.step();
       const double mse = dist::mean(loss.item());  // over all the points
@@ -73,16 +75,8 @@ int main(int argc, char** argv) {
     if (int status = run.finish()) return status;  // 130: stopped, with a checkpoint
 
     autograd::NoGradGuard no_grad;  // evaluation records no graph
-    const double mse = dist::mean(mse_loss(model.forward(x), y).item());
+    const double mse = dist::mean(mse_loss(model(x), y).item());
     fmt::print("final mse {:.6f}: {}\n", mse, mse < 1e-3 ? "fits" : "does not fit yet (try more --steps)");
     return 0;
-  } catch (const UsageError& e) {
-    if (dist::size() > 1) dist::abort_job(e.what());  // the other processes must not wait for this one
-    fmt::print(stderr, "{}: {}\n", argv[0], e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    if (dist::size() > 1) dist::abort_job(e.what());
-    fmt::print(stderr, "{}: {}\n", argv[0], e.what());
-    return 1;
-  }
+  });
 }

@@ -11,6 +11,15 @@ fail() { printf 'cpp-api tour: FAILED: %s\n' "$*" >&2; exit 1; }
 "$tour" --help >"$work/help.txt" || fail "--help exited with $?"
 grep -q -- "--export" "$work/help.txt" || fail "--help does not list --export"
 
+# A bad option: status 2 and a message naming it, through guard_main.
+set +e
+"$tour" --lr -1 >"$work/bad.txt" 2>&1
+status=$?
+set -e
+[[ $status == 2 ]] || { cat "$work/bad.txt"; fail "--lr -1: expected exit status 2, got $status"; }
+grep -q -- "--lr" "$work/bad.txt" || { cat "$work/bad.txt"; fail "--lr -1: the message does not name --lr"; }
+! grep -q "terminate called" "$work/bad.txt" || fail "--lr -1 escaped as terminate called"
+
 # Stopped halfway, then resumed with the printed command's checkpoint.
 set +e
 "$tour" --out "$work/tour.h5" --export "$work/tour.safetensors" --stop-after 200 >"$work/first.txt" 2>&1
