@@ -11,6 +11,7 @@
 #include "core/kernels.h"
 #include "data/text.h"
 #include "experiments/common.h"
+#include "experiments/heads.h"
 #include "heed.h"
 
 namespace heed::experiments {
@@ -193,6 +194,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   const std::vector<int64_t> probe_ids = tok.encode(probe_text);
   const int64_t P = static_cast<int64_t>(probe_ids.size());
 
+  const std::vector<bool> boundary = word_boundaries(tok);
   optim::DataParallel ddp(model->named_parameters());
   ddp.broadcast_parameters();
   double last_val = NAN, last_train = NAN;
@@ -211,6 +213,19 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     for (const char* m : {"train_loss", "lr", "grad_norm", "tokens_per_second", "val_loss", "train_eval_loss"})
       log.declare_scalar(m);
     for (int64_t l = 0; l < c.layers; ++l) log.declare_series(fmt::format("attention/layer{}/maps", l), {c.heads, P, P});
+    for (const std::string& name : head_stat_names()) log.declare_series("heads/" + name, {c.layers, c.heads});
+    // heads/<stat> [layers, heads] on fixed validation windows; heads/uniform
+    // [stats]: the same statistics under uniform attention on those windows.
+    Generator hg(777);
+    Tensor hx, hy;
+    data::random_windows(split.val, c.batch, c.context, hg, hx, hy);
+    const HeadStats u = uniform_head_stats(hx, boundary);
+    std::vector<double> uv;
+    for (size_t k = 0; k < head_stat_names().size(); ++k) uv.push_back(head_stat(u, k));
+    log.write_tensor("heads/uniform", Tensor::from_f64(uv, {static_cast<int64_t>(uv.size())}));
+    std::string stat_names;
+    for (const auto& n : head_stat_names()) stat_names += (stat_names.empty() ? "" : " ") + n;
+    log.set_attr("stats", stat_names, "heads");
   });
   fmt::print("{}\n", model->summary());
 
@@ -227,6 +242,22 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     for (int64_t l = 0; l < c.layers; ++l)
       run.log().series(fmt::format("attention/layer{}/maps", l), step,
                        kernel::reshape(maps[static_cast<size_t>(l)], {c.heads, P, P}));
+    // What each head does, on fixed validation windows (heads.h).
+    Generator hg(777);
+    Tensor hx, hy;
+    data::random_windows(split.val, c.batch, c.context, hg, hx, hy);
+    model->forward(hx);
+    maps = model->attention_maps();
+    const auto& names = head_stat_names();
+    std::vector<std::vector<double>> values(names.size());
+    HeadStats uniform;
+    for (int64_t l = 0; l < c.layers; ++l) {
+      std::vector<HeadStats> hs = head_stats(maps[static_cast<size_t>(l)], hx, boundary, &uniform);
+      for (size_t k = 0; k < names.size(); ++k)
+        for (const HeadStats& h : hs) values[k].push_back(head_stat(h, k));
+    }
+    for (size_t k = 0; k < names.size(); ++k)
+      run.log().series("heads/" + names[k], step, Tensor::from_f64(values[k], {c.layers, c.heads}));
     model->keep_attention(false);
     model->train();
     fmt::print("step {}/{}: train loss {:.4f} val loss {:.4f}\n", step, c.steps, last_train, last_val);
@@ -264,6 +295,32 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   return 0;
 }
 
+CharModel load_charlm(const std::string& path, const char* command) {
+  Checkpoint ck = load_checkpoint(path, "charlm");
+  auto tt = ck.tensors.find("tokenizer/codepoints");
+  if (tt == ck.tensors.end()) fail("{}: checkpoint '{}' has no tokenizer/codepoints", command, path);
+  CharModel cm;
+  cm.tok = data::CharTokenizer::from_tensor(tt->second);
+  Config c;
+  auto num = [&](const char* k) {
+    auto it = ck.config.find(k);
+    if (it == ck.config.end()) fail("{}: checkpoint '{}': config.{} is missing", command, path, k);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || errno != 0 || v < 1)
+      fail("{}: checkpoint '{}': config.{} is '{}', expected an integer >= 1", command, path, k, it->second);
+    return static_cast<int64_t>(v);
+  };
+  c.layers = num("layers");
+  c.heads = num("heads");
+  c.width = num("width");
+  c.context = num("context");
+  cm.model = make_model(c, cm.tok.vocab_size(), nullptr);
+  cm.model->load_state_dict(ck.get("model"));
+  return cm;
+}
+
 int run_sample(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     fmt::print("usage: heed sample CHECKPOINT [options]\n\nGenerates text from a character-level GPT checkpoint "
@@ -285,27 +342,9 @@ int run_sample(const std::vector<std::string>& args) {
       .flag("no-cache", &no_cache, "recompute the whole prefix for every character (slower; same tokens)");
   if (!a.parse({args.begin() + 1, args.end()})) return 0;
   o.use_cache = !no_cache;
-  Checkpoint ck = load_checkpoint(path, "charlm");
-  auto tt = ck.tensors.find("tokenizer/codepoints");
-  if (tt == ck.tensors.end()) fail("checkpoint '{}' has no tokenizer/codepoints", path);
-  data::CharTokenizer tok = data::CharTokenizer::from_tensor(tt->second);
-  Config c;
-  auto num = [&](const char* k) {
-    auto it = ck.config.find(k);
-    if (it == ck.config.end()) fail("sample: checkpoint '{}': config.{} is missing", path, k);
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(it->second.c_str(), &end, 10);
-    if (it->second.empty() || *end != '\0' || errno != 0 || v < 1)
-      fail("sample: checkpoint '{}': config.{} is '{}', expected an integer >= 1", path, k, it->second);
-    return static_cast<int64_t>(v);
-  };
-  c.layers = num("layers");
-  c.heads = num("heads");
-  c.width = num("width");
-  c.context = num("context");
-  auto model = make_model(c, tok.vocab_size(), nullptr);
-  model->load_state_dict(ck.get("model"));
+  CharModel cm = load_charlm(path, "sample");
+  auto& model = cm.model;
+  const data::CharTokenizer& tok = cm.tok;
   std::vector<int64_t> ids = tok.encode(prompt);
   Stopwatch sw;
   std::vector<int64_t> out = generate(*model, ids, o);

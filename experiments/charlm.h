@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "data/text.h"
 #include "layers/transformer.h"
 
 namespace heed::experiments {
@@ -20,6 +23,14 @@ struct SampleOptions {
 // With or without the cache, the same seed gives the same tokens (within one
 // context window; past it the window slides and positions restart).
 std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt, const SampleOptions& o);
+
+// A trained character-level GPT and its tokenizer, from a checkpoint of `heed
+// run charlm`; errors name the command (e.g. "sample") and the file.
+struct CharModel {
+  std::shared_ptr<nn::GPT> model;
+  data::CharTokenizer tok;
+};
+CharModel load_charlm(const std::string& path, const char* command);
 
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line);
 int run_sample(const std::vector<std::string>& args);

@@ -3,6 +3,7 @@
 
 #include "experiments/charlm.h"
 #include "experiments/copy.h"
+#include "experiments/scaling.h"
 #include "experiments/shapes.h"
 #include "experiments/sine.h"
 #include "layers/module.h"
@@ -22,6 +23,7 @@ const std::vector<Experiment>& experiments() {
   static const std::vector<Experiment> table = {
       {"charlm", "a character-level GPT on the King James Bible (or --text FILE)", run_charlm},
       {"copy", "one attention layer learns to copy the previous token", run_copy},
+      {"scaling", "why attention divides its scores by sqrt(d_k): saturation, then training with and without", run_scaling},
       {"shapes", "the CNN-versus-attention toy experiment (the demo)", run_shapes},
       {"sine", "fit sin(x) with a small MLP (seconds)", run_sine},
   };

@@ -9,39 +9,17 @@
 
 namespace heed::experiments {
 
-namespace {
+CopyModel::CopyModel(const CopyOptions& o, Generator* g) : Module("CopyModel") {
+  tok = register_module("tok", std::make_shared<nn::Embedding>(nn::EmbeddingOptions(o.vocab, o.dim).generator(g)));
+  pos = register_module("pos", std::make_shared<nn::LearnedPositionalEmbedding>(o.length, o.dim, g));
+  attn = register_module("attn", std::make_shared<nn::MultiHeadAttention>(
+                                     nn::MultiHeadAttentionOptions(o.dim, 1).causal(true).scale(o.scale).generator(g)));
+  head = register_module("head", std::make_shared<nn::Linear>(nn::LinearOptions(o.dim, o.vocab).generator(g)));
+}
 
-struct CopyOptions {
-  int64_t batch = 64;
-  int64_t length = 16;  // T
-  int64_t vocab = 16;   // V
-  int64_t dim = 32;     // D
-  double lr = 1e-2;
-  int64_t seed = 0;
-  int64_t eval_every = 100;  // accuracy and attention on t-1 every N steps, and at the end
-};
+Tensor CopyModel::forward(const Tensor& ids) { return (*head)((*attn)((*pos)((*tok)(ids)))); }
 
-// Embedding + learned positions -> causal self-attention -> vocabulary logits.
-class CopyModel : public nn::Module {
- public:
-  CopyModel(const CopyOptions& o, Generator* g) : Module("CopyModel") {
-    tok = register_module("tok", std::make_shared<nn::Embedding>(nn::EmbeddingOptions(o.vocab, o.dim).generator(g)));
-    pos = register_module("pos", std::make_shared<nn::LearnedPositionalEmbedding>(o.length, o.dim, g));
-    attn = register_module("attn", std::make_shared<nn::MultiHeadAttention>(
-                                       nn::MultiHeadAttentionOptions(o.dim, 1).causal(true).generator(g)));
-    head = register_module("head", std::make_shared<nn::Linear>(nn::LinearOptions(o.dim, o.vocab).generator(g)));
-  }
-  Tensor forward(const Tensor& ids) override {  // [N, T] -> [N, T, V]
-    return head->forward(attn->forward(pos->forward(tok->forward(ids))));
-  }
-  std::shared_ptr<nn::Embedding> tok;
-  std::shared_ptr<nn::LearnedPositionalEmbedding> pos;
-  std::shared_ptr<nn::MultiHeadAttention> attn;
-  std::shared_ptr<nn::Linear> head;
-};
-
-// A batch of random tokens and its targets: y_t = x_{t-1}, y_0 ignored.
-void make_batch(const CopyOptions& o, Generator& g, Tensor& x, Tensor& y) {
+void make_copy_batch(const CopyOptions& o, Generator& g, Tensor& x, Tensor& y) {
   x = randint(0, o.vocab, {o.batch, o.length}, &g);
   y = Tensor::full({o.batch, o.length}, -100, DType::i64);
   const int64_t* px = x.data<int64_t>();
@@ -50,14 +28,13 @@ void make_batch(const CopyOptions& o, Generator& g, Tensor& x, Tensor& y) {
     for (int64_t t = 1; t < o.length; ++t) py[n * o.length + t] = px[n * o.length + t - 1];
 }
 
-// Accuracy over t >= 1 and the mean attention mass on t - 1.
-void evaluate(CopyModel& m, const CopyOptions& o, Generator& g, double& acc, double& prev_mass) {
+void evaluate_copy(CopyModel& m, const CopyOptions& o, Generator& g, double& acc, double& prev_mass) {
   autograd::NoGradGuard ng;
   Tensor x, y;
-  make_batch(o, g, x, y);
+  make_copy_batch(o, g, x, y);
   m.attn->keep_attention(true);
-  Tensor pred = kernel::argmax(m.forward(x), -1);  // [N, T]
-  Tensor a = kernel::contiguous(m.attn->last_attention());  // [N, 1, T, T]
+  Tensor pred = argmax(m.forward(x), -1);          // [N, T]
+  Tensor a = m.attn->last_attention().contiguous();  // [N, 1, T, T]
   m.attn->keep_attention(false);
   const int64_t* pp = pred.data<int64_t>();
   const int64_t* py = y.data<int64_t>();
@@ -74,8 +51,6 @@ void evaluate(CopyModel& m, const CopyOptions& o, Generator& g, double& acc, dou
   acc = static_cast<double>(right) / static_cast<double>(count);
   prev_mass = mass / static_cast<double>(count);
 }
-
-}  // namespace
 
 int run_copy(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
   CopyOptions o;
@@ -119,7 +94,7 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
   while (run.next()) {
     const int64_t step = run.step();
     Tensor x, y;
-    make_batch(o, data, x, y);  // the global batch; each process trains on its share
+    make_copy_batch(o, data, x, y);  // the global batch; each process trains on its share
     opt.zero_grad();
     Tensor l = cross_entropy(m.forward(dist::shard(x)), dist::shard(y));
     ddp.backward(l);
@@ -129,7 +104,7 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
     run.show("loss", loss);
     const bool last = step == run.steps();
     if (step % o.eval_every == 0 || last) {
-      evaluate(m, o, eval_gen, accuracy, prev_mass);
+      evaluate_copy(m, o, eval_gen, accuracy, prev_mass);
       run.log().scalar("accuracy", step, accuracy);
       run.log().scalar("prev_token_attention", step, prev_mass);
       run.show("accuracy", accuracy);
@@ -138,7 +113,7 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
     if (last) {  // one attention map of the trained model
       autograd::NoGradGuard ng;
       Generator g(static_cast<uint64_t>(o.seed) + 17);
-      make_batch(o, g, x, y);
+      make_copy_batch(o, g, x, y);
       m.attn->keep_attention(true);
       m.forward(kernel::narrow(x, 0, 0, 1));
       run.log().series("attention/maps", step, kernel::reshape(m.attn->last_attention(), {1, o.length, o.length}));

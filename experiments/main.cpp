@@ -11,6 +11,7 @@
 #include "experiments/charlm.h"
 #include "experiments/common.h"
 #include "experiments/export.h"
+#include "experiments/heads.h"
 #include "experiments/shapes.h"
 #include "heed.h"
 
@@ -29,6 +30,7 @@ std::string usage() {
          "                    --micro: per-kernel micro-benchmarks; --attention-memory: memory against T)\n" +
          experiments +
          "  sample CKPT [opts] generate text from a charlm checkpoint (heed sample --help)\n"
+         "  attend CKPT [opts] what every attention head of a charlm checkpoint does (heed attend --help)\n"
          "  export CKPT [-o FILE.safetensors]  a checkpoint's model weights for PyTorch and Hugging Face tools\n"
          "  inspect FILE.h5   summary of a run log or checkpoint: config, metrics, series, parameters\n"
          "  plot FILE.h5      PNG figures of a run log, into FILE_plots/ (heed plot --help)\n"
@@ -75,6 +77,7 @@ int run(const std::vector<std::string>& args) {
   if (args[0] == "inspect") return heed::experiments::run_inspect({args.begin() + 1, args.end()});
   if (args[0] == "plot") return heed::experiments::run_plot({args.begin() + 1, args.end()});
   if (args[0] == "sample") return heed::experiments::run_sample({args.begin() + 1, args.end()});
+  if (args[0] == "attend") return heed::experiments::run_attend({args.begin() + 1, args.end()});
   if (args[0] == "bench") return heed::experiments::run_bench({args.begin() + 1, args.end()});
   if (args[0] == "run") {
     std::string names;
@@ -88,7 +91,7 @@ int run(const std::vector<std::string>& args) {
     fmt::print(stderr, "heed: unknown experiment '{}' (expected one of: {})\n", args[1], names);
     return 2;
   }
-  fmt::print(stderr, "heed: unknown command '{}' (expected one of: info, demo, run, sample, export, inspect, plot, bench; see heed --help)\n",
+  fmt::print(stderr, "heed: unknown command '{}' (expected one of: info, demo, run, sample, attend, export, inspect, plot, bench; see heed --help)\n",
              args[0]);
   return 2;
 }

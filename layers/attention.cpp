@@ -61,6 +61,9 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o) : Mod
   if (c.vdim_ == 0) c.vdim_ = c.d_model_;
   if (!(c.dropout_ >= 0.0 && c.dropout_ < 1.0))
     fail("MultiHeadAttention: dropout {} out of range (expected 0 <= p < 1)", c.dropout_);
+  if (!(c.scale_ >= 0.0 && std::isfinite(c.scale_)))
+    fail("MultiHeadAttention: scale {} out of range (expected > 0, or 0 for 1/sqrt(head_dim))", c.scale_);
+  if (c.scale_ == 0.0) c.scale_ = 1.0 / std::sqrt(static_cast<double>(c.head_dim_));
 
   const int64_t HK = c.heads_ * c.head_dim_, GK = c.kv_heads_ * c.head_dim_;
   auto linear = [&](int64_t in, int64_t out) {
@@ -79,6 +82,7 @@ std::string MultiHeadAttention::extra_repr() const {
   if (c.kdim_ != c.d_model_ || c.vdim_ != c.d_model_) s += fmt::format(", kdim={}, vdim={}", c.kdim_, c.vdim_);
   s += fmt::format(", causal={}, bias={}", c.causal_ ? "True" : "False", c.bias_ ? "True" : "False");
   if (c.dropout_ > 0) s += fmt::format(", dropout={}", c.dropout_);
+  if (std::abs(c.scale_ * std::sqrt(static_cast<double>(c.head_dim_)) - 1.0) > 1e-12) s += fmt::format(", scale={}", c.scale_);
   return s;
 }
 
@@ -115,7 +119,7 @@ Tensor MultiHeadAttention::forward(const Tensor& q_in, const Tensor& k_in, const
   if (c.causal_ && S != T)
     fail("MultiHeadAttention({}): causal attention needs as many keys as queries, got T={} queries and S={} keys",
          extra_repr(), T, S);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim_));
+  const double scale = c.scale_;
   if (fused()) {
     Tensor q = reshape(q_proj->forward(q_in), {N, T, c.heads_, c.head_dim_});     // [N, T, H, K]
     Tensor k = reshape(k_proj->forward(k_in), {N, S, c.kv_heads_, c.head_dim_});  // [N, S, G, K]
@@ -141,7 +145,7 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache) {
     fail("MultiHeadAttention({}): forward_cached is self-attention and needs kdim == vdim == d_model", extra_repr());
   check_input(x_new, "query", c.d_model_);
   const int64_t N = x_new.size(0), t = x_new.size(1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim_));
+  const double scale = c.scale_;
   Tensor q = split_heads(q_proj->forward(x_new), c.heads_, c.head_dim_);          // [N, H, t, K]
   Tensor k = split_heads(k_proj->forward(x_new), c.kv_heads_, c.head_dim_);       // [N, G, t, K]
   Tensor v = split_heads(v_proj->forward(x_new), c.kv_heads_, c.head_dim_);       // [N, G, t, K]

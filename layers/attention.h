@@ -32,6 +32,9 @@ struct MultiHeadAttentionOptions {
   MultiHeadAttentionOptions& causal(bool c) { causal_ = c; return *this; }
   // Biases on the four projections (off: the lectures' parameter counts).
   MultiHeadAttentionOptions& bias(bool b) { bias_ = b; return *this; }
+  // The scores' factor: 0 (the default) is 1/sqrt(head_dim), as in "Attention
+  // is all you need"; 1 is the unscaled dot product (heed run scaling).
+  MultiHeadAttentionOptions& scale(double s) { scale_ = s; return *this; }
   // Dropout on the attention weights while training.
   MultiHeadAttentionOptions& dropout(double p) { dropout_ = p; return *this; }
   // Widths of the key and value inputs (cross-attention); 0 = d_model.
@@ -42,7 +45,7 @@ struct MultiHeadAttentionOptions {
   int64_t d_model_, heads_;
   int64_t kv_heads_ = 0, head_dim_ = 0, kdim_ = 0, vdim_ = 0;
   bool causal_ = false, bias_ = false;
-  double dropout_ = 0.0;
+  double dropout_ = 0.0, scale_ = 0.0;
   Generator* gen_ = nullptr;
 };
 

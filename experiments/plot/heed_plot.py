@@ -15,8 +15,13 @@ What is drawn depends on the log's `experiment` attribute:
            target and each model's output) and attention_<i>.png (the
            attention map with the shapes marked) for the first 6 samples
   charlm   losses.png (train/val loss, learning rate, gradient norm,
-           tokens per second) and attention_layer<L>.png (one heatmap per head
-           for the probe text)
+           tokens per second), attention_layer<L>.png (one heatmap per head
+           for the probe text) and heads.png (per-head statistics, layers x
+           heads, against uniform attention)
+  attend   attention_grid.png (heed attend: every head over the prompt)
+  scaling  saturation.png (score variance, softmax entropy, largest weight
+           and gradient against d_k, scaled and unscaled) and training.png
+           (loss and accuracy of the copy task, scaled and unscaled)
   other    metrics.png, every metric of the log
 A dataset that is missing (a CNN-only run has no attention maps) is skipped.
 
@@ -519,10 +524,153 @@ def lm_attention(f, layer, out_dir, written):
     save(fig, out_dir, f"attention_layer{layer}.png", written)
 
 
+def series_all(f, name):
+    """(steps, values) of every row of series/<name>, or None."""
+    values, steps = dataset(f, f"series/{name}/values"), dataset(f, f"series/{name}/step")
+    if values is None or steps is None:
+        return None
+    n = min(values.shape[0], steps.shape[0])
+    if n == 0:
+        return None
+    return steps[:n], values[:n]
+
+
+HEAD_STAT_TITLES = {"entropy": "entropy (nats)", "distance": "mean distance looked back",
+                    "prev": "mass on the previous character", "first": "mass on the first position",
+                    "same_char": "mass on earlier same characters", "word_start": "mass on the word's start"}
+
+
+def lm_heads(f, out_dir, written):
+    """charlm: the per-head statistics of the last evaluation, one L x H panel each."""
+    import numpy as np
+    names = (text_attr(f.get("heads"), "stats") or "").split()
+    uniform = fixed(f, "heads/uniform")
+    rows = []
+    for i, name in enumerate(names):
+        last = series_last(f, f"heads/{name}")
+        if last is not None:
+            rows.append((i, name, last[0], np.asarray(last[1], dtype=np.float64)))
+    if not rows:
+        return
+    layers, heads = rows[0][3].shape
+    fig = new_figure((4 * 3, 1.2 + 0.55 * layers * 2 + 1.5))
+    axes = np.atleast_1d(fig.subplots(2, 3, squeeze=False)).ravel()
+    for ax, (i, name, step, v) in zip(axes, rows):
+        im = ax.imshow(v, cmap="magma", aspect="auto", interpolation="nearest")
+        for l in range(layers):
+            for h in range(heads):
+                ax.text(h, l, f"{v[l, h]:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if v[l, h] < (v.min() + v.max()) / 2 else "black")
+        base = f" (uniform {uniform[i]:.2f})" if uniform is not None and i < len(uniform) else ""
+        ax.set_title(HEAD_STAT_TITLES.get(name, name) + base, fontsize=9)
+        ax.set_xticks(range(heads))
+        ax.set_yticks(range(layers))
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    for ax in axes[len(rows):]:
+        ax.axis("off")
+    fig.suptitle(f"what each head does, on fixed validation windows, at step {rows[0][2]}")
+    save(fig, out_dir, "heads.png", written)
+
+
+def plot_attend(f, out_dir, written):
+    """heed attend: every head's map over the prompt, a grid of layers x heads."""
+    import numpy as np
+    maps = fixed(f, "attention/maps")
+    if maps is None:
+        return
+    maps = np.asarray(maps, dtype=np.float64)  # [L, H, P, P]
+    layers, heads, t = maps.shape[0], maps.shape[1], maps.shape[-1]
+    prompt = text_attr(f, "prompt") or ""
+    kinds = (text_attr(f, "kinds") or "").splitlines()
+    labels = [probe_label(c) for c in prompt] if len(prompt) == t and t <= 64 else None
+    fig = new_figure((3.2 * heads + 1, 3.4 * layers + 0.6))
+    axes = np.asarray(fig.subplots(layers, heads, squeeze=False))
+    vmax = max(float(maps[:, :, 1:].max()) if t > 1 else 1.0, 1e-12)
+    im = None
+    for l in range(layers):
+        for h in range(heads):
+            ax = axes[l, h]
+            im = ax.imshow(maps[l, h], cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest")
+            kind = kinds[l * heads + h] if l * heads + h < len(kinds) else ""
+            ax.set_title(f"layer {l} head {h}" + (f": {kind}" if kind and kind != "mixed" else ""), fontsize=9)
+            if labels:
+                ax.set_xticks(range(t), labels, fontsize=6, fontfamily="monospace")
+                ax.set_yticks(range(t), labels, fontsize=6, fontfamily="monospace")
+            else:
+                ax.set_xticks([])
+                ax.set_yticks([])
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (rows: queries)")
+    shown = prompt if len(prompt) <= 70 else prompt[:67] + "..."
+    fig.suptitle(f"every head over {shown!r}")
+    save(fig, out_dir, "attention_grid.png", written)
+
+
+def plot_scaling(f, out_dir, written):
+    """heed run scaling: saturation against d_k, then training scaled and unscaled."""
+    import numpy as np
+    dk = fixed(f, "saturation/dk")
+    colours = {0: "tab:blue", 1: "tab:red"}
+    names = {0: "scaled by 1/sqrt(d_k)", 1: "unscaled"}
+    if dk is not None:
+        fig = new_figure((12, 8))
+        axes = np.atleast_1d(fig.subplots(2, 2, squeeze=False)).ravel()
+        panels = [("score_var", "variance of the scores", True), ("entropy", "softmax entropy (nats)", False),
+                  ("max_weight", "largest softmax weight", False),
+                  ("grad_ratio", "gradient passed to the scores / gradient in", True)]
+        for ax, (key, title, logy) in zip(axes, panels):
+            v = fixed(f, f"saturation/{key}")
+            if v is None:
+                not_logged(ax, key)
+                continue
+            for variant in (0, 1):
+                ax.plot(dk, v[variant], "o-", color=colours[variant], label=names[variant])
+            ax.set_xscale("log", base=2)
+            if logy:
+                log_y_if_positive(ax, [v[0], v[1]])
+            ax.set_xlabel("d_k")
+            ax.set_title(title)
+            ax.grid(alpha=0.3)
+        axes[0].legend()
+        fig.suptitle("q, k with N(0, 1) entries: what the softmax sees as d_k grows")
+        save(fig, out_dir, "saturation.png", written)
+    loss, acc = series_all(f, "losses"), series_all(f, "accuracy")
+    if loss is None:
+        return
+    fig = new_figure((12, 4.5))
+    ax1, ax2 = fig.subplots(1, 2)
+    steps, values = loss
+    for variant in (0, 1):
+        for seed in range(values.shape[2]):
+            ax1.plot(steps, smooth(values[:, variant, seed]), color=colours[variant], alpha=0.8,
+                     label=names[variant] if seed == 0 else None)
+    log_y_if_positive(ax1, [values.ravel()])
+    ax1.set_xlabel("step")
+    ax1.set_title("training loss (one line per seed)")
+    ax1.legend()
+    ax1.grid(alpha=0.3)
+    if acc is not None:
+        steps, values = acc
+        for variant in (0, 1):
+            for seed in range(values.shape[2]):
+                ax2.plot(steps, values[:, variant, seed], "o-", color=colours[variant], alpha=0.8, markersize=3,
+                         label=names[variant] if seed == 0 else None)
+        ax2.set_ylim(0, 1.02)
+        ax2.set_xlabel("step")
+        ax2.set_title("accuracy on fresh batches")
+        ax2.grid(alpha=0.3)
+    else:
+        not_logged(ax2, "accuracy")
+    fig.suptitle("copy-previous-token with one wide head, scaled and unscaled, same weights and batches")
+    save(fig, out_dir, "training.png", written)
+
+
 def plot_charlm(f, out_dir, written):
     lm_losses(f, out_dir, written)
     for layer in lm_layers(f):
         lm_attention(f, layer, out_dir, written)
+    lm_heads(f, out_dir, written)
 
 
 # ---- any other log ---------------------------------------------------------------
@@ -582,6 +730,10 @@ def plot(path, out_dir=None):
             plot_shapes(f, out_dir, written)
         elif experiment == "charlm":
             plot_charlm(f, out_dir, written)
+        elif experiment == "attend":
+            plot_attend(f, out_dir, written)
+        elif experiment == "scaling":
+            plot_scaling(f, out_dir, written)
         else:
             plot_metrics(f, out_dir, written)
         if not written:

@@ -57,6 +57,9 @@ std::vector<Row> rows() {
        24, 0, {"--heads", "4"}, {"--width", "24"}, {"--steps", "28"}, {}},
       {"shapes", {cli, "run", "shapes"}, {"--train", "80", "--test", "15", "--batch", "20", "--epochs", "5"}, 20, 0,
        {"--lr", "0.01"}, {"--model", "cnn"}, {"--epochs", "6"}, {"acc/"}},
+      {"scaling", {cli, "run", "scaling"},
+       {"--steps", "24", "--dk-max", "16", "--seeds", "1", "--dim", "16", "--batch", "8", "--eval-every", "5"}, 24, 0,
+       {"--lr", "0.01"}, {"--dim", "8"}, {"--steps", "28"}, {}},
       {"fit_sine", {HEED_EXAMPLE_PATH}, {"--steps", "40"}, 40, 0, {"--lr", "0.01"}, {}, {"--steps", "44"}, {}},
   };
 }

@@ -1,0 +1,54 @@
+// experiments/heads.h: what each attention head of a character-level model
+// does, in numbers: per-head statistics of causal attention maps, the kind of
+// head they suggest, and `heed attend` (every head's attention over a prompt).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/text.h"
+
+namespace heed::experiments {
+
+// Per-head averages over the queries i >= 1 of causal attention maps (query
+// 0 can only attend to itself). a_ij is the weight of query i on key j <= i.
+struct HeadStats {
+  double entropy = 0;     // -sum_j a_ij log a_ij
+  double distance = 0;    // sum_j a_ij (i - j): how far back the head looks
+  double prev = 0;        // a_i,i-1: mass on the previous character
+  double first = 0;       // a_i,0: mass on the first position
+  double same_char = 0;   // mass on earlier keys j < i holding the same character as i
+  double word_start = 0;  // mass on the first character of the word that holds i
+};
+
+// maps [B, H, T, T] (rows of a causal softmax), ids [B, T] (int64), and
+// boundary[c] true for the character ids that end a word (space, newline,
+// punctuation): the statistics of each of the H heads, and in *uniform the
+// same statistics under uniform attention (a_ij = 1 / (i + 1)) on the same
+// sequences, the baseline a head's numbers are read against.
+std::vector<HeadStats> head_stats(const Tensor& maps, const Tensor& ids, const std::vector<bool>& boundary,
+                                  HeadStats* uniform = nullptr);
+
+// The statistics of uniform attention on the sequences ids [B, T].
+HeadStats uniform_head_stats(const Tensor& ids, const std::vector<bool>& boundary);
+
+// "previous-token", "same-character", "word-start", "first-token" or "mixed",
+// from the statistics against the uniform baseline (thresholds in heads.cpp).
+std::string head_kind(const HeadStats& s, const HeadStats& uniform);
+
+// boundary[id] for a tokenizer: ASCII characters other than letters, digits
+// and the apostrophe end a word.
+std::vector<bool> word_boundaries(const data::CharTokenizer& tok);
+
+// The statistics' names as logged (heads/<name> [layers, heads]) and shown.
+const std::vector<std::string>& head_stat_names();
+double head_stat(const HeadStats& s, size_t which);
+
+// `heed attend CHECKPOINT --prompt TEXT [-o OUT.h5]`: every head's attention
+// over the prompt, printed as a table of statistics with each head's kind,
+// written to OUT.h5 and drawn by `heed plot` as a grid of layers x heads.
+int run_attend(const std::vector<std::string>& args);
+
+}  // namespace heed::experiments

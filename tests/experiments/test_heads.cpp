@@ -1,0 +1,151 @@
+// tests/experiments/test_heads.cpp: per-head attention statistics (heads.h)
+// on maps whose answers are known, the saturation measurements of `heed run
+// scaling` against the lecture's claims, and `heed attend` end to end.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "experiments/charlm.h"
+#include "experiments/heads.h"
+#include "experiments/scaling.h"
+#include "test_util.h"
+
+using namespace heed;
+using namespace heed::experiments;
+
+namespace {
+
+// [1, H, T, T] maps from a rule w(i, j) (j <= i), rows normalised.
+Tensor maps_from(int64_t T, const std::vector<std::function<double(int64_t, int64_t)>>& heads) {
+  const int64_t H = static_cast<int64_t>(heads.size());
+  std::vector<double> v(static_cast<size_t>(H * T * T), 0.0);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      double z = 0;
+      for (int64_t j = 0; j <= i; ++j) z += heads[static_cast<size_t>(h)](i, j);
+      for (int64_t j = 0; j <= i; ++j)
+        v[static_cast<size_t>((h * T + i) * T + j)] = heads[static_cast<size_t>(h)](i, j) / z;
+    }
+  return Tensor::from_f64(v, {1, H, T, T});
+}
+
+}  // namespace
+
+TEST_CASE("head_stats: previous-token, first-token, same-character and word-start heads have the numbers they must") {
+  // "ab ab aab": ids a=0, b=1, space=2; words start at 0, 3, 6.
+  const std::vector<int64_t> text = {0, 1, 2, 0, 1, 2, 0, 0, 1};
+  const int64_t T = static_cast<int64_t>(text.size());
+  Tensor ids = Tensor::from_i64(text, {1, T});
+  const std::vector<bool> boundary = {false, false, true};
+  auto word_start = [&](int64_t i) {
+    int64_t w = 0;
+    for (int64_t j = 1; j <= i; ++j)
+      if (boundary[static_cast<size_t>(text[static_cast<size_t>(j - 1)])]) w = j;
+    return w;
+  };
+  Tensor maps = maps_from(T, {
+                                 [](int64_t i, int64_t j) { return j == i - 1 ? 1.0 : 0.0; },
+                                 [](int64_t, int64_t j) { return j == 0 ? 1.0 : 0.0; },
+                                 [&](int64_t i, int64_t j) { return j == word_start(i) ? 1.0 : 0.0; },
+                                 [](int64_t, int64_t) { return 1.0; },
+                             });
+  HeadStats u;
+  std::vector<HeadStats> s = head_stats(maps, ids, boundary, &u);
+  REQUIRE(s.size() == 4);
+  const double queries = static_cast<double>(T - 1);
+  // Previous-token: all mass one step back.
+  CHECK(s[0].prev == doctest::Approx(1.0));
+  CHECK(s[0].distance == doctest::Approx(1.0));
+  CHECK(s[0].entropy == doctest::Approx(0.0));
+  CHECK(head_kind(s[0], u) == "previous-token");
+  // First-token: distance is the mean of i over the queries 1..T-1.
+  CHECK(s[1].first == doctest::Approx(1.0));
+  CHECK(s[1].distance == doctest::Approx((T * (T - 1) / 2) / queries));
+  CHECK(head_kind(s[1], u) == "first-token");
+  // Word-start: mass 1 on the word's start; a query at its word's start counts its own weight.
+  CHECK(s[2].word_start == doctest::Approx(1.0));
+  CHECK(head_kind(s[2], u) == "word-start");
+  // The uniform head equals the uniform baseline, and is "mixed".
+  CHECK(s[3].entropy == doctest::Approx(u.entropy));
+  CHECK(s[3].prev == doctest::Approx(u.prev));
+  CHECK(s[3].same_char == doctest::Approx(u.same_char));
+  CHECK(head_kind(s[3], u) == "mixed");
+  // Same-character mass of the previous-token head: queries whose previous
+  // character equals their own (positions 7: a after a).
+  CHECK(s[0].same_char == doctest::Approx(1.0 / queries));
+  // The uniform baseline by hand: mean over i of 1 / (i + 1).
+  double prev = 0;
+  for (int64_t i = 1; i < T; ++i) prev += 1.0 / static_cast<double>(i + 1);
+  CHECK(u.prev == doctest::Approx(prev / queries));
+  // uniform_head_stats gives the same baseline without a model.
+  HeadStats u2 = uniform_head_stats(ids, boundary);
+  CHECK(u2.entropy == doctest::Approx(u.entropy));
+  CHECK(u2.word_start == doctest::Approx(u.word_start));
+}
+
+TEST_CASE("head_stats: bad shapes and ids are refused naming what was expected") {
+  test::check_error([] { head_stats(Tensor::zeros({2, 3, 4}), Tensor::zeros({2, 4}, DType::i64), {true}); },
+                    {"head_stats", "[B, H, T, T]", "[2, 3, 4]"});
+  test::check_error([] { head_stats(Tensor::zeros({1, 1, 4, 4}), Tensor::zeros({1, 3}, DType::i64), {true}); },
+                    {"head_stats", "[1, 4]", "[1, 3]"});
+  test::check_error(
+      [] { head_stats(Tensor::ones({1, 1, 2, 2}), Tensor::from_i64({0, 5}, {1, 2}), {true, false}); },
+      {"head_stats", "id 5", "vocabulary of 2"});
+}
+
+TEST_CASE("scaling: unscaled scores have variance ~ d_k and saturate the softmax; scaled ones stay at ~1") {
+  double prev_grad = 1e300;
+  SaturationRow first_scaled;
+  for (int64_t dk : {16, 64, 256, 1024}) {
+    SaturationRow s = measure_saturation(dk, true, 256, 64, 1), u = measure_saturation(dk, false, 256, 64, 1);
+    INFO("d_k " << dk << ": var scaled " << s.score_var << " unscaled " << u.score_var << "; entropy " << s.entropy
+                << " / " << u.entropy << "; max weight " << s.max_weight << " / " << u.max_weight << "; grad "
+                << s.grad_ratio << " / " << u.grad_ratio);
+    if (dk == 16) first_scaled = s;
+    CHECK(s.score_var == doctest::Approx(1.0).epsilon(0.1));
+    CHECK(u.score_var == doctest::Approx(static_cast<double>(dk)).epsilon(0.1));
+    CHECK(s.entropy > 0.85 * std::log(64.0));  // close to uniform over 64 keys, at every d_k
+    CHECK(s.grad_ratio == doctest::Approx(first_scaled.grad_ratio).epsilon(0.2));  // flat in d_k
+    CHECK(u.entropy < s.entropy);
+    CHECK(u.grad_ratio < prev_grad);  // unscaled: less gradient through the softmax as d_k grows
+    prev_grad = u.grad_ratio;
+    if (dk >= 256) CHECK(u.max_weight > 0.85);  // nearly one-hot
+    if (dk == 1024) {
+      CHECK(u.entropy < 0.05 * s.entropy);
+      CHECK(u.grad_ratio < 0.4 * s.grad_ratio);
+    }
+  }
+}
+
+TEST_CASE("heed attend: a tiny charlm checkpoint's heads, printed, written and drawn; bad prompts refused") {
+  test::TempDir d("heed-attend-");
+  const std::string corpus = d.path + "/corpus.txt";
+  {
+    std::ofstream f(corpus);
+    for (int i = 0; i < 60; ++i) f << "In the beginning God created the heaven and the earth. ";
+  }
+  REQUIRE(run_charlm({"--text", corpus, "--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
+                      "--batch", "4", "--steps", "10", "--eval-every", "10", "--eval-batches", "1", "--out",
+                      d.path + "/c.h5"},
+                     {"heed", "run", "charlm"}) == 0);
+  h5::File log(d.path + "/c.h5", h5::File::Mode::read);
+  CHECK(log.read_tensor("series/heads/prev/values").shape() == Shape{1, 1, 2});
+  CHECK(log.read_tensor("heads/uniform").shape() == Shape{6});
+
+  REQUIRE(run_attend({d.path + "/c.ckpt.h5", "--prompt", "In the beginning", "-o", d.path + "/a.h5"}) == 0);
+  h5::File a(d.path + "/a.h5", h5::File::Mode::read);
+  Tensor maps = a.read_tensor("attention/maps");
+  CHECK(maps.shape() == Shape{1, 2, 16, 16});
+  // Causal rows that sum to 1.
+  Tensor rows = sum(maps, {3});
+  CHECK(test::max_diff(rows, Tensor::ones({1, 2, 16}, maps.dtype())) < 1e-5);
+  CHECK(a.read_tensor("heads/entropy").shape() == Shape{1, 2});
+  CHECK(std::filesystem::is_regular_file(d.path + "/a_plots/attention_grid.png"));
+
+  test::check_error([&] { run_attend({d.path + "/c.ckpt.h5", "--prompt", "Zebra"}); }, {"Z"});
+  test::check_error([&] { run_attend({d.path + "/c.ckpt.h5", "--prompt", std::string(17, 'e')}); },
+                    {"17 characters", "context of 16"});
+  test::check_error([&] { run_attend({d.path + "/c.h5"}); }, {"c.h5"});
+  test::check_error([&] { run_attend({}); }, {"checkpoint path"});
+}
