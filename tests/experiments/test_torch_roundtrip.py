@@ -10,9 +10,11 @@ descriptions, not from heed's code:
     its scores are not scaled), loss MSE;
   - a small GPT in nanoGPT's layout (transformer.wte, wpe, h.<i>.ln_1,
     attn.c_attn with q, k and v fused, attn.c_proj, ln_2, mlp.c_fc,
-    mlp.c_proj, ln_f, and an untied lm_head without bias, as heed's GPT;
-    nanoGPT's causal-mask buffers attn.bias are written too, as nanoGPT's
-    state_dict has them), loss mean cross-entropy.
+    mlp.c_proj, ln_f, and an lm_head without bias; nanoGPT's causal-mask
+    buffers attn.bias are written too, as nanoGPT's state_dict has them),
+    loss mean cross-entropy; once with an lm_head of its own (heed's GPT by
+    default, and charlm's) and once tied to wte as nanoGPT ties them (the
+    state dict then lists the one matrix under both names).
 PyTorch writes each model's float32 weights and a batch (json + numpy: an
 8-byte little-endian header length, the JSON header, the raw little-endian
 data; Python's safetensors package is not in Debian 12). heed_torch_probe
@@ -178,12 +180,14 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, d, layers, heads, context):
+    def __init__(self, vocab, d, layers, heads, context, tied=False):
         super().__init__()
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(vocab, d), wpe=nn.Embedding(context, d),
             h=nn.ModuleList([Block(d, heads, context) for _ in range(layers)]), ln_f=nn.LayerNorm(d)))
         self.lm_head = nn.Linear(d, vocab, bias=False)
+        if tied:  # nanoGPT's weight tying (its default)
+            self.transformer.wte.weight = self.lm_head.weight
 
     def forward(self, idx):
         T = idx.size(1)
@@ -269,10 +273,10 @@ def compare(title, model, weights, batch, ref64, ref32, perturbed, *extra):
     check(per[0][0] <= GRAD_TOL,
           f"{title}: every gradient within {GRAD_TOL:g} max(1, max|g64|) of PyTorch's float64 ({per[0][0]:.3g})")
 
-    name, change = perturbed
-    bad = read_safetensors(weights)
-    bad = {k: v.copy() for k, v in bad.items()}
-    change(bad[name])
+    names, change = perturbed
+    bad = {k: v.copy() for k, v in read_safetensors(weights).items()}
+    for name in names:
+        change(bad[name])
     write_safetensors(path(title + ".perturbed.safetensors"), bad)
     got = probe(model, path(title + ".perturbed.safetensors"), batch, path(title + ".perturbed.out.safetensors"),
                 *extra)
@@ -280,7 +284,7 @@ def compare(title, model, weights, batch, ref64, ref32, perturbed, *extra):
         return
     prel, pper = errors(got[0], got[1], ref64)
     check(prel > LOSS_TOL and pper[0][0] > GRAD_TOL,
-          f"{title}: with one weight of {name} perturbed the comparison fails "
+          f"{title}: with one weight of {' = '.join(names)} perturbed the comparison fails "
           f"(loss {prel:.3g} > {LOSS_TOL:g}, gradients {pper[0][0]:.3g} > {GRAD_TOL:g})")
 
 
@@ -344,7 +348,7 @@ try:
     def nudge(a):  # a key weight: the scores x^T Wq^T Wk x change, the loss only a little
         a.flat[0] += 1.0
     compare("shapes attention", "shapes-attention", path("shapes.safetensors"), path("shapes.batch.safetensors"),
-            ref64, ref32, ("4.conv_k.weight", nudge))
+            ref64, ref32, (["4.conv_k.weight"], nudge))
 
     print(f"     ({time.time() - start:.1f} s)")
 
@@ -365,7 +369,31 @@ try:
     def nudge_key(a):  # a key row of c_attn: q, k and v must be split where PyTorch splits them
         a[D + 3, 5] += 1.0
     compare("gpt", "gpt", path("gpt.safetensors"), path("gpt.batch.safetensors"), ref64, ref32,
-            ("transformer.h.1.attn.c_attn.weight", nudge_key), "--heads", str(H))
+            (["transformer.h.1.attn.c_attn.weight"], nudge_key), "--heads", str(H))
+    print(f"     ({time.time() - start:.1f} s)")
+
+    # 2b. The same GPT with nanoGPT's weight tying: its state dict lists the one
+    # matrix as transformer.wte.weight and lm_head.weight; its gradient gets both uses.
+    torch.manual_seed(3)
+    model = GPT(V, D, L, H, T, tied=True)
+    state = numpy_state(model)
+    check(np.array_equal(state["lm_head.weight"], state["transformer.wte.weight"]) and
+          "lm_head.weight" not in dict(model.named_parameters()),
+          "PyTorch's tied GPT: lm_head.weight and transformer.wte.weight are one parameter")
+    write_safetensors(path("gpt_tied.safetensors"), state)
+    ref64, ref32 = (reference(model, lm_loss, x, y, dt) for dt in (torch.float64, torch.float32))
+
+    def nudge_embedding(a):
+        a[int(x[0, 0]), 3] += 1.0
+    compare("gpt tied", "gpt", path("gpt_tied.safetensors"), path("gpt.batch.safetensors"), ref64, ref32,
+            (["transformer.wte.weight", "lm_head.weight"], nudge_embedding), "--heads", str(H), "--tied")
+    state["lm_head.weight"] = state["lm_head.weight"] * 2
+    write_safetensors(path("gpt_untied.safetensors"), state)
+    r = subprocess.run([PROBE, "gpt", "--heads", str(H), "--tied", path("gpt_untied.safetensors"),
+                        path("gpt.batch.safetensors"), path("gpt_untied.out.safetensors")],
+                       capture_output=True, text=True, timeout=280)
+    check(r.returncode == 1 and "tied" in r.stderr and "lm_head.weight" in r.stderr,
+          f"a tied GPT refuses an lm_head.weight that differs from wte.weight: {r.stderr.strip()}")
 
     print(f"     ({time.time() - start:.1f} s)")
 

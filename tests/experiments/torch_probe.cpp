@@ -4,7 +4,7 @@
 // the loss and every parameter's gradient under PyTorch's parameter names.
 //
 //   torch_probe shapes-attention WEIGHTS BATCH OUT
-//   torch_probe gpt --heads H WEIGHTS BATCH OUT
+//   torch_probe gpt --heads H [--tied] WEIGHTS BATCH OUT
 //
 // WEIGHTS: a .safetensors file under PyTorch's names (the shapes model's
 // nn.Sequential names "0.weight", "4.conv_q.weight", ...; nanoGPT's for the
@@ -12,8 +12,10 @@
 // BATCH: a .safetensors file with x and y:
 //   shapes-attention  x [N, C, L] f32, y [N, 1, L] f32; loss = mse_loss
 //   gpt               x [N, T] i64,    y [N, T] i64;    loss = mean cross-entropy
-// The GPT's sizes (vocabulary, width, layers, context, biases, tied head) are
-// read off the weights' shapes; only the number of heads is not in them.
+// The GPT's sizes (vocabulary, width, layers, context, biases) are read off
+// the weights' shapes; the number of heads is not in them. --tied: lm_head
+// is wte (nanoGPT's default; its state dict lists the weight under both
+// names), as when the weights have no lm_head.weight.
 // OUT: "loss" (f64, shape []) and "grad.<name>" (f32) for every parameter;
 // the GPT's under nanoGPT's names (c_attn's gradient is q, k and v stacked).
 #include <cstdio>
@@ -38,7 +40,8 @@ const Tensor& need(const std::map<std::string, Tensor>& m, const std::string& ke
 }
 
 // The GPT the weights describe (heed's names), with `heads` heads.
-std::shared_ptr<nn::GPT> gpt_for(const std::map<std::string, Tensor>& w, int64_t heads, const std::string& file) {
+std::shared_ptr<nn::GPT> gpt_for(const std::map<std::string, Tensor>& w, int64_t heads, bool tied,
+                                 const std::string& file) {
   const Tensor& wte = need(w, "wte.weight", file);  // [V, D]
   const Tensor& wpe = need(w, "wpe.weight", file);  // [context, D]
   int64_t layers = 0;
@@ -47,15 +50,17 @@ std::shared_ptr<nn::GPT> gpt_for(const std::map<std::string, Tensor>& w, int64_t
   return std::make_shared<nn::GPT>(nn::GPTOptions(wte.size(0), wte.size(1), layers, heads, wpe.size(0))
                                        .ffn_hidden(fc1.size(0))
                                        .bias(w.count("blocks.0.attn.q_proj.bias") == 1)
-                                       .tie_weights(w.count("lm_head.weight") == 0)
+                                       .tie_weights(tied || w.count("lm_head.weight") == 0)
                                        .init(nn::GPTOptions::Init::torch));
 }
 
 int probe(const std::vector<std::string>& args) {
   int64_t heads = 0;
+  bool tied = false;
   std::vector<std::string> files;
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "--heads" && i + 1 < args.size()) heads = std::stoll(args[++i]);
+    else if (args[i] == "--tied") tied = true;
     else files.push_back(args[i]);
   }
   const std::string model_name = args.empty() ? "" : args[0];
@@ -63,7 +68,7 @@ int probe(const std::vector<std::string>& args) {
       (model_name == "gpt" && heads < 1)) {
     std::fprintf(stderr,
                  "usage: torch_probe shapes-attention WEIGHTS BATCH OUT\n"
-                 "       torch_probe gpt --heads H WEIGHTS BATCH OUT\n");
+                 "       torch_probe gpt --heads H [--tied] WEIGHTS BATCH OUT\n");
     return 2;
   }
   const std::string &weights_path = files[0], &batch_path = files[1], &out_path = files[2];
@@ -84,7 +89,7 @@ int probe(const std::vector<std::string>& args) {
   } else {
     bool nanogpt = false;
     for (const auto& [k, t] : weights) nanogpt = nanogpt || k.rfind("transformer.", 0) == 0;
-    auto gpt = gpt_for(nanogpt ? nn::gpt_from_nanogpt(weights) : weights, heads, weights_path);
+    auto gpt = gpt_for(nanogpt ? nn::gpt_from_nanogpt(weights) : weights, heads, tied, weights_path);
     gpt->load_state_dict(weights);  // either names
     model = gpt;
     Tensor loss = cross_entropy(gpt->forward(x), y);
