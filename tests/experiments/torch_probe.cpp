@@ -77,33 +77,34 @@ int probe(const std::vector<std::string>& args) {
   const Tensor& x = need(batch.tensors, "x", batch_path);
   const Tensor& y = need(batch.tensors, "y", batch_path);
 
-  std::shared_ptr<nn::Module> model;
-  std::map<std::string, Tensor> grads;  // PyTorch's name -> gradient
+  // Every parameter's gradient, under heed's names.
+  auto gradients = [](const nn::Module& m) {
+    std::map<std::string, Tensor> g;
+    for (const auto& [name, p] : m.named_parameters()) {
+      if (!p.grad().defined()) fail("torch_probe: parameter '{}' received no gradient", name);
+      g[name] = p.grad();
+    }
+    return g;
+  };
+  Tensor loss;
+  std::map<std::string, Tensor> grads;  // PyTorch's names
   if (model_name == "shapes-attention") {
-    model = experiments::make_shapes_attention(x.size(1));
+    auto model = experiments::make_shapes_attention(x.size(1));
     model->load_state_dict(weights);
-    Tensor loss = mse_loss(model->forward(x), y);
+    loss = mse_loss(model->forward(x), y);
     backward(loss);
-    for (const auto& [name, p] : model->named_parameters()) grads[name] = p.grad();
-    grads["loss"] = Tensor::scalar(loss.item(), DType::f64);
+    grads = gradients(*model);  // nn.Sequential's names are heed's
   } else {
     bool nanogpt = false;
     for (const auto& [k, t] : weights) nanogpt = nanogpt || k.rfind("transformer.", 0) == 0;
     auto gpt = gpt_for(nanogpt ? nn::gpt_from_nanogpt(weights) : weights, heads, tied, weights_path);
     gpt->load_state_dict(weights);  // either names
-    model = gpt;
-    Tensor loss = cross_entropy(gpt->forward(x), y);
+    loss = cross_entropy(gpt->forward(x), y);
     backward(loss);
-    std::map<std::string, Tensor> heed_grads;
-    for (const auto& [name, p] : gpt->named_parameters()) heed_grads[name] = p.grad();
-    grads = nn::gpt_to_nanogpt(heed_grads);
-    grads["loss"] = Tensor::scalar(loss.item(), DType::f64);
+    grads = nn::gpt_to_nanogpt(gradients(*gpt));
   }
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, g] : grads) {
-    if (!g.defined()) fail("torch_probe: parameter '{}' received no gradient", name);
-    out[name == "loss" ? name : "grad." + name] = g;
-  }
+  std::map<std::string, Tensor> out{{"loss", Tensor::scalar(loss.item(), DType::f64)}};
+  for (const auto& [name, g] : grads) out["grad." + name] = g;
   safetensors::save(out_path, out);
   fmt::print("{}: loss {:.9g}, {} gradients\n", out_path, out.at("loss").item(), out.size() - 1);
   return 0;
