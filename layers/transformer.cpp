@@ -318,9 +318,23 @@ std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tenso
 }
 
 void GPT::load_state_dict(const std::map<std::string, Tensor>& state) {
-  for (const auto& [k, t] : state)
-    if (k.rfind("transformer.", 0) == 0) return Module::load_state_dict(gpt_from_nanogpt(state));
-  Module::load_state_dict(state);
+  bool nanogpt = false;
+  for (const auto& [k, t] : state) nanogpt = nanogpt || k.rfind("transformer.", 0) == 0;
+  std::map<std::string, Tensor> s = nanogpt ? gpt_from_nanogpt(state) : state;
+  // PyTorch's state_dict lists a tied weight under each of its names: a tied
+  // nanoGPT's holds lm_head.weight beside transformer.wte.weight, the same
+  // values. A tied GPT takes it when the two are equal; a head of its own
+  // needs an untied GPT.
+  auto head = s.find("lm_head.weight"), wte_it = s.find("wte.weight");
+  if (options.tie_weights_ && head != s.end()) {
+    if (wte_it != s.end() && (head->second.shape() != wte_it->second.shape() ||
+                              head->second.to_vector<double>() != wte_it->second.to_vector<double>()))
+      fail("GPT({}): lm_head is tied to wte, but the state dict's lm_head.weight {} differs from its wte.weight {} "
+           "(the weights of an untied model: build the GPT with tie_weights(false))",
+           extra_repr(), shape_str(head->second.shape()), shape_str(wte_it->second.shape()));
+    s.erase(head);
+  }
+  Module::load_state_dict(s);
 }
 
 }  // namespace heed::nn

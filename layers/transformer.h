@@ -148,7 +148,10 @@ class GPT : public Module {
   std::string extra_repr() const override;
 
   // Also takes a state dict under nanoGPT's names (keys starting with
-  // "transformer."; see gpt_from_nanogpt), as written by PyTorch.
+  // "transformer."; see gpt_from_nanogpt), as written by PyTorch. A tied GPT
+  // also takes lm_head.weight when it equals wte.weight (PyTorch's state_dict
+  // of a tied model, nanoGPT's by default, lists the weight under both names);
+  // a different one is refused.
   void load_state_dict(const std::map<std::string, Tensor>& state) override;
 
   // Attention weights [N, H, T, T] of every layer's last forward, when kept.
@@ -179,7 +182,10 @@ class GPT : public Module {
 //   ln_f                            transformer.ln_f
 //   lm_head.weight                  lm_head.weight
 // A name outside this map is an error naming it. from_nanogpt ignores
-// nanoGPT's causal-mask buffers (transformer.h.<i>.attn.bias).
+// nanoGPT's causal-mask buffers (transformer.h.<i>.attn.bias). A tied GPT
+// has no lm_head.weight, so neither has its nanoGPT state (PyTorch loads it
+// into a tied model with strict=False; Hugging Face's safetensors files drop
+// tied duplicates the same way).
 std::map<std::string, Tensor> gpt_to_nanogpt(const std::map<std::string, Tensor>& state);
 std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tensor>& state);
 

@@ -235,3 +235,26 @@ TEST_CASE("GPT: nanoGPT's names (fused c_attn) round-trip, and a GPT loads a sta
   test::check_error([&] { nn::gpt_from_nanogpt({{"transformer.h.0.attn.c_attn.weight", Tensor::zeros({7, 2})}}); },
                     {"c_attn.weight", "[7, 2]", "multiple of 3"});
 }
+
+TEST_CASE("GPT: a tied GPT loads PyTorch's tied state dict (lm_head.weight equal to wte.weight), not another head") {
+  Generator g1(1), g2(2);
+  nn::GPT a(nn::GPTOptions(11, 8, 2, 2, 6).tie_weights(true).generator(&g1));
+  nn::GPT b(nn::GPTOptions(11, 8, 2, 2, 6).tie_weights(true).generator(&g2));
+  auto nano = nn::gpt_to_nanogpt(a.state_dict());
+  CHECK(nano.count("lm_head.weight") == 0);
+  nano["lm_head.weight"] = kernel::contiguous(nano.at("transformer.wte.weight"));  // as nanoGPT's state_dict has it
+  b.load_state_dict(nano);
+  Tensor ids = Tensor::from_i64({1, 2, 3, 4, 5, 6}, {1, 6});
+  CHECK(b.forward(ids).to_vector<double>() == a.forward(ids).to_vector<double>());
+  auto heed_names = a.state_dict();
+  heed_names["lm_head.weight"] = heed_names.at("wte.weight");
+  nn::GPT c(nn::GPTOptions(11, 8, 2, 2, 6).tie_weights(true).generator(&g2));
+  c.load_state_dict(heed_names);
+  CHECK(c.forward(ids).to_vector<double>() == a.forward(ids).to_vector<double>());
+  // A head of its own does not fit a tied model, and nothing is loaded.
+  nano["lm_head.weight"] = Tensor::zeros({11, 8});
+  nn::GPT d(nn::GPTOptions(11, 8, 2, 2, 6).tie_weights(true).generator(&g2));
+  const auto before = d.forward(ids).to_vector<double>();
+  test::check_error([&] { d.load_state_dict(nano); }, {"tied", "lm_head.weight [11, 8]", "tie_weights(false)"});
+  CHECK(d.forward(ids).to_vector<double>() == before);
+}
