@@ -10,10 +10,8 @@ this test reads and writes it with json + numpy, as any other program would
   - a damaged file given to --init-from is refused, naming it, with no log.
 Debian's Python runs it (h5py, numpy).
 """
-import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -21,10 +19,12 @@ import tempfile
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_np  # noqa: E402
+
 HEED = sys.argv[1]
 TMP = tempfile.mkdtemp(prefix="heed-st-")
 failures = []
-CODES = {"F32": "<f4", "F64": "<f8", "I64": "<i8"}
 
 
 def check(ok, what):
@@ -38,29 +38,11 @@ def heed(*args):
 
 
 def read_safetensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    header = json.loads(b[8:8 + n])
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        s, t = e["data_offsets"]
-        out[name] = np.frombuffer(b[8 + n + s:8 + n + t], dtype=CODES[e["dtype"]]).reshape(e["shape"])
-    return out, header.get("__metadata__", {})
+    return safetensors_np.read(path)
 
 
 def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, a in tensors.items():
-        a = np.ascontiguousarray(a)
-        code = {np.dtype("float32"): "F32", np.dtype("float64"): "F64"}[a.dtype]
-        header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        blobs.append(a.astype(a.dtype.newbyteorder("<")).tobytes())
-        offset += a.nbytes
-    text = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    safetensors_np.write(path, tensors)
 
 
 def sine_mse(w, n=256):

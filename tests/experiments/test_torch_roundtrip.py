@@ -40,18 +40,19 @@ Fails (it does not skip) when torch cannot be imported: the test needs
 Debian's python3-torch, which ./heed test installs.
 """
 import copy
-import json
 import math
 import os
 import random
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_np  # noqa: E402
 
 # heed's runs and PyTorch share the cores with the rest of the suite: idle
 # OpenMP workers sleep instead of spinning (a spinning pool made the charlm run
@@ -71,7 +72,6 @@ PROBE, HEED = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp(prefix="heed-torch-")
 LOSS_TOL, GRAD_TOL = 1e-5, 1e-4
 failures = []
-CODES = {"F32": "<f4", "F64": "<f8", "I64": "<i8"}
 
 
 def check(ok, what):
@@ -85,29 +85,11 @@ def path(name):
 
 
 def read_safetensors(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    header = json.loads(b[8:8 + n])
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        s, t = e["data_offsets"]
-        out[name] = np.frombuffer(b[8 + n + s:8 + n + t], dtype=CODES[e["dtype"]]).reshape(e["shape"])
-    return out
+    return safetensors_np.read(p)[0]
 
 
 def write_safetensors(p, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, a in tensors.items():
-        a = np.ascontiguousarray(a)
-        code = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("int64"): "I64"}[a.dtype]
-        header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        blobs.append(a.astype(a.dtype.newbyteorder("<")).tobytes())
-        offset += a.nbytes
-    text = json.dumps(header).encode()
-    with open(p, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    safetensors_np.write(p, tensors)
 
 
 def numpy_state(model):
