@@ -125,6 +125,7 @@ Tensor relu(const Tensor& a) { return unary_op(Unary::relu, a); }
 Tensor gelu(const Tensor& a, GeluApprox approx) {
   return unary_op(approx == GeluApprox::tanh ? Unary::gelu_tanh : Unary::gelu_erf, a);
 }
+Tensor silu(const Tensor& a) { return unary_op(Unary::silu, a); }
 
 // ---- operators ----
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

@@ -37,6 +37,7 @@ Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 enum class GeluApprox { erf, tanh };
 Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::erf);
+Tensor silu(const Tensor& a);  // x sigmoid(x), PyTorch's silu (swish)
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
