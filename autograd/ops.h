@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "autograd/activation.h"
 #include "autograd/autograd.h"
 #include "core/tensor.h"
 
@@ -33,6 +34,7 @@ Tensor sqrt(const Tensor& a);
 Tensor tanh(const Tensor& a);
 Tensor sin(const Tensor& a);
 Tensor cos(const Tensor& a);
+// Activations (also by enum: activation(x, Activation::silu), autograd/activation.h).
 Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 enum class GeluApprox { erf, tanh };

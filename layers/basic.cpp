@@ -120,6 +120,26 @@ Dropout::Dropout(double p_, Generator* g) : Module("Dropout"), p(p_), gen(g) {
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
 
+// ---- activations ----
+namespace {
+// PyTorch's class name of each activation's module.
+const char* module_name(Activation a) {
+  switch (a) {  // no default: -Wswitch names a missing activation
+    case Activation::relu: return "ReLU";
+    case Activation::gelu:
+    case Activation::gelu_tanh: return "GELU";
+    case Activation::tanh: return "Tanh";
+    case Activation::sigmoid: return "Sigmoid";
+    case Activation::silu: return "SiLU";
+  }
+  fail("ActivationLayer: invalid Activation value {}", static_cast<int>(a));
+}
+}  // namespace
+
+ActivationLayer::ActivationLayer(Activation a) : Module(module_name(a)), kind(a) {}
+
+std::string ActivationLayer::extra_repr() const { return kind == Activation::gelu_tanh ? "approximate='tanh'" : ""; }
+
 // ---- Sequential ----
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> mods) : Module("Sequential") {
   for (auto& m : mods) push_back(m);

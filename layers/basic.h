@@ -1,5 +1,5 @@
-// layers/basic.h: Linear, Conv1d, LayerNorm, Embedding, Dropout, activations
-// and Sequential.
+// layers/basic.h: Linear, Conv1d, LayerNorm, Embedding, Dropout, the
+// activation modules and Sequential.
 //
 // Shapes (legend in core/tensor.h): Linear maps [.., In] -> [.., Out];
 // Conv1d maps [N, C, T] -> [N, O, T']; LayerNorm maps [.., D] -> [.., D];
@@ -116,18 +116,41 @@ class Dropout : public Module {
   Generator* gen;
 };
 
-class ReLU : public Module {
+// An element-wise activation (autograd/activation.h) as a module: forward
+// is activation(x, kind). Printed under PyTorch's class names (ReLU(),
+// GELU(approximate='tanh'), SiLU(), ...), which the named modules below are.
+class ActivationLayer : public Module {
  public:
-  ReLU() : Module("ReLU") {}
-  Tensor forward(const Tensor& x) override { return relu(x); }
+  explicit ActivationLayer(Activation a);
+  Tensor forward(const Tensor& x) override { return activation(x, kind); }
+  std::string extra_repr() const override;
+  const Activation kind;
 };
 
-class GELU : public Module {
+class ReLU : public ActivationLayer {
  public:
-  explicit GELU(GeluApprox a = GeluApprox::erf) : Module("GELU"), approx(a) {}
-  Tensor forward(const Tensor& x) override { return gelu(x, approx); }
-  std::string extra_repr() const override { return approx == GeluApprox::tanh ? "approximate='tanh'" : ""; }
-  GeluApprox approx;
+  ReLU() : ActivationLayer(Activation::relu) {}
+};
+
+class GELU : public ActivationLayer {
+ public:
+  explicit GELU(GeluApprox a = GeluApprox::erf)
+      : ActivationLayer(a == GeluApprox::tanh ? Activation::gelu_tanh : Activation::gelu) {}
+};
+
+class Tanh : public ActivationLayer {
+ public:
+  Tanh() : ActivationLayer(Activation::tanh) {}
+};
+
+class Sigmoid : public ActivationLayer {
+ public:
+  Sigmoid() : ActivationLayer(Activation::sigmoid) {}
+};
+
+class SiLU : public ActivationLayer {
+ public:
+  SiLU() : ActivationLayer(Activation::silu) {}
 };
 
 // Children named "0", "1", ... applied in order.

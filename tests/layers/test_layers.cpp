@@ -274,3 +274,29 @@ TEST_CASE("layers: Sequential runs Conv1d then ReLU fused, with the unfused valu
     CHECK(y.grad_fn()->name == "conv1d_relu");  // after a one-output-channel conv too
   }
 }
+
+TEST_CASE("layers: the activation modules are activation(x, a) under PyTorch's names") {
+  struct Row {
+    std::shared_ptr<Module> m;
+    Activation a;
+    std::string summary;
+  };
+  std::vector<Row> rows = {
+      {std::make_shared<ReLU>(), Activation::relu, "ReLU()"},
+      {std::make_shared<GELU>(), Activation::gelu, "GELU()"},
+      {std::make_shared<GELU>(GeluApprox::tanh), Activation::gelu_tanh, "GELU(approximate='tanh')"},
+      {std::make_shared<Tanh>(), Activation::tanh, "Tanh()"},
+      {std::make_shared<Sigmoid>(), Activation::sigmoid, "Sigmoid()"},
+      {std::make_shared<SiLU>(), Activation::silu, "SiLU()"},
+  };
+  REQUIRE(rows.size() == std::size(kActivations));  // one named module per activation
+  Tensor x = test::det_tensor({3, 8}, 5, -3.0, 3.0);
+  for (const Row& r : rows) {
+    INFO(r.summary);
+    CHECK(r.m->summary() == r.summary + "\nnb_parameters 0");
+    CHECK(std::dynamic_pointer_cast<ActivationLayer>(r.m)->kind == r.a);
+    CHECK(r.m->forward(x).to_vector<float>() == activation(x, r.a).to_vector<float>());
+    // The generic module prints as its named one.
+    CHECK(ActivationLayer(r.a).summary() == r.m->summary());
+  }
+}
