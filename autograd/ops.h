@@ -67,8 +67,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 // x [N, C, T], w [O, C, K], b [O] or undefined -> [N, O, T'].
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1, int64_t padding = 0,
               int64_t dilation = 1);
-// relu(conv1d(...)) in one pass (what Sequential runs for a Conv1d followed
-// by a ReLU); the same values and gradients.
+// relu(conv1d(...)) in one pass (the layer nn::Conv1dReLU); the same values
+// and gradients.
 Tensor conv1d_relu(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1,
                    int64_t padding = 0, int64_t dilation = 1);
 
