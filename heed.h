@@ -9,6 +9,7 @@
 #include "core/dist.h"
 #include "core/safetensors.h"
 #include "autograd/autograd.h"
+#include "autograd/activation.h"
 #include "autograd/ops.h"
 #include "autograd/gradcheck.h"
 #include "data/shapes.h"

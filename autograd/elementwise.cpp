@@ -125,6 +125,41 @@ Tensor relu(const Tensor& a) { return unary_op(Unary::relu, a); }
 Tensor gelu(const Tensor& a, GeluApprox approx) {
   return unary_op(approx == GeluApprox::tanh ? Unary::gelu_tanh : Unary::gelu_erf, a);
 }
+Tensor silu(const Tensor& a) { return unary_op(Unary::silu, a); }
+
+// ---- activations by enum (autograd/activation.h) ----
+const char* activation_name(Activation a) {
+  switch (a) {
+#define HEED_ACTIVATION_NAME(id, name) \
+  case Activation::id: return name;
+    HEED_ACTIVATIONS(HEED_ACTIVATION_NAME)
+#undef HEED_ACTIVATION_NAME
+  }
+  return "?";
+}
+
+Activation parse_activation(std::string_view name) {
+  std::string valid;
+  for (Activation a : kActivations) {
+    if (name == activation_name(a)) return a;
+    valid += valid.empty() ? "" : ", ";
+    valid += activation_name(a);
+  }
+  fail("unknown activation '{}' (expected one of: {})", name, valid);
+}
+
+Tensor activation(const Tensor& x, Activation a) {
+  // No default: a new Activation without its case here is a -Wswitch warning.
+  switch (a) {
+    case Activation::relu: return relu(x);
+    case Activation::gelu: return gelu(x, GeluApprox::erf);
+    case Activation::gelu_tanh: return gelu(x, GeluApprox::tanh);
+    case Activation::tanh: return tanh(x);
+    case Activation::sigmoid: return sigmoid(x);
+    case Activation::silu: return silu(x);
+  }
+  fail("activation: invalid Activation value {}", static_cast<int>(a));
+}
 
 // ---- operators ----
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

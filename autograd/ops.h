@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "autograd/activation.h"
 #include "autograd/autograd.h"
 #include "core/tensor.h"
 
@@ -33,10 +34,12 @@ Tensor sqrt(const Tensor& a);
 Tensor tanh(const Tensor& a);
 Tensor sin(const Tensor& a);
 Tensor cos(const Tensor& a);
+// Activations (also by enum: activation(x, Activation::silu), autograd/activation.h).
 Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 enum class GeluApprox { erf, tanh };
 Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::erf);
+Tensor silu(const Tensor& a);  // x sigmoid(x), PyTorch's silu (swish)
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
@@ -64,8 +67,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 // x [N, C, T], w [O, C, K], b [O] or undefined -> [N, O, T'].
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1, int64_t padding = 0,
               int64_t dilation = 1);
-// relu(conv1d(...)) in one pass (what Sequential runs for a Conv1d followed
-// by a ReLU); the same values and gradients.
+// relu(conv1d(...)) in one pass (the layer nn::Conv1dReLU); the same values
+// and gradients.
 Tensor conv1d_relu(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1,
                    int64_t padding = 0, int64_t dilation = 1);
 

@@ -40,6 +40,7 @@ const char* unary_name(Unary op) {
     case Unary::relu: return "relu";
     case Unary::gelu_tanh: return "gelu_tanh";
     case Unary::gelu_erf: return "gelu_erf";
+    case Unary::silu: return "silu";
     case Unary::abs: return "abs";
     case Unary::square: return "square";
     case Unary::reciprocal: return "reciprocal";
@@ -213,6 +214,12 @@ inline T apply_unary(Unary op, T x) {
     case Unary::gelu_erf:
       if constexpr (std::is_same_v<T, float>) return 0.5f * x * (1.0f + fast::erf(x * static_cast<float>(kInvSqrt2)));
       else return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+    // SiLU (Elfwing et al. 2017; Ramachandran et al.'s swish): x sigmoid(x) =
+    // x / (1 + e^-x). float32 on fast::exp so the loop vectorises; below
+    // x = -88.7 e^-x is inf and y the limit, -0.
+    case Unary::silu:
+      if constexpr (std::is_same_v<T, float>) return x / (1.0f + fast::exp(-x));
+      else return x / (T(1) + std::exp(-x));
     case Unary::abs: return std::abs(x);
     case Unary::square: return x * x;
     case Unary::reciprocal: return T(1) / x;
@@ -245,6 +252,13 @@ inline T apply_unary_grad(Unary op, T s, T g) {
                     s * static_cast<float>(kInvSqrt2Pi) * fast::exp(-0.5f * s * s));
       else
         return g * (T(0.5) * (T(1) + std::erf(s * T(kInvSqrt2))) + s * T(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s));
+    // d/dx x sig(x) = sig(x) (1 + x (1 - sig(x))), with sig(x) recomputed from x.
+    case Unary::silu: {
+      T sg;
+      if constexpr (std::is_same_v<T, float>) sg = 1.0f / (1.0f + fast::exp(-s));
+      else sg = T(1) / (T(1) + std::exp(-s));
+      return g * sg * (T(1) + s * (T(1) - sg));
+    }
     case Unary::abs: return s > T(0) ? g : (s < T(0) ? -g : T(0));
     case Unary::square: return g * T(2) * s;
     case Unary::reciprocal: return -g * s * s;  // d(1/x) = -1/x^2 = -y^2
@@ -277,7 +291,7 @@ void unary_grad_loop(T* o, const T* s, const T* g, const int64_t* off, int64_t n
 
 #define HEED_UNARY_CASES(MACRO)                                                                    \
   MACRO(neg) MACRO(exp) MACRO(log) MACRO(sqrt) MACRO(tanh) MACRO(sigmoid) MACRO(relu) MACRO(gelu_tanh) \
-  MACRO(gelu_erf) MACRO(abs) MACRO(square) MACRO(reciprocal) MACRO(sin) MACRO(cos)
+  MACRO(gelu_erf) MACRO(silu) MACRO(abs) MACRO(square) MACRO(reciprocal) MACRO(sin) MACRO(cos)
 
 }  // namespace
 

@@ -66,7 +66,7 @@ void add_(const Tensor& dst, const Tensor& src, double alpha = 1.0);
 // dst *= s
 void scale_(const Tensor& dst, double s);
 
-enum class Unary { neg, exp, log, sqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, abs, square, reciprocal, sin, cos };
+enum class Unary { neg, exp, log, sqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, silu, abs, square, reciprocal, sin, cos };
 const char* unary_name(Unary op);
 Tensor unary(Unary op, const Tensor& x);
 // Whether unary_backward wants the op's output y (true) or its input x (false):

@@ -248,7 +248,7 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
   if (c.model != "cnn") {
     Generator g(static_cast<uint64_t>(c.seed) * 1000 + 2);
     auto net = make_shapes_attention(C, c.scaled, &g);
-    runs.push_back({"attention", net, std::dynamic_pointer_cast<nn::SelfAttention>((*net)[4])});
+    runs.push_back({"attention", net, std::dynamic_pointer_cast<nn::SelfAttention>((*net)["4"])});
   }
 
   // Data-parallel: every batch, the last of an epoch included, splits evenly over the processes.

@@ -36,7 +36,7 @@ std::string Linear::extra_repr() const {
 }
 
 // ---- Conv1d ----
-Conv1d::Conv1d(const Conv1dOptions& o) : Module("Conv1d"), options(o) {
+Conv1d::Conv1d(const Conv1dOptions& o, std::string type_name) : Module(std::move(type_name)), options(o) {
   if (o.in_ <= 0 || o.out_ <= 0 || o.kernel_ <= 0)
     fail("Conv1d: channels and kernel size must be positive, got in={} out={} kernel={}", o.in_, o.out_, o.kernel_);
   if (o.stride_ < 1 || o.dilation_ < 1 || o.padding_ < 0)
@@ -53,9 +53,9 @@ Conv1d::Conv1d(const Conv1dOptions& o) : Module("Conv1d"), options(o) {
 }
 
 void Conv1d::check_input(const Tensor& x) const {
-  check_defined(x, "Conv1d");
+  check_defined(x, type_name().c_str());
   if (x.dim() != 3 || x.size(1) != options.in_)
-    fail("Conv1d({}): expected input [N, {}, T], got {}", extra_repr(), options.in_, shape_str(x.shape()));
+    fail("{}({}): expected input [N, {}, T], got {}", type_name(), extra_repr(), options.in_, shape_str(x.shape()));
 }
 
 Tensor Conv1d::forward(const Tensor& x) {
@@ -63,7 +63,7 @@ Tensor Conv1d::forward(const Tensor& x) {
   return conv1d(x, weight, bias, options.stride_, options.padding_, options.dilation_);
 }
 
-Tensor Conv1d::forward_relu(const Tensor& x) {
+Tensor Conv1dReLU::forward(const Tensor& x) {
   check_input(x);
   return conv1d_relu(x, weight, bias, options.stride_, options.padding_, options.dilation_);
 }
@@ -121,31 +121,56 @@ Dropout::Dropout(double p_, Generator* g) : Module("Dropout"), p(p_), gen(g) {
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
 
+// ---- activations ----
+namespace {
+// PyTorch's class name of each activation's module.
+const char* module_name(Activation a) {
+  switch (a) {  // no default: -Wswitch names a missing activation
+    case Activation::relu: return "ReLU";
+    case Activation::gelu:
+    case Activation::gelu_tanh: return "GELU";
+    case Activation::tanh: return "Tanh";
+    case Activation::sigmoid: return "Sigmoid";
+    case Activation::silu: return "SiLU";
+  }
+  fail("ActivationLayer: invalid Activation value {}", static_cast<int>(a));
+}
+}  // namespace
+
+ActivationLayer::ActivationLayer(Activation a) : Module(module_name(a)), kind(a) {}
+
+std::string ActivationLayer::extra_repr() const { return kind == Activation::gelu_tanh ? "approximate='tanh'" : ""; }
+
 // ---- Sequential ----
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> mods) : Module("Sequential") {
   for (auto& m : mods) push_back(m);
 }
 
-void Sequential::push_back(std::shared_ptr<Module> m) {
-  if (!m) fail("Sequential: cannot add a null module");
-  register_module(std::to_string(size()), std::move(m));
+Sequential::Sequential(std::initializer_list<std::pair<std::string, std::shared_ptr<Module>>> named)
+    : Module("Sequential") {
+  for (auto& [name, m] : named) push_back(name, m);
+}
+
+void Sequential::push_back(std::shared_ptr<Module> m) { push_back(std::to_string(size()), std::move(m)); }
+
+void Sequential::push_back(const std::string& name, std::shared_ptr<Module> m) {
+  if (!m) fail("Sequential: cannot add a null module (as '{}')", name);
+  register_module(name, std::move(m));
 }
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  const auto& mods = children();
-  for (size_t i = 0; i < mods.size(); ++i) {
-    // A Conv1d followed by a ReLU runs as one fused op: the ReLU costs no
-    // pass of its own over the activations (same values and gradients).
-    auto* conv = dynamic_cast<Conv1d*>(mods[i].second.get());
-    if (conv && i + 1 < mods.size() && dynamic_cast<ReLU*>(mods[i + 1].second.get())) {
-      h = conv->forward_relu(h);
-      ++i;
-      continue;
-    }
-    h = mods[i].second->forward(h);
-  }
+  for (const auto& [name, m] : children()) h = m->forward(h);
   return h;
+}
+
+std::shared_ptr<Module> Sequential::operator[](const std::string& name) const {
+  std::string names;
+  for (const auto& [n, m] : children()) {
+    if (n == name) return m;
+    names += fmt::format("{}'{}'", names.empty() ? "" : ", ", n);
+  }
+  fail("Sequential: no child named '{}' (children: {})", name, names.empty() ? "none" : names);
 }
 
 }  // namespace heed::nn

@@ -1,5 +1,5 @@
-// layers/basic.h: Linear, Conv1d, LayerNorm, Embedding, Dropout, activations
-// and Sequential.
+// layers/basic.h: Linear, Conv1d, Conv1dReLU, LayerNorm, Embedding, Dropout,
+// the activation modules and Sequential.
 //
 // Shapes (legend in core/tensor.h): Linear maps [.., In] -> [.., Out];
 // Conv1d maps [N, C, T] -> [N, O, T']; LayerNorm maps [.., D] -> [.., D];
@@ -7,6 +7,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/ops.h"
@@ -49,22 +51,34 @@ struct Conv1dOptions {
 
 class Conv1d : public Module {
  public:
-  explicit Conv1d(const Conv1dOptions& o);
+  explicit Conv1d(const Conv1dOptions& o) : Conv1d(o, "Conv1d") {}
   // x [N, C, T] -> [N, O, T']. A wrong channel count or rank is reported with
   // the module's configuration. Which kernel runs depends on the shape and the
   // input's layout (kernel::conv1d_forward): float32 5-tap layers on
   // channels-last activations use Winograd F(4, 5) on AVX-512 CPUs
   // (heed::set_conv1d_winograd(false) for oneDNN's direct kernels).
   Tensor forward(const Tensor& x) override;
-  // relu(forward(x)) in one pass (Sequential uses it for Conv1d then ReLU).
-  Tensor forward_relu(const Tensor& x);
   std::string extra_repr() const override;
   Tensor weight;  // [O, C, K]
   Tensor bias;    // [O] or undefined
   Conv1dOptions options;
 
- private:
+ protected:
+  Conv1d(const Conv1dOptions& o, std::string type_name);
   void check_input(const Tensor& x) const;  // rank 3 with in_channels channels, or an error naming both
+};
+
+// A Conv1d followed by a ReLU, as one fused op (conv1d_relu: the ReLU is
+// applied inside the convolution's passes, forward and backward, instead of
+// a pass of its own over the activations), with the values and gradients of
+// Conv1d then ReLU. A Conv1d in all else: the same options, the same
+// parameters ("weight", "bias") drawn from the generator in the same order,
+// so it loads a Conv1d's state and starts from the same numbers.
+// PyTorch's counterpart is torch.ao.nn.intrinsic.ConvReLU1d.
+class Conv1dReLU : public Conv1d {
+ public:
+  explicit Conv1dReLU(const Conv1dOptions& o) : Conv1d(o, "Conv1dReLU") {}
+  Tensor forward(const Tensor& x) override;  // relu(conv1d(x)): [N, C, T] -> [N, O, T']
 };
 
 struct LayerNormOptions {
@@ -116,29 +130,60 @@ class Dropout : public Module {
   Generator* gen;
 };
 
-class ReLU : public Module {
+// An element-wise activation (autograd/activation.h) as a module: forward
+// is activation(x, kind). Printed under PyTorch's class names (ReLU(),
+// GELU(approximate='tanh'), SiLU(), ...), which the named modules below are.
+class ActivationLayer : public Module {
  public:
-  ReLU() : Module("ReLU") {}
-  Tensor forward(const Tensor& x) override { return relu(x); }
+  explicit ActivationLayer(Activation a);
+  Tensor forward(const Tensor& x) override { return activation(x, kind); }
+  std::string extra_repr() const override;
+  const Activation kind;
 };
 
-class GELU : public Module {
+class ReLU : public ActivationLayer {
  public:
-  explicit GELU(GeluApprox a = GeluApprox::erf) : Module("GELU"), approx(a) {}
-  Tensor forward(const Tensor& x) override { return gelu(x, approx); }
-  std::string extra_repr() const override { return approx == GeluApprox::tanh ? "approximate='tanh'" : ""; }
-  GeluApprox approx;
+  ReLU() : ActivationLayer(Activation::relu) {}
 };
 
-// Children named "0", "1", ... applied in order.
+class GELU : public ActivationLayer {
+ public:
+  explicit GELU(GeluApprox a = GeluApprox::erf)
+      : ActivationLayer(a == GeluApprox::tanh ? Activation::gelu_tanh : Activation::gelu) {}
+};
+
+class Tanh : public ActivationLayer {
+ public:
+  Tanh() : ActivationLayer(Activation::tanh) {}
+};
+
+class Sigmoid : public ActivationLayer {
+ public:
+  Sigmoid() : ActivationLayer(Activation::sigmoid) {}
+};
+
+class SiLU : public ActivationLayer {
+ public:
+  SiLU() : ActivationLayer(Activation::silu) {}
+};
+
+// Children applied in order, each to the previous one's output; nothing
+// else (a fused pair is a layer of its own, such as Conv1dReLU). Children
+// are named "0", "1", ... by position unless given names, as in PyTorch's
+// Sequential(OrderedDict(...)): names keep a model's parameter names, the
+// keys of its checkpoints, when its layers change (shapes_models.cpp).
 class Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}
   Sequential(std::initializer_list<std::shared_ptr<Module>> mods);
-  void push_back(std::shared_ptr<Module> m);
+  Sequential(std::initializer_list<std::pair<std::string, std::shared_ptr<Module>>> named);
+  void push_back(std::shared_ptr<Module> m);  // named by its position
+  void push_back(const std::string& name, std::shared_ptr<Module> m);
   Tensor forward(const Tensor& x) override;
   size_t size() const { return children().size(); }
   std::shared_ptr<Module> operator[](size_t i) const { return children().at(i).second; }
+  // The child of that name, or an error naming it and the children there are.
+  std::shared_ptr<Module> operator[](const std::string& name) const;
 };
 
 }  // namespace heed::nn

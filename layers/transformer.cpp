@@ -13,15 +13,6 @@ namespace heed::nn {
 
 namespace {
 
-const char* activation_name(Activation a) {
-  switch (a) {
-    case Activation::relu: return "relu";
-    case Activation::gelu: return "gelu";
-    case Activation::gelu_tanh: return "gelu_tanh";
-  }
-  return "?";
-}
-
 void check_rate(const char* who, double p) {
   if (!(p >= 0.0 && p < 1.0)) fail("{}: dropout {} out of range (expected 0 <= p < 1)", who, p);
 }
@@ -44,12 +35,7 @@ Tensor FeedForward::forward(const Tensor& x) {
   check_defined(x, "FeedForward");
   if (x.dim() < 1 || x.size(-1) != options.dim_)
     fail("FeedForward({}): expected input [.., {}], got {}", extra_repr(), options.dim_, shape_str(x.shape()));
-  Tensor h = fc1->forward(x);  // [.., hidden]
-  switch (options.activation_) {
-    case Activation::relu: h = relu(h); break;
-    case Activation::gelu: h = gelu(h, GeluApprox::erf); break;
-    case Activation::gelu_tanh: h = gelu(h, GeluApprox::tanh); break;
-  }
+  Tensor h = activation(fc1->forward(x), options.activation_);  // [.., hidden]
   return dropout(fc2->forward(h), options.dropout_, is_training());
 }
 

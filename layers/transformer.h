@@ -21,11 +21,10 @@
 
 namespace heed::nn {
 
-enum class Activation { relu, gelu, gelu_tanh };  // gelu = exact (erf) GELU
-
 struct FeedForwardOptions {
   explicit FeedForwardOptions(int64_t dim) : dim_(dim) {}
   FeedForwardOptions& hidden(int64_t h) { hidden_ = h; return *this; }  // 0 = 4 dim
+  // Any of autograd/activation.h (heed::Activation); exact GELU by default.
   FeedForwardOptions& activation(Activation a) { activation_ = a; return *this; }
   FeedForwardOptions& bias(bool b) { bias_ = b; return *this; }
   FeedForwardOptions& dropout(double p) { dropout_ = p; return *this; }  // on the output, while training

@@ -325,21 +325,24 @@ void cross_entropy_benchmarks() {
   }
 }
 
-void gelu_benchmarks() {
-  // The feed-forward hidden layer [R, 4 D], exact (erf) GELU, the default.
-  for (auto [label, R, F] : {std::tuple{"gpt-128 fc1 output", int64_t{768}, int64_t{512}}, {"gpt-256 fc1 output", 3072, 1024}}) {
-    const std::string shape = fmt::format("R{}_F{}", R, F);
-    const double n = static_cast<double>(R * F);
-    add("gelu_forward/" + shape, label, [R, F, n](benchmark::State& st) {
-      Tensor x = rnd({R, F}, 1);
-      for (auto _ : st) benchmark::DoNotOptimize(k::unary(k::Unary::gelu_erf, x));
-      count_bytes(st, kF32 * 2 * n);
-    });
-    add("gelu_backward/" + shape, label, [R, F, n](benchmark::State& st) {
-      Tensor x = rnd({R, F}, 1), g = rnd({R, F}, 2);
-      for (auto _ : st) benchmark::DoNotOptimize(k::unary_backward(k::Unary::gelu_erf, x, g));
-      count_bytes(st, kF32 * 3 * n);
-    });
+void activation_benchmarks() {
+  // The feed-forward hidden layer [R, 4 D]: exact (erf) GELU, the default, and SiLU.
+  for (auto [name, op] : {std::pair{"gelu", k::Unary::gelu_erf}, {"silu", k::Unary::silu}}) {
+    for (auto [label, R, F] :
+         {std::tuple{"gpt-128 fc1 output", int64_t{768}, int64_t{512}}, {"gpt-256 fc1 output", 3072, 1024}}) {
+      const std::string shape = fmt::format("R{}_F{}", R, F);
+      const double n = static_cast<double>(R * F);
+      add(fmt::format("{}_forward/{}", name, shape), label, [R, F, n, op](benchmark::State& st) {
+        Tensor x = rnd({R, F}, 1);
+        for (auto _ : st) benchmark::DoNotOptimize(k::unary(op, x));
+        count_bytes(st, kF32 * 2 * n);
+      });
+      add(fmt::format("{}_backward/{}", name, shape), label, [R, F, n, op](benchmark::State& st) {
+        Tensor x = rnd({R, F}, 1), g = rnd({R, F}, 2);
+        for (auto _ : st) benchmark::DoNotOptimize(k::unary_backward(op, x, g));
+        count_bytes(st, kF32 * 3 * n);
+      });
+    }
   }
 }
 
@@ -350,7 +353,7 @@ const char* kUsage =
     "Per-kernel micro-benchmarks of heed's backend (core/kernels.h) at the shapes of the\n"
     "bundled models: conv1d forward/backward (toy models), the Linear matmuls forward and\n"
     "backward (gpt-128, gpt-256), fused and plain attention forward/backward, LayerNorm,\n"
-    "softmax, cross-entropy and GELU forward/backward.\n"
+    "softmax, cross-entropy, and GELU and SiLU forward/backward.\n"
     "Counters: FLOP = analytic FLOPs per second of wall time (FLOP=85G/s is 85 GFLOP/s);\n"
     "bytes = minimum memory traffic per second, for the memory-bound kernels.\n"
     "\n"
@@ -413,7 +416,7 @@ int main(int argc, char** argv) {
   layer_norm_benchmarks();
   softmax_benchmarks();
   cross_entropy_benchmarks();
-  gelu_benchmarks();
+  activation_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

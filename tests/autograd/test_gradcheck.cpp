@@ -89,6 +89,9 @@ std::vector<Case> cases() {
       {"gelu erf", {{3, 4}}, [](V x) { return gelu(x[0] * 3.0, GeluApprox::erf); }},
       {"gelu tanh", {{3, 4}}, [](V x) { return gelu(x[0] * 3.0, GeluApprox::tanh); }},
       {"gelu nc", {{4, 3}}, [](V x) { return gelu(T(x[0])); }},
+      {"silu", {{3, 4}}, [](V x) { return silu(x[0] * 4.0); }},
+      {"silu nc", {{4, 3}}, [](V x) { return silu(T(x[0])); }},
+      {"activation(silu) by enum", {{3, 4}}, [](V x) { return activation(x[0] * 3.0, Activation::silu); }},
       // matmul
       {"matmul 2d", {{3, 4}, {4, 5}}, [](V x) { return matmul(x[0], x[1]); }},
       {"linear 2d", {{3, 4}, {5, 4}, {5}}, [](V x) { return linear(x[0], x[1], x[2]); }},

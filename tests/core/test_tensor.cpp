@@ -403,6 +403,50 @@ TEST_CASE("unary ops match the C library and the textbook formulas") {
   test::check_error([&] { k::unary(k::Unary::exp, Tensor::arange(3, DType::i64)); }, {"exp", "int64"});
 }
 
+TEST_CASE("silu: PyTorch's values and derivatives; float32 (fast exp) within 1e-6 of float64") {
+  // torch.nn.functional.silu in float64 (PyTorch 1.13), and its gradient.
+  const std::vector<double> xs = {-20.0, -3.0, -1.0, -0.25, 0.0, 0.5, 1.0, 2.0, 5.0};
+  const std::vector<double> ys = {-4.122307236380407e-08, -0.14227761953270035, -0.2689414213699951,
+                                  -0.10945587477855048,   0.0,                  0.3112296656009273,
+                                  0.7310585786300049,     1.7615941559557646,   4.966535745378576};
+  const std::vector<double> ds = {-3.9161918660646786e-08, -0.08810410601516962, 0.07232948812851325,
+                                  0.37628997842980233,     0.5,                  0.7399611873026519,
+                                  0.9276705118714869,      1.0907842487848955,   1.0265474324296655};
+  Tensor x = Tensor::from_f64(xs, {9});
+  auto y = k::unary(k::Unary::silu, x).to_vector<double>();
+  auto d = k::unary_backward(k::Unary::silu, x, Tensor::ones({9}, DType::f64)).to_vector<double>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    INFO("x = " << xs[i]);
+    CHECK(y[i] == doctest::Approx(ys[i]).epsilon(1e-14));
+    CHECK(d[i] == doctest::Approx(ds[i]).epsilon(1e-14));
+  }
+  // float32 over [-30, 30] (contiguous, so the vectorised loop runs), against
+  // float64: within 1e-6 of max(1, |y|), the fast exp's error and float rounding.
+  Tensor xf = Tensor::linspace(-30.0, 30.0, 6001);
+  Tensor x64 = k::to_dtype(xf, DType::f64);
+  Tensor g = Tensor::full({6001}, 0.75f), g64 = k::to_dtype(g, DType::f64);
+  auto yf = k::unary(k::Unary::silu, xf).to_vector<double>(), y64 = k::unary(k::Unary::silu, x64).to_vector<double>();
+  auto df = k::unary_backward(k::Unary::silu, xf, g).to_vector<double>();
+  auto d64 = k::unary_backward(k::Unary::silu, x64, g64).to_vector<double>();
+  double worst_y = 0, worst_d = 0;
+  for (size_t i = 0; i < yf.size(); ++i) {
+    worst_y = std::max(worst_y, std::abs(yf[i] - y64[i]) / std::max(1.0, std::abs(y64[i])));
+    worst_d = std::max(worst_d, std::abs(df[i] - d64[i]));
+  }
+  CHECK(worst_y < 1e-6);
+  CHECK(worst_d < 1e-6);
+  // Beyond exp's float range: the limits, 0 (as -0) and x; NaN stays NaN.
+  auto edge = k::unary(k::Unary::silu, Tensor::from({-100.0f, 100.0f, NAN}, {3})).to_vector<float>();
+  CHECK(edge[0] == 0.0f);
+  CHECK(std::signbit(edge[0]));
+  CHECK(edge[1] == 100.0f);
+  CHECK(std::isnan(edge[2]));
+  auto dedge = k::unary_backward(k::Unary::silu, Tensor::from({-100.0f, 100.0f}, {2}), Tensor::ones({2}))
+                   .to_vector<float>();
+  CHECK(dedge[0] == 0.0f);
+  CHECK(dedge[1] == 1.0f);
+}
+
 TEST_CASE("where and masked_fill broadcast the condition; any nonzero value is true") {
   Tensor cond = Tensor::from({1, 0, 0.5f}, {3});
   Tensor a = Tensor::from({1, 2, 3, 4, 5, 6}, {2, 3});

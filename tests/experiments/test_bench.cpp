@@ -42,7 +42,7 @@ TEST_CASE("heed bench: one workload's figures and its per-op profile") {
   CHECK(has(r.out, "toy-cnn"));
   CHECK_FALSE(has(r.out, "toy-attention"));  // --only
   CHECK(has(r.out, "profile of toy-cnn over 2 steps"));
-  // The CNN's Conv1d + ReLU pairs run fused; its last conv has one output channel.
+  // The CNN's Conv1dReLU layers run the fused op; its last conv has one output channel.
   CHECK(has(r.out, "conv1d_relu [100, 64, 100]"));
   CHECK(has(r.out, "conv1d [100, 1, 100]"));
   CHECK(has(r.out, "(optimiser step)"));

@@ -250,27 +250,108 @@ TEST_CASE("worked example 5 through SelfAttention: W_K = c S copies the previous
   test::check_close(out, {0.25, 0.25, 0.25, 0.25, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}, 1e-6);
 }
 
-TEST_CASE("layers: Sequential runs Conv1d then ReLU fused, with the unfused values and gradients, bit for bit") {
+TEST_CASE("layers: Conv1dReLU equals Conv1d then ReLU, values and gradients bit for bit; Sequential fuses nothing") {
   for (int64_t in : {1, 3}) {  // one input channel: channels-last activations from the first layer on
     INFO("in_channels=" << in);
-    Generator g(4);
-    auto c1 = std::make_shared<Conv1d>(Conv1dOptions(in, 16, 5).padding(2).generator(&g));
-    auto c2 = std::make_shared<Conv1d>(Conv1dOptions(16, 16, 5).padding(2).generator(&g));
-    auto c3 = std::make_shared<Conv1d>(Conv1dOptions(16, 1, 5).padding(2).generator(&g));
-    Sequential s{c1, std::make_shared<ReLU>(), c2, std::make_shared<ReLU>(), c3, std::make_shared<ReLU>()};
+    // The same seed: Conv1dReLU draws its parameters as Conv1d does.
+    Generator gf(4), gp(4);
+    auto opts = [in](int64_t layer, Generator* g) {
+      return layer == 0 ? Conv1dOptions(in, 16, 5).padding(2).generator(g)
+             : layer == 1 ? Conv1dOptions(16, 16, 5).padding(2).generator(g)
+                          : Conv1dOptions(16, 1, 5).padding(2).generator(g);
+    };
+    Sequential fused{std::make_shared<Conv1dReLU>(opts(0, &gf)), std::make_shared<Conv1dReLU>(opts(1, &gf)),
+                     std::make_shared<Conv1dReLU>(opts(2, &gf))};
+    Sequential plain;
+    for (int64_t layer = 0; layer < 3; ++layer) {
+      plain.push_back(std::to_string(2 * layer), std::make_shared<Conv1d>(opts(layer, &gp)));
+      plain.push_back(std::to_string(2 * layer + 1), std::make_shared<ReLU>());
+    }
     Tensor x = test::det_tensor({4, in, 30}, 7);
-    Tensor y = s.forward(x);
-    backward(sum(y * y));
-    std::vector<std::vector<float>> fused{y.to_vector<float>()};
-    for (auto& p : s.parameters()) fused.push_back(p.grad().to_vector<float>());
-    s.zero_grad();
-    // The same layers called one by one: conv1d, then relu.
-    Tensor h = relu(c3->forward(relu(c2->forward(relu(c1->forward(x))))));
-    backward(sum(h * h));
-    std::vector<std::vector<float>> plain{h.to_vector<float>()};
-    for (auto& p : s.parameters()) plain.push_back(p.grad().to_vector<float>());
-    REQUIRE(fused.size() == plain.size());
-    for (size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == plain[i]);
-    CHECK(y.grad_fn()->name == "conv1d_relu");  // after a one-output-channel conv too
+    auto run = [&](Sequential& s) {
+      Tensor y = s.forward(x);
+      backward(sum(y * y));
+      std::vector<std::vector<float>> r{y.to_vector<float>()};
+      for (auto& p : s.parameters()) r.push_back(p.grad().to_vector<float>());
+      return std::make_pair(y, r);
+    };
+    auto [yf, rf] = run(fused);
+    auto [yp, rp] = run(plain);
+    REQUIRE(rf.size() == rp.size());
+    for (size_t i = 0; i < rf.size(); ++i) CHECK(rf[i] == rp[i]);
+    CHECK(yf.grad_fn()->name == "conv1d_relu");  // after a one-output-channel conv too
+    CHECK(yp.grad_fn()->name == "relu");         // Sequential runs each child as it is
   }
+}
+
+TEST_CASE("layers: Conv1dReLU is a Conv1d by its parameters: names, initial values, state; its own summary line") {
+  Generator a(9), b(9);
+  Conv1dReLU f(Conv1dOptions(3, 4, 5).padding(2).generator(&a));
+  Conv1d c(Conv1dOptions(3, 4, 5).padding(2).generator(&b));
+  std::vector<std::string> names;
+  for (auto& [n, p] : f.named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"weight", "bias"});
+  CHECK(f.weight.to_vector<float>() == c.weight.to_vector<float>());
+  CHECK(f.bias.to_vector<float>() == c.bias.to_vector<float>());
+  Generator g(10);
+  Conv1d other(Conv1dOptions(3, 4, 5).padding(2).generator(&g));
+  f.load_state_dict(other.state_dict());
+  CHECK(f.weight.to_vector<float>() == other.weight.to_vector<float>());
+  CHECK(f.summary() == "Conv1dReLU(3, 4, kernel_size=(5,), stride=(1,), padding=(2,))\nnb_parameters 64");
+  test::check_error([&] { f.forward(Tensor::zeros({2, 2, 10})); },
+                    {"Conv1dReLU(3, 4", "expected input [N, 3, T]", "[2, 2, 10]"});
+  check_module_grads(f, {2, 3, 9});
+}
+
+TEST_CASE("layers: the activation modules are activation(x, a) under PyTorch's names") {
+  struct Row {
+    std::shared_ptr<Module> m;
+    Activation a;
+    std::string summary;
+  };
+  std::vector<Row> rows = {
+      {std::make_shared<ReLU>(), Activation::relu, "ReLU()"},
+      {std::make_shared<GELU>(), Activation::gelu, "GELU()"},
+      {std::make_shared<GELU>(GeluApprox::tanh), Activation::gelu_tanh, "GELU(approximate='tanh')"},
+      {std::make_shared<Tanh>(), Activation::tanh, "Tanh()"},
+      {std::make_shared<Sigmoid>(), Activation::sigmoid, "Sigmoid()"},
+      {std::make_shared<SiLU>(), Activation::silu, "SiLU()"},
+  };
+  REQUIRE(rows.size() == std::size(kActivations));  // one named module per activation
+  Tensor x = test::det_tensor({3, 8}, 5, -3.0, 3.0);
+  for (const Row& r : rows) {
+    INFO(r.summary);
+    CHECK(r.m->summary() == r.summary + "\nnb_parameters 0");
+    CHECK(std::dynamic_pointer_cast<ActivationLayer>(r.m)->kind == r.a);
+    CHECK(r.m->forward(x).to_vector<float>() == activation(x, r.a).to_vector<float>());
+    // The generic module prints as its named one.
+    CHECK(ActivationLayer(r.a).summary() == r.m->summary());
+  }
+}
+
+TEST_CASE("layers: Sequential children may be named; a name is looked up, refused twice, and a missing one is named") {
+  Generator g(0);
+  Sequential s{{"0", std::make_shared<Conv1dReLU>(Conv1dOptions(1, 4, 3).padding(1).generator(&g))},
+               {"2", std::make_shared<SiLU>()},
+               {"head", std::make_shared<Conv1d>(Conv1dOptions(4, 1, 3).padding(1).generator(&g))}};
+  std::vector<std::string> names;
+  for (auto& [n, p] : s.named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "head.weight", "head.bias"});
+  CHECK(s.size() == 3);
+  CHECK(s["2"] == s[1]);
+  CHECK(s["head"]->type_name() == "Conv1d");
+  CHECK(s.summary() ==
+        "Sequential(\n"
+        "  (0): Conv1dReLU(1, 4, kernel_size=(3,), stride=(1,), padding=(1,))\n"
+        "  (2): SiLU()\n"
+        "  (head): Conv1d(4, 1, kernel_size=(3,), stride=(1,), padding=(1,))\n"
+        ")\n"
+        "nb_parameters 29");
+  Tensor x = test::det_tensor({2, 1, 6}, 4);
+  Tensor y = s.forward(x);
+  Tensor h = s[2]->forward(silu(s[0]->forward(x)));
+  CHECK(y.to_vector<float>() == h.to_vector<float>());
+  test::check_error([&] { s["1"]; }, {"no child named '1'", "'0', '2', 'head'"});
+  test::check_error([&] { s.push_back("2", std::make_shared<ReLU>()); }, {"'2' already registered"});
+  test::check_error([&] { s.push_back(nullptr); }, {"null module"});
 }

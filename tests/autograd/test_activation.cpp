@@ -1,0 +1,70 @@
+// tests/autograd/test_activation.cpp: the Activation enum (autograd/
+// activation.h): its names, parsing them, and activation(x, a) being the
+// per-op function it names, in values, gradients and op name.
+#include "test_util.h"
+
+using namespace heed;
+
+namespace {
+
+// The function of autograd/ops.h that each activation names.
+Tensor named_op(const Tensor& x, Activation a) {
+  switch (a) {
+    case Activation::relu: return relu(x);
+    case Activation::gelu: return gelu(x);
+    case Activation::gelu_tanh: return gelu(x, GeluApprox::tanh);
+    case Activation::tanh: return tanh(x);
+    case Activation::sigmoid: return sigmoid(x);
+    case Activation::silu: return silu(x);
+  }
+  FAIL("unhandled activation");
+  return Tensor();
+}
+
+}  // namespace
+
+TEST_CASE("activation: the names are released spellings, and parse back") {
+  // Summaries logged by past runs hold these strings ("activation=gelu").
+  std::vector<std::string> names;
+  for (Activation a : kActivations) names.push_back(activation_name(a));
+  CHECK(names == std::vector<std::string>{"relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "silu"});
+  for (Activation a : kActivations) CHECK(parse_activation(activation_name(a)) == a);
+}
+
+TEST_CASE("activation: an unknown name is refused, naming it and listing the valid ones") {
+  test::check_error([] { parse_activation("swish"); },
+                    {"unknown activation 'swish'", "relu, gelu, gelu_tanh, tanh, sigmoid, silu"});
+  test::check_error([] { parse_activation("GELU"); }, {"'GELU'"});
+  test::check_error([] { parse_activation(""); }, {"''"});
+}
+
+TEST_CASE("activation(x, a) is the op it names: same values, gradient and op name, float32 and float64") {
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (Activation a : kActivations) {
+      INFO(activation_name(a) << " " << dtype_name(dt));
+      Tensor x1 = test::det_tensor({5, 7}, 3, -4.0, 4.0, dt), x2 = test::det_tensor({5, 7}, 3, -4.0, 4.0, dt);
+      x1.set_requires_grad(true);
+      x2.set_requires_grad(true);
+      Tensor y1 = activation(x1, a), y2 = named_op(x2, a);
+      CHECK(y1.grad_fn()->name == y2.grad_fn()->name);
+      CHECK(y1.to_vector<double>() == y2.to_vector<double>());
+      backward(sum(y1 * y1));
+      backward(sum(y2 * y2));
+      CHECK(x1.grad().to_vector<double>() == x2.grad().to_vector<double>());
+    }
+  }
+}
+
+TEST_CASE("activation(x, a) matches finite differences for every activation (float64)") {
+  for (Activation a : kActivations) {
+    INFO(activation_name(a));
+    // |x| >= 0.1: ReLU's kink at 0 is beyond a finite difference.
+    auto v = test::det_values(12, 17, 0.1, 2.0);
+    for (size_t i = 0; i < v.size(); i += 2) v[i] = -v[i];
+    Tensor x = Tensor::from_f64(v, {3, 4});
+    x.set_requires_grad(true);
+    auto r = autograd::gradcheck([a](const std::vector<Tensor>& in) { return activation(in[0], a); }, {x});
+    INFO("max |error| " << r.max_abs_err << "\n" << r.report);
+    CHECK(r.ok);
+  }
+}
