@@ -16,7 +16,6 @@ using k::Binary;
 using k::Unary;
 
 namespace {
-bool rg(const Tensor& t) { return t.defined() && t.requires_grad(); }
 
 void check_floating(const Tensor& t, const char* op) {
   check_defined(t, op);

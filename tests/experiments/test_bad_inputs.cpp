@@ -8,6 +8,7 @@
 
 #include "data/checkpoint.h"
 #include "data/h5.h"
+#include "experiments/common.h"
 #include "resume_check.h"
 #include "spawn.h"
 #include "test_util.h"
@@ -69,9 +70,11 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     int status;
     std::vector<std::string> message;
   };
+  std::string names;  // "charlm, copy, ...": every experiment of the table, in its order
+  for (const auto& e : experiments::experiments()) names += (names.empty() ? "" : ", ") + std::string(e.name);
   const std::vector<Case> cases = {
       {"unknown command", {"frobnicate"}, 2, {"unknown command 'frobnicate'"}},
-      {"unknown experiment", {"run", "nope"}, 2, {"unknown experiment 'nope'", "charlm, copy, shapes, sine"}},
+      {"unknown experiment", {"run", "nope"}, 2, {"unknown experiment 'nope'", names}},
       {"bad number", {"run", "copy", "--steps", "ten"}, 2, {"--steps", "'ten'", "integer"}},
       {"unknown option", {"run", "sine", "--epochs", "3"}, 2, {"unknown option '--epochs'"}},
       {"--checkpoint equal to --out",
