@@ -18,6 +18,13 @@
 // same FLOPs (the two products forward, four backward; causal counts only the
 // unmasked scores), so their FLOP rates compare directly.
 //
+// The fast Walsh-Hadamard transform (kernel::fwht_, in place) runs on rows of
+// d = 128 .. 65536 floats, 64 MiB in all (far beyond the caches) and 256 KiB
+// (in L2); its bytes counter is the traffic of one read and one write of every
+// element, and `memory_pass` (kernel::scale_ in place: the same one read and
+// one write, no arithmetic to speak of) at the same sizes is the bandwidth it
+// is measured against.
+//
 // Usage: heed_microbench [--threads N] [Google Benchmark flags], e.g.
 //   heed_microbench --benchmark_filter='attention.*gpt-256'
 #include <benchmark/benchmark.h>
@@ -343,6 +350,39 @@ void gelu_benchmarks() {
   }
 }
 
+void hadamard_benchmarks() {
+  // The data grows by sqrt(d) per transform and ends as inf and NaN; x86
+  // vector adds take the same time on those (only subnormals are slow), and
+  // a rescaling pass would double the traffic measured.
+  for (int64_t total : {int64_t{1} << 24, int64_t{1} << 16}) {  // 64 MiB, 256 KiB of floats
+    const char* where = total > (1 << 20) ? "64 MiB, memory" : "256 KiB, cache";
+    for (int64_t d : {128, 512, 4096, 65536}) {
+      if (d > total) continue;
+      const int64_t rows = total / d;
+      const std::string shape = fmt::format("R{}_D{}", rows, d);
+      add("fwht/" + shape, fmt::format("{}: {} adds per element", where, static_cast<int>(std::log2(d))),
+          [rows, d](benchmark::State& st) {
+            Tensor x = rnd({rows, d}, 1);
+            for (auto _ : st) {
+              k::fwht_(x);
+              benchmark::ClobberMemory();
+            }
+            count_bytes(st, kF32 * 2.0 * static_cast<double>(rows * d));
+            count_flops(st, static_cast<double>(rows * d) * std::log2(static_cast<double>(d)));
+          });
+    }
+    add(fmt::format("memory_pass/N{}", total), fmt::format("{}: one read + one write, in place", where),
+        [total](benchmark::State& st) {
+          Tensor x = rnd({total}, 1);
+          for (auto _ : st) {
+            k::scale_(x, 1.0);
+            benchmark::ClobberMemory();
+          }
+          count_bytes(st, kF32 * 2.0 * static_cast<double>(total));
+        });
+  }
+}
+
 const char* kUsage =
     "usage: heed_microbench [--threads N] [Google Benchmark flags]\n"
     "       (heed bench --micro [the same arguments])\n"
@@ -350,7 +390,8 @@ const char* kUsage =
     "Per-kernel micro-benchmarks of heed's backend (core/kernels.h) at the shapes of the\n"
     "bundled models: conv1d forward/backward (toy models), the Linear matmuls forward and\n"
     "backward (gpt-128, gpt-256), fused and plain attention forward/backward, LayerNorm,\n"
-    "softmax, cross-entropy and GELU forward/backward.\n"
+    "softmax, cross-entropy and GELU forward/backward; the Walsh-Hadamard transform (fwht) against\n"
+    "an in-place memory pass (memory_pass).\n"
     "Counters: FLOP = analytic FLOPs per second of wall time (FLOP=85G/s is 85 GFLOP/s);\n"
     "bytes = minimum memory traffic per second, for the memory-bound kernels.\n"
     "\n"
@@ -414,6 +455,7 @@ int main(int argc, char** argv) {
   softmax_benchmarks();
   cross_entropy_benchmarks();
   gelu_benchmarks();
+  hadamard_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
