@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/common.h"
 #include "layers/transformer.h"
 
 namespace heed::experiments {
@@ -20,6 +21,11 @@ struct SampleOptions {
 // With or without the cache, the same seed gives the same tokens (within one
 // context window; past it the window slides and positions restart).
 std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt, const SampleOptions& o);
+
+// The GPT of a charlm checkpoint with its validation text (heed quantize):
+// evaluate("") is the validation loss as the run logged it (the mean of its
+// fixed evaluation batches).
+std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const std::string& path);
 
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line);
 int run_sample(const std::vector<std::string>& args);
