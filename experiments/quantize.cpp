@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "experiments/plot.h"
 #include "heed.h"
 
 namespace heed::experiments {
@@ -330,6 +331,217 @@ int run_quantize(const std::vector<std::string>& args) {
   fmt::print("\nwritten: {} ({})\n", out, format_seconds(sw.seconds()));
   if (ck.experiment == "charlm") fmt::print("sample it: heed sample {}\n", out);
   fmt::print("inspect it: heed inspect {}\n", out);
+  return 0;
+}
+
+// ---- heed run compression ----
+
+namespace {
+
+struct SweepModel {
+  std::string label;  // "charlm", "shapes"
+  std::string path;
+  std::string model;  // the name in its checkpoint: "" or "attention"
+  std::unique_ptr<TrainedModels> tm;
+  std::map<std::string, Tensor> float_weights;  // to restore between cells
+  std::vector<std::pair<std::string, double>> baseline;
+  std::vector<std::string> auto_keep;  // matrices no method of the sweep may quantize
+};
+
+std::vector<int> parse_bits(const std::string& s) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(s)) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (*end != '\0' || v < quant::kMinBits || v > quant::kMaxBits)
+      throw UsageError(fmt::format("run compression: --bits expects integers in {}..{}, comma-separated, got '{}'",
+                                   quant::kMinBits, quant::kMaxBits, item));
+    if (std::find(out.begin(), out.end(), static_cast<int>(v)) == out.end()) out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) throw UsageError(fmt::format("run compression: --bits expects at least one value, got '{}'", s));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<quant::Method> parse_methods(const std::string& s) {
+  std::vector<quant::Method> out;
+  for (const std::string& item : split_list(s)) {
+    const std::vector<std::string> all = quant::method_names();
+    if (std::find(all.begin(), all.end(), item) == all.end())
+      throw UsageError(fmt::format("run compression: --methods expects some of {}, comma-separated, got '{}'",
+                                   fmt::join(all, ","), item));
+    out.push_back(quant::method_from_name(item));
+  }
+  if (out.empty()) throw UsageError(fmt::format("run compression: --methods expects at least one method, got '{}'", s));
+  return out;
+}
+
+}  // namespace
+
+int run_compression(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
+  std::string charlm, shapes, methods_s = "uniform,hadamard,gaussian,e8,lplr", bits_s = "2,3,4,8", range = "row";
+  int64_t seed = 0, rank = 0;
+  bool no_plot = false;
+  Run run("compression",
+          "Quantizes a trained charlm model and a trained shapes attention model with every method of\n"
+          "heed quantize at every bit width, evaluates each (validation loss; test MSE and\n"
+          "pair-attention score), logs the table to HDF5 and plots quality against bits per weight.",
+          RunOptions("runs/compression.h5").checkpoint_every(1).progress_seconds(0));
+  run.args()
+      .text("charlm", &charlm, "a charlm checkpoint (heed run charlm)")
+      .text("shapes", &shapes, "a shapes checkpoint holding the attention model (heed run shapes)")
+      .text("methods", &methods_s, "methods, comma-separated")
+      .text("bits", &bits_s, "bit widths, comma-separated (2..16)")
+      .choice("range", &range, {"row", "tensor"}, "one range per row or per matrix")
+      .integer("rank", &rank, "lplr: the factors' rank (0: half of each matrix's smaller side)", 0)
+      .integer("seed", &seed, "seed of the signs, rotations and sketches", 0)
+      .flag("no-plot", &no_plot, "leave out the figure (heed plot LOG draws it later)");
+  if (!run.parse(args, command_line)) return 0;
+  const std::vector<quant::Method> methods = parse_methods(methods_s);
+  const std::vector<int> bits = parse_bits(bits_s);
+  if (charlm.empty() && shapes.empty())
+    throw UsageError("run compression: expected --charlm CHECKPOINT and/or --shapes CHECKPOINT (trained with heed run "
+                     "charlm / heed run shapes --model attention)");
+  if (rank > 0 && std::find(methods.begin(), methods.end(), quant::Method::lplr) == methods.end())
+    throw UsageError(fmt::format("run compression: --rank {} applies to the lplr method, which --methods leaves out",
+                                 rank));
+
+  QuantizeSettings base;
+  base.range = range == "row" ? quant::Range::row : quant::Range::tensor;
+  base.rank = rank;
+  base.seed = static_cast<uint64_t>(seed);
+
+  std::vector<SweepModel> models;
+  for (const auto& [label, path] : {std::pair<std::string, std::string>{"charlm", charlm}, {"shapes", shapes}}) {
+    if (path.empty()) continue;
+    SweepModel m;
+    m.label = label;
+    m.path = path;
+    Checkpoint ck = load_checkpoint(path, label);
+    m.tm = trained_models(ck, path, "run compression");
+    if (label == "shapes") {
+      std::vector<std::string> n = m.tm->names();
+      if (std::find(n.begin(), n.end(), "attention") == n.end())
+        throw UsageError(fmt::format("run compression: --shapes '{}' holds no attention model (it has {}; train one "
+                                     "with heed run shapes --model attention)",
+                                     path, fmt::join(n, ", ")));
+      m.model = "attention";
+    }
+    // Matrices some method of the sweep cannot quantize stay float32 for every
+    // method, so that all of them quantize the same weights.
+    for (quant::Method method : methods) {
+      QuantizeSettings s = base;
+      s.method = method;
+      s.bits = bits.front();
+      if (method == quant::Method::e8)
+        for (const auto& [name, p] : m.tm->model(m.model).named_parameters())
+          if (p.dim() >= 2 && (p.numel() / p.size(0)) % 8 != 0 &&
+              std::find(m.auto_keep.begin(), m.auto_keep.end(), name) == m.auto_keep.end())
+            m.auto_keep.push_back(name);
+    }
+    for (quant::Method method : methods) {  // every plan checked before the run starts
+      QuantizeSettings s = base;
+      s.method = method;
+      s.bits = bits.front();
+      s.keep = m.auto_keep;
+      if (method != quant::Method::lplr) s.rank = 0;
+      plan_quantization(*m.tm, {m.model}, s, "run compression");
+    }
+    for (const auto& [k, t] : m.tm->model(m.model).state_dict()) m.float_weights[k] = kernel::clone(t);
+    m.baseline = m.tm->evaluate(m.model);
+    fmt::print("{} ({}{}): float32", label, path, m.model.empty() ? "" : ", model " + m.model);
+    for (const auto& [k, v] : m.baseline) fmt::print(" {} {:.4f}", metric_label(k), v);
+    fmt::print("\n");
+    if (!m.auto_keep.empty())
+      fmt::print("{}: kept in float32 by every method: {} (rows not a multiple of 8, which e8 needs)\n", label,
+                 fmt::join(m.auto_keep, ", "));
+    models.push_back(std::move(m));
+  }
+
+  const int64_t cells = static_cast<int64_t>(models.size() * methods.size() * bits.size());
+  run.set_steps(cells);
+  run.begin([&](RunLog& log) {
+    std::vector<std::string> bit_names;
+    for (int b : bits) bit_names.push_back(std::to_string(b));
+    std::vector<std::string> method_names;
+    for (quant::Method m : methods) method_names.push_back(quant::method_name(m));
+    log.set_attr("methods", fmt::format("{}", fmt::join(method_names, ",")));
+    log.set_attr("bits", fmt::format("{}", fmt::join(bit_names, ",")));
+    std::vector<std::string> labels;
+    for (const SweepModel& m : models) {
+      labels.push_back(m.label);
+      log.set_attr(m.label + "_checkpoint", m.path);
+      log.set_attr(m.label + "_kept", fmt::format("{}", fmt::join(m.auto_keep, ",")));
+      for (const auto& [k, v] : m.baseline) log.write_tensor("baseline/" + m.label + "/" + k, Tensor::from_f64({v}, {1}));
+      for (const std::string& method : method_names)
+        for (const std::string& metric : {std::string("bits"), std::string("bits_per_weight"),
+                                          std::string("bits_per_parameter"), std::string("rel_error")})
+          log.declare_scalar(m.label + "/" + method + "/" + metric);
+      for (const std::string& method : method_names)
+        for (const auto& [k, v] : m.baseline) log.declare_scalar(m.label + "/" + method + "/" + k);
+    }
+    log.set_attr("models", fmt::format("{}", fmt::join(labels, ",")));
+  });
+
+  while (run.next()) {
+    const int64_t cell = run.step() - 1;
+    const int64_t per_model = static_cast<int64_t>(methods.size() * bits.size());
+    SweepModel& m = models[static_cast<size_t>(cell / per_model)];
+    QuantizeSettings s = base;
+    s.method = methods[static_cast<size_t>((cell % per_model) / static_cast<int64_t>(bits.size()))];
+    s.bits = bits[static_cast<size_t>(cell % static_cast<int64_t>(bits.size()))];
+    s.keep = m.auto_keep;
+    if (s.method != quant::Method::lplr) s.rank = 0;
+    std::map<std::string, Tensor> now = m.tm->model(m.model).state_dict();
+    for (const auto& [k, t] : m.float_weights) kernel::copy_(now.at(k), t);
+    ModelQuantization mq = plan_quantization(*m.tm, {m.model}, s, "run compression");
+    quantize_planned(*m.tm, mq, s, false);
+    const std::vector<std::pair<std::string, double>> eval = m.tm->evaluate(m.model);
+    const std::string key = m.label + "/" + quant::method_name(s.method) + "/";
+    RunLog& log = run.log();
+    log.scalar(key + "bits", run.step(), s.bits);
+    log.scalar(key + "bits_per_weight", run.step(), mq.bits_per_weight());
+    log.scalar(key + "bits_per_parameter", run.step(), mq.bits_per_parameter());
+    log.scalar(key + "rel_error", run.step(), mq.rel_error());
+    std::string shown;
+    for (const auto& [k, v] : eval) {
+      log.scalar(key + k, run.step(), v);
+      shown += fmt::format(", {} {:.4f}", metric_label(k), v);
+    }
+    fmt::print("[{}/{}] {} {} {} bits: {:.3f} bits per weight, relative error {:.4f}{}\n", run.step(), cells, m.label,
+               quant::method_name(s.method), s.bits, mq.bits_per_weight(), mq.rel_error(), shown);
+    std::fflush(stdout);
+  }
+  if (int rc = run.finish()) return rc;
+
+  // The table, from the log (a resumed run printed only its own cells).
+  h5::File f(run.log_path(), h5::File::Mode::read);
+  for (const SweepModel& m : models) {
+    const std::string metric = m.baseline.front().first;
+    fmt::print("\n{}: {} (bits per weight in brackets); float32 {:.4f}\n", m.label, metric_label(metric),
+               m.baseline.front().second);
+    std::string header = fmt::format("| {:<9} |", "method");
+    for (int b : bits) header += fmt::format(" {:>17} |", fmt::format("{} bits", b));
+    fmt::print("{}\n", header);
+    for (quant::Method method : methods) {
+      const std::string key = "metrics/" + m.label + "/" + quant::method_name(method) + "/";
+      std::vector<double> v = f.read_tensor(key + metric).to_vector<double>();
+      std::vector<double> bpw = f.read_tensor(key + "bits_per_weight").to_vector<double>();
+      std::string row = fmt::format("| {:<9} |", quant::method_name(method));
+      for (size_t i = 0; i < bits.size(); ++i)
+        row += i * 3 + 1 < v.size() ? fmt::format(" {:>8.4f} ({:>5.2f}) |", v[i * 3 + 1], bpw[i * 3 + 1])
+                                    : fmt::format(" {:>17} |", "-");
+      fmt::print("{}\n", row);
+    }
+  }
+  f.close();
+  fmt::print("\nlog: {}\n", run.log_path());
+  if (no_plot) return 0;
+  try {
+    for (const auto& file : plot_log(run.log_path(), "", false)) fmt::print("plot: {}\n", file);
+  } catch (const Error& e) {
+    fmt::print("note: no plot was drawn: {}\n", e.what());
+  }
   return 0;
 }
 

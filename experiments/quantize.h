@@ -1,6 +1,7 @@
-// experiments/quantize.h: `heed quantize`: every weight matrix of a trained
+// experiments/quantize.h: `heed quantize` (every weight matrix of a trained
 // model quantized with one method of core/quantize.h, measured per layer,
-// the quantized model evaluated and written as a checkpoint.
+// the quantized model evaluated and written as a checkpoint) and
+// `heed run compression` (the table of methods x bits, logged and plotted).
 #pragma once
 
 #include <string>
@@ -60,5 +61,6 @@ ModelQuantization plan_quantization(TrainedModels& tm, const std::vector<std::st
 void quantize_planned(TrainedModels& tm, ModelQuantization& mq, const QuantizeSettings& s, bool echo);
 
 int run_quantize(const std::vector<std::string>& args);
+int run_compression(const std::vector<std::string>& args, const std::vector<std::string>& command_line);
 
 }  // namespace heed::experiments

@@ -1,8 +1,9 @@
-// tests/experiments/test_quantize.cpp: `heed quantize` on tiny trained
-// models, run as a user runs it: the per-layer report against the file it
-// wrote (bits per weight = bytes of the stored codes), the written checkpoint
-// read by heed sample, heed inspect and the library, the evaluation repeated
-// independently, and bad input.
+// tests/experiments/test_quantize.cpp: `heed quantize` and `heed run
+// compression` on tiny trained models, run as a user runs them: the
+// per-layer report against the file it wrote (bits per weight = bytes of the
+// stored codes), the written checkpoint read by heed sample, heed inspect and
+// the library, the evaluation repeated independently, the sweep's log, and
+// bad input.
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -258,4 +259,47 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
     for (const auto& m : c.message) CHECK(r.err.find(m) != std::string::npos);
     CHECK(snapshot(p) == before);
   }
+}
+
+TEST_CASE("heed run compression: the table of methods x bits logged to HDF5 (8 bits next to float32), printed and "
+          "read back by heed inspect") {
+  Trained& t = trained();
+  const std::string log = t.dir.path + "/comp.h5";
+  Result r = heed_cli({"run", "compression", "--charlm", t.lm, "--shapes", t.shapes, "--methods", "uniform,e8,lplr",
+                       "--bits", "2,8", "--threads", "1", "--no-plot", "--out", log},
+                      t.dir.path);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("| uniform   |") != std::string::npos);
+  CHECK(r.out.find("shapes: kept in float32 by every method: 0.weight") != std::string::npos);
+  h5::File f(log, h5::File::Mode::read);
+  CHECK(std::get<std::string>(f.get_attr("/", "experiment")) == "compression");
+  const double val0 = f.read_tensor("baseline/charlm/val_loss").item();
+  const double mse0 = f.read_tensor("baseline/shapes/test_mse").item();
+  for (const std::string method : {"uniform", "e8", "lplr"}) {
+    CAPTURE(method);
+    std::vector<double> val = f.read_tensor("metrics/charlm/" + method + "/val_loss").to_vector<double>();
+    std::vector<double> bits = f.read_tensor("metrics/charlm/" + method + "/bits").to_vector<double>();
+    std::vector<double> bpw = f.read_tensor("metrics/shapes/" + method + "/bits_per_weight").to_vector<double>();
+    std::vector<double> mse = f.read_tensor("metrics/shapes/" + method + "/test_mse").to_vector<double>();
+    REQUIRE(val.size() == 6);  // two rows of (step, value, wall_seconds)
+    CHECK(bits[1] == 2);
+    CHECK(bits[4] == 8);
+    CHECK(bpw[4] > bpw[1]);
+    if (method != "lplr") {  // half rank: its error is the low-rank part's, whatever the bits
+      CHECK(std::abs(val[4] - val0) < 0.01);
+      CHECK(std::abs(mse[4] - mse0) < 0.02 * mse0);
+      CHECK(bpw[1] == doctest::Approx(2.0).epsilon(0.25));
+    }
+  }
+  f.close();
+  Result i = heed_cli({"inspect", log}, t.dir.path);
+  CHECK(i.status == 0);
+  CHECK(i.out.find("charlm/e8/val_loss") != std::string::npos);
+  // Bad lists are refused before anything is written.
+  Result bad = heed_cli({"run", "compression", "--charlm", t.lm, "--bits", "2,20", "--out", t.dir.path + "/bad.h5"},
+                        t.dir.path);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("'20'") != std::string::npos);
+  CHECK(!fs::exists(t.dir.path + "/bad.h5"));
 }
