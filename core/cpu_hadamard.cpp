@@ -13,6 +13,7 @@
 //     goes through memory O(log(n / block)) times instead of O(log n).
 // Each row is transformed by one thread in a fixed order of additions.
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/kernels.h"
@@ -37,6 +38,24 @@ inline void radix8(T* __restrict x) {
   x[5] = b1 - b5;
   x[6] = b2 - b6;
   x[7] = b3 - b7;
+}
+
+// The same for floats as one 8-lane vector: level h is v' = swap_h(v) + s_h v,
+// swap_h exchanging the halves of each block of 2h lanes, s_h = +1 on the
+// lower half and -1 on the upper (so lane j gets x_j + x_{j+h}, lane j + h
+// gets x_j - x_{j+h}: the scalar additions, the same roundings). GCC's vector
+// extensions lower this to AVX2 / AVX-512VL shuffles, or SSE pairs.
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+template <>
+inline void radix8<float>(float* __restrict x) {
+  v8f v;
+  std::memcpy(&v, x, sizeof v);
+  v = __builtin_shuffle(v, v8i{1, 0, 3, 2, 5, 4, 7, 6}) + v * v8f{1, -1, 1, -1, 1, -1, 1, -1};
+  v = __builtin_shuffle(v, v8i{2, 3, 0, 1, 6, 7, 4, 5}) + v * v8f{1, 1, -1, -1, 1, 1, -1, -1};
+  v = __builtin_shuffle(v, v8i{4, 5, 6, 7, 0, 1, 2, 3}) + v * v8f{1, 1, 1, 1, -1, -1, -1, -1};
+  std::memcpy(x, &v, sizeof v);
 }
 
 // Level h alone over x[0, n).
