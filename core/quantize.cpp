@@ -734,6 +734,27 @@ Quantized from_state(const std::map<std::string, Tensor>& state, const std::stri
   return q;
 }
 
+double row_peak(const Tensor& x) {
+  check_defined(x, "row_peak");
+  if (x.dim() != 2) fail("row_peak: expected a matrix [R, C], got shape {}", shape_str(x.shape()));
+  const int64_t R = x.size(0), C = x.size(1);
+  std::vector<double> v = x.to_vector<double>();
+  double sum = 0;
+  int64_t rows = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    double m = 0, sq = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double a = v[static_cast<size_t>(r * C + c)];
+      m = std::max(m, std::abs(a));
+      sq += a * a;
+    }
+    if (sq == 0) continue;
+    sum += m / std::sqrt(sq / static_cast<double>(C));
+    ++rows;
+  }
+  return rows > 0 ? sum / static_cast<double>(rows) : 0.0;
+}
+
 double relative_error(const Tensor& w, const Tensor& w_hat) {
   if (w.shape() != w_hat.shape())
     fail("relative_error: shapes differ: {} and {}", shape_str(w.shape()), shape_str(w_hat.shape()));

@@ -200,6 +200,14 @@ std::map<std::string, Tensor> to_state(const Quantized& q);
 // mis-sized or of another dtype.
 Quantized from_state(const std::map<std::string, Tensor>& state, const std::string& what);
 
+// How peaked the rows of x [R, C] are: the mean over rows of
+// max |x_r| / rms(x_r) (zero rows left out). The dynamic range a uniform
+// quantizer spends its levels on, in units of the row's RMS: sqrt(3) = 1.73
+// for uniformly distributed entries, about sqrt(2 ln 2C) for Gaussian ones
+// (2.9 at C = 128), up to sqrt(C) for one large coordinate; the rotations
+// bring any row near the Gaussian value.
+double row_peak(const Tensor& x);
+
 // ||w - w_hat||_F / ||w||_F in float64 (the absolute error when w is zero).
 double relative_error(const Tensor& w, const Tensor& w_hat);
 

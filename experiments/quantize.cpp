@@ -48,6 +48,24 @@ double ModelQuantization::rel_error() const {
   return n > 0 ? std::sqrt(e / n) : std::sqrt(e);
 }
 
+double ModelQuantization::peak() const {
+  double s = 0, n = 0;
+  for (const auto& l : layers) {
+    s += l.peak * static_cast<double>(l.rows);
+    n += static_cast<double>(l.rows);
+  }
+  return n > 0 ? s / n : 0.0;
+}
+
+double ModelQuantization::peak_quantized() const {
+  double s = 0, n = 0;
+  for (const auto& l : layers) {
+    s += l.peak_quantized * static_cast<double>(l.rows);
+    n += static_cast<double>(l.rows);
+  }
+  return n > 0 ? s / n : 0.0;
+}
+
 namespace {
 
 std::string model_label(const std::string& model, const std::string& name) {
@@ -151,11 +169,20 @@ void quantize_planned(TrainedModels& tm, ModelQuantization& mq, const QuantizeSe
     }
     l.sq_error = e;
     l.sq_norm = n;
+    l.peak = quant::row_peak(w);
+    switch (s.method) {
+      case quant::Method::hadamard:
+      case quant::Method::e8: l.peak_quantized = quant::row_peak(quant::RandomizedHadamard(l.cols, o.seed).apply(w)); break;
+      case quant::Method::gaussian: l.peak_quantized = quant::row_peak(quant::GaussianRotation(l.cols, o.seed).apply(w)); break;
+      default: l.peak_quantized = l.peak; break;
+    }
     kernel::copy_(p, kernel::reshape(w_hat, p.shape()));
     if (echo) {
       const std::string rank = l.rank > 0 ? fmt::format(" rank {}", l.rank) : std::string();
-      fmt::print("  {:<34} {:<14} {:>9.4f} {:>9.3f}{}\n", model_label(l.model, l.name), shape_str(l.shape),
-                 l.rel_error, l.q.bits_per_weight(), rank);
+      const std::string peak = l.peak_quantized != l.peak ? fmt::format("{:.2f} -> {:.2f}", l.peak, l.peak_quantized)
+                                                          : fmt::format("{:.2f}", l.peak);
+      fmt::print("  {:<34} {:<14} {:>9.4f} {:>9.3f}   {:<12}{}\n", model_label(l.model, l.name), shape_str(l.shape),
+                 l.rel_error, l.q.bits_per_weight(), peak, rank);
       std::fflush(stdout);
     }
   }
@@ -290,7 +317,8 @@ int run_quantize(const std::vector<std::string>& args) {
                                              : std::string());
   std::vector<std::vector<std::pair<std::string, double>>> before;
   for (const auto& n : names) before.push_back(tm->evaluate(n));
-  fmt::print("\n  {:<34} {:<14} {:>9} {:>9}\n", "parameter", "shape", "rel.error", "bits/wt");
+  fmt::print("\n  {:<34} {:<14} {:>9} {:>9}   {}\n", "parameter", "shape", "rel.error", "bits/wt",
+             "row max/rms (the range in RMS units; after the rotation)");
   quantize_planned(*tm, mq, s, true);
   for (const std::string& k : mq.kept) fmt::print("  {:<34} kept in float32 (--keep)\n", k);
 
@@ -309,6 +337,9 @@ int run_quantize(const std::vector<std::string>& args) {
              "{:.4f}\n",
              mq.layers.size(), mq.quantized_weights(), mq.bits_per_weight(), static_cast<double>(codes) / nw,
              static_cast<double>(scales) / nw, side_part, mq.rel_error());
+  fmt::print("rows' max / rms: {:.2f}{}\n", mq.peak(),
+             mq.peak_quantized() != mq.peak() ? fmt::format(", {:.2f} after the rotation", mq.peak_quantized())
+                                              : std::string());
   fmt::print("the whole model{} (biases, norms{} in float32): {:.3f} bits per parameter, {:.1f}x smaller than "
              "float32\n",
              names.size() > 1 ? "s" : "", mq.kept.empty() ? "" : ", kept matrices", mq.bits_per_parameter(),
@@ -475,7 +506,8 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
       for (const auto& [k, v] : m.baseline) log.write_tensor("baseline/" + m.label + "/" + k, Tensor::from_f64({v}, {1}));
       for (const std::string& method : method_names)
         for (const std::string& metric : {std::string("bits"), std::string("bits_per_weight"),
-                                          std::string("bits_per_parameter"), std::string("rel_error")})
+                                          std::string("bits_per_parameter"), std::string("rel_error"),
+                                          std::string("row_peak")})
           log.declare_scalar(m.label + "/" + method + "/" + metric);
       for (const std::string& method : method_names)
         for (const auto& [k, v] : m.baseline) log.declare_scalar(m.label + "/" + method + "/" + k);
@@ -503,6 +535,7 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
     log.scalar(key + "bits_per_weight", run.step(), mq.bits_per_weight());
     log.scalar(key + "bits_per_parameter", run.step(), mq.bits_per_parameter());
     log.scalar(key + "rel_error", run.step(), mq.rel_error());
+    log.scalar(key + "row_peak", run.step(), mq.peak_quantized());
     std::string shown;
     for (const auto& [k, v] : eval) {
       log.scalar(key + k, run.step(), v);
@@ -521,16 +554,18 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
     fmt::print("\n{}: {} (bits per weight in brackets); float32 {:.4f}\n", m.label, metric_label(metric),
                m.baseline.front().second);
     std::string header = fmt::format("| {:<9} |", "method");
-    for (int b : bits) header += fmt::format(" {:>17} |", fmt::format("{} bits", b));
-    fmt::print("{}\n", header);
+    for (int b : bits) header += fmt::format(" {:>18} |", fmt::format("{} bits", b));
+    std::string rule = "| --- |";
+    for (size_t i = 0; i < bits.size(); ++i) rule += " --- |";
+    fmt::print("{}\n{}\n", header, rule);
     for (quant::Method method : methods) {
       const std::string key = "metrics/" + m.label + "/" + quant::method_name(method) + "/";
       std::vector<double> v = f.read_tensor(key + metric).to_vector<double>();
       std::vector<double> bpw = f.read_tensor(key + "bits_per_weight").to_vector<double>();
       std::string row = fmt::format("| {:<9} |", quant::method_name(method));
       for (size_t i = 0; i < bits.size(); ++i)
-        row += i * 3 + 1 < v.size() ? fmt::format(" {:>8.4f} ({:>5.2f}) |", v[i * 3 + 1], bpw[i * 3 + 1])
-                                    : fmt::format(" {:>17} |", "-");
+        row += i * 3 + 1 < v.size() ? fmt::format(" {:>9.4f} ({:>5.2f}) |", v[i * 3 + 1], bpw[i * 3 + 1])
+                                    : fmt::format(" {:>18} |", "-");
       fmt::print("{}\n", row);
     }
   }

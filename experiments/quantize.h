@@ -33,6 +33,9 @@ struct LayerQuantization {
   quant::Quantized q;
   double rel_error = 0;   // ||W - W'||_F / ||W||_F
   double sq_error = 0, sq_norm = 0;  // ||W - W'||_F^2 and ||W||_F^2
+  // quant::row_peak of the rows as they are, and as the quantizer sees them
+  // (after the rotation of hadamard, gaussian, e8; lplr: of L's columns).
+  double peak = 0, peak_quantized = 0;
   // The checkpoint keys: its weights (model/...) and its stored form (quantized/...).
   std::string weight_key() const;
   std::string quantized_key() const;
@@ -47,6 +50,9 @@ struct ModelQuantization {
   double bits_per_weight() const;     // over the quantized matrices
   double bits_per_parameter() const;  // the whole models, everything not quantized at 32 bits
   double rel_error() const;           // over all quantized matrices together
+  // quant::row_peak over every quantized row: as they are, as quantized.
+  double peak() const;
+  double peak_quantized() const;
 };
 
 // The matrices of the named models that s quantizes, every one checked

@@ -366,3 +366,15 @@ TEST_CASE("a zero matrix quantizes to zeros with every method, a zero row to a z
     CHECK(test::max_abs(z) == 0);
   }
 }
+
+TEST_CASE("row_peak: max / rms of each row, averaged: 1 for a flat row, sqrt(C) for one coordinate, about "
+          "sqrt(2 ln 2C) after a rotation") {
+  Tensor x = Tensor::from_f64({1, -1, 1, -1, 0, 0, 0, 3, 0, 0, 0, 0}, {3, 4});  // flat, one coordinate, zero
+  CHECK(quant::row_peak(x) == doctest::Approx((1.0 + 2.0) / 2));
+  Tensor spike = Tensor::zeros({1, 1024}, DType::f64);
+  spike.data<double>()[17] = 5.0;
+  CHECK(quant::row_peak(spike) == doctest::Approx(32.0));
+  CHECK(quant::row_peak(quant::RandomizedHadamard(1024, 3).apply(spike)) == doctest::Approx(1.0));  // spread flat
+  const double g = quant::row_peak(quant::RandomizedHadamard(1024, 3).apply(gaussian({64, 1024}, 2)));
+  CHECK(g == doctest::Approx(std::sqrt(2 * std::log(2048.0))).epsilon(0.15));
+}
