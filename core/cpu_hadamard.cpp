@@ -5,7 +5,8 @@
 // (a + b, a - b). The order of the levels does not matter (they commute), so
 // the kernel is free to group them:
 //   - levels 1, 2, 4 as one radix-8 butterfly on each group of 8 (strides
-//     under a vector's width would not vectorise level by level);
+//     under a vector's width would not vectorise level by level), and on
+//     rows of 32 or more levels 8 and 16 with them, in registers;
 //   - then two levels at a time (h and 2h: a radix-4 butterfly on a, b, c, d
 //     h apart), each a unit-stride loop over h >= 8 elements that vectorises;
 //   - on long rows, every level whose blocks fit in kCacheBytes first, one
@@ -92,6 +93,39 @@ void level2(T* x, int64_t n, int64_t h) {
   }
 }
 
+// Levels 1 .. 16 on a group of 32: four radix-8 butterflies, then levels 8
+// and 16 across them while they are still in registers (one pass over the
+// row instead of two; the same additions in the same order as level2).
+template <class T>
+inline void radix32(T* __restrict x) {
+  for (int g = 0; g < 4; ++g) radix8(x + 8 * g);
+  level2(x, 32, 8);
+}
+
+template <>
+inline void radix32<float>(float* __restrict x) {
+  v8f a, b, c, d;
+  std::memcpy(&a, x, sizeof a);
+  std::memcpy(&b, x + 8, sizeof b);
+  std::memcpy(&c, x + 16, sizeof c);
+  std::memcpy(&d, x + 24, sizeof d);
+  v8f* v[4] = {&a, &b, &c, &d};
+  for (v8f* p : v) {
+    *p = __builtin_shuffle(*p, v8i{1, 0, 3, 2, 5, 4, 7, 6}) + *p * v8f{1, -1, 1, -1, 1, -1, 1, -1};
+    *p = __builtin_shuffle(*p, v8i{2, 3, 0, 1, 6, 7, 4, 5}) + *p * v8f{1, 1, -1, -1, 1, 1, -1, -1};
+    *p = __builtin_shuffle(*p, v8i{4, 5, 6, 7, 0, 1, 2, 3}) + *p * v8f{1, 1, 1, 1, -1, -1, -1, -1};
+  }
+  const v8f p = a + b, q = a - b, r = c + d, t = c - d;
+  a = p + r;
+  b = q + t;
+  c = p - r;
+  d = q - t;
+  std::memcpy(x, &a, sizeof a);
+  std::memcpy(x + 8, &b, sizeof b);
+  std::memcpy(x + 16, &c, sizeof c);
+  std::memcpy(x + 24, &d, sizeof d);
+}
+
 // Levels from, 2 from, ... below `to` over x[0, n) (from >= 8).
 template <class T>
 void levels(T* x, int64_t n, int64_t from, int64_t to) {
@@ -122,8 +156,13 @@ void fwht_row(T* x, int64_t n) {
   const int64_t block = std::min<int64_t>(n, std::max<int64_t>(8, kCacheBytes / static_cast<int64_t>(sizeof(T))));
   for (int64_t b = 0; b < n; b += block) {
     T* xb = x + b;
-    for (int64_t i = 0; i < block; i += 8) radix8(xb + i);
-    levels(xb, block, 8, block);
+    if (block >= 32) {
+      for (int64_t i = 0; i < block; i += 32) radix32(xb + i);
+      levels(xb, block, 32, block);
+    } else {
+      for (int64_t i = 0; i < block; i += 8) radix8(xb + i);
+      levels(xb, block, 8, block);
+    }
   }
   levels(x, n, block, n);
 }

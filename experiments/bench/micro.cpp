@@ -23,7 +23,8 @@
 // (in L2); its bytes counter is the traffic of one read and one write of every
 // element, and `memory_pass` (kernel::scale_ in place: the same one read and
 // one write, no arithmetic to speak of) at the same sizes is the bandwidth it
-// is measured against.
+// is measured against; `rotation_dense` is the O(d^2) alternative, a dense
+// rotation as one GEMM.
 //
 // Usage: heed_microbench [--threads N] [Google Benchmark flags], e.g.
 //   heed_microbench --benchmark_filter='attention.*gpt-256'
@@ -371,6 +372,20 @@ void hadamard_benchmarks() {
             count_flops(st, static_cast<double>(rows * d) * std::log2(static_cast<double>(d)));
           });
     }
+    // The dense rotation the randomized Hadamard transform stands in for
+    // (quant::GaussianRotation: x Q^T, 2 d multiply-adds per element instead
+    // of log2 d additions), on the same rows; 256 KiB only (at d = 4096 the
+    // 64 MiB case is 0.5 TFLOP).
+    if (total < (1 << 20))
+      for (int64_t d : {128, 512, 4096}) {
+        const int64_t rows = std::max<int64_t>(1, total / d);
+        add(fmt::format("rotation_dense/R{}_D{}", rows, d), fmt::format("{}: x Q^T, Q [d, d]", where),
+            [rows, d](benchmark::State& st) {
+              Tensor x = rnd({rows, d}, 1), q = rnd({d, d}, 2);
+              for (auto _ : st) benchmark::DoNotOptimize(k::matmul(x, k::transpose(q, 0, 1)));
+              count_flops(st, 2.0 * static_cast<double>(rows * d) * static_cast<double>(d));
+            });
+      }
     add(fmt::format("memory_pass/N{}", total), fmt::format("{}: one read + one write, in place", where),
         [total](benchmark::State& st) {
           Tensor x = rnd({total}, 1);
