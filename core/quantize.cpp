@@ -47,6 +47,7 @@ class BitWriter {
  public:
   void put(uint64_t v, int nbits) {
     if (nbits == 0) return;
+    v &= nbits == 64 ? ~uint64_t{0} : (uint64_t{1} << nbits) - 1;  // a field never spills into the next
     const int64_t word = bit_ / 64;
     const int shift = static_cast<int>(bit_ % 64);
     if (static_cast<int64_t>(words_.size()) <= word + 1) words_.resize(static_cast<size_t>(word + 2), 0);
