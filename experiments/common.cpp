@@ -25,7 +25,7 @@ void log_model(RunLog& log, const std::string& name, const nn::Module& model) {
 const std::vector<Experiment>& experiments() {
   static const std::vector<Experiment> table = {
       {"charlm", "a character-level GPT on the King James Bible (or --text FILE)", run_charlm},
-      {"compression", "quantized models' quality against bits per weight, every method (heed quantize)", run_compression},
+      {"compression", "every quantizer of heed quantize at every bit width, on trained models", run_compression},
       {"copy", "one attention layer learns to copy the previous token", run_copy},
       {"shapes", "the CNN-versus-attention toy experiment (the demo)", run_shapes},
       {"sine", "fit sin(x) with a small MLP (seconds)", run_sine},
