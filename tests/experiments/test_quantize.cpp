@@ -165,7 +165,10 @@ TEST_CASE("heed quantize, every method on a charlm model: the report's bits per 
     CHECK(s.out.rfind("And God said", 0) == 0);
     Result i = heed_cli({"inspect", out}, t.dir.path);
     CHECK(i.status == 0);
-    CHECK(i.out.find("tensors/quantized") != std::string::npos);
+    CHECK(i.out.find(fmt::format("quantized matrices in tensors/quantized (heed quantize): {}, e8 3 bits;", matrices)) !=
+          std::string::npos);
+    CHECK(i.out.find(fmt::format("{:.3f} bits per weight stored", static_cast<double>(total_bits) / total_weights)) !=
+          std::string::npos);
   }
 }
 
