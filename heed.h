@@ -8,6 +8,7 @@
 #include "core/format.h"
 #include "core/dist.h"
 #include "core/safetensors.h"
+#include "core/quantize.h"
 #include "autograd/autograd.h"
 #include "autograd/activation.h"
 #include "autograd/ops.h"

@@ -192,6 +192,19 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
                                   int64_t block_q = 0, int64_t block_k = 0);
 
+// ---- Walsh-Hadamard transform (core/cpu_hadamard.cpp) ----
+// In place over the last dim: every row r of x becomes H_n r, with H_n the
+// Sylvester Hadamard matrix (H_1 = [1], H_2m = [[H_m, H_m], [H_m, -H_m]];
+// entries +-1, unnormalised, so H_n H_n = n I: the transform is its own
+// inverse up to 1/n). n must be a power of two; other lengths go through
+// quant::RandomizedHadamard (core/quantize.h), which covers a row with two
+// overlapping power-of-two blocks. O(n log n) additions per row: radix-8 and
+// radix-4 butterflies, the levels below 16 KiB done block by block in cache;
+// rows are split over threads (each row by one thread: results do not depend
+// on the thread count). f32 or f64; x must be contiguous, or a 2-D view
+// [R, n] whose rows are unit-stride (a narrowed block of wider rows).
+void fwht_(const Tensor& x);
+
 // ---- indexing ----
 // out = t indexed along dim by idx (int64, 1-D); bounds checked with a message
 // naming the bad index and the valid range.

@@ -60,6 +60,36 @@ std::string text_for(const Config& c) {
   return data::kjv_text("runs/corpus/kjv.txt");
 }
 
+class CharLMModels : public TrainedModels {
+ public:
+  CharLMModels(const Checkpoint& ck, const std::string& path) {
+    experiment_ = "charlm";
+    c_.layers = config_int(ck, path, "layers");
+    c_.heads = config_int(ck, path, "heads");
+    c_.width = config_int(ck, path, "width");
+    c_.context = config_int(ck, path, "context", 2);
+    c_.batch = config_int(ck, path, "batch");
+    c_.eval_batches = config_int(ck, path, "eval-batches");
+    c_.text = config_text(ck, path, "text");
+    auto tt = ck.tensors.find("tokenizer/codepoints");
+    if (tt == ck.tensors.end()) fail("checkpoint '{}' has no tokenizer/codepoints", path);
+    data::CharTokenizer tok = data::CharTokenizer::from_tensor(tt->second);
+    val_ = data::split_tokens(tok.encode(text_for(c_))).val;
+    model_ = make_model(c_, tok.vocab_size(), nullptr);
+    model_->load_state_dict(ck.get("model"));
+  }
+  std::vector<std::string> names() const override { return {""}; }
+  nn::Module& model(const std::string&) override { return *model_; }
+  std::vector<std::pair<std::string, double>> evaluate(const std::string&) override {
+    return {{"val_loss", eval_loss(*model_, val_, c_, 12345)}};
+  }
+
+ private:
+  Config c_;
+  Tensor val_;
+  std::shared_ptr<nn::GPT> model_;
+};
+
 }  // namespace
 
 std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt, const SampleOptions& o) {
@@ -116,6 +146,10 @@ std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt
     seq.push_back(pick);
   }
   return std::vector<int64_t>(seq.begin() + static_cast<std::ptrdiff_t>(prompt.size()), seq.end());
+}
+
+std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const std::string& path) {
+  return std::make_unique<CharLMModels>(ck, path);
 }
 
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "data/text.h"
+#include "experiments/common.h"
 #include "layers/transformer.h"
 
 namespace heed::experiments {
@@ -31,6 +32,11 @@ struct CharModel {
   data::CharTokenizer tok;
 };
 CharModel load_charlm(const std::string& path, const char* command);
+
+// The GPT of a charlm checkpoint with its validation text (heed quantize):
+// evaluate("") is the validation loss as the run logged it (the mean of its
+// fixed evaluation batches).
+std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const std::string& path);
 
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line);
 int run_sample(const std::vector<std::string>& args);

@@ -1,7 +1,11 @@
 // experiments/common.cpp
 #include "experiments/common.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 #include "experiments/charlm.h"
+#include "experiments/quantize.h"
 #include "experiments/copy.h"
 #include "experiments/scaling.h"
 #include "experiments/shapes.h"
@@ -22,12 +26,53 @@ void log_model(RunLog& log, const std::string& name, const nn::Module& model) {
 const std::vector<Experiment>& experiments() {
   static const std::vector<Experiment> table = {
       {"charlm", "a character-level GPT on the King James Bible (or --text FILE)", run_charlm},
+      {"compression", "every quantizer of heed quantize at every bit width, on trained models", run_compression},
       {"copy", "one attention layer learns to copy the previous token", run_copy},
       {"scaling", "why attention divides its scores by sqrt(d_k): saturation, then training with and without", run_scaling},
       {"shapes", "the CNN-versus-attention toy experiment (the demo)", run_shapes},
       {"sine", "fit sin(x) with a small MLP (seconds)", run_sine},
   };
   return table;
+}
+
+std::string config_text(const Checkpoint& ck, const std::string& path, const std::string& key) {
+  auto it = ck.config.find(key);
+  if (it == ck.config.end()) fail("checkpoint '{}': config.{} is missing", path, key);
+  return it->second;
+}
+
+int64_t config_int(const Checkpoint& ck, const std::string& path, const std::string& key, int64_t min) {
+  const std::string v = config_text(ck, path, key);
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < min)
+    fail("checkpoint '{}': config.{} is '{}', expected an integer >= {}", path, key, v, min);
+  return x;
+}
+
+double config_real(const Checkpoint& ck, const std::string& path, const std::string& key) {
+  const std::string v = config_text(ck, path, key);
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno != 0 || x != x)
+    fail("checkpoint '{}': config.{} is '{}', expected a number", path, key, v);
+  return x;
+}
+
+bool config_flag(const Checkpoint& ck, const std::string& path, const std::string& key) {
+  const std::string v = config_text(ck, path, key);
+  if (v != "true" && v != "false") fail("checkpoint '{}': config.{} is '{}', expected true or false", path, key, v);
+  return v == "true";
+}
+
+std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::string& path, const std::string& who) {
+  if (ck.experiment == "charlm") return charlm_trained_models(ck, path);
+  if (ck.experiment == "shapes") return shapes_trained_models(ck, path);
+  fail("{}: checkpoint '{}' is of experiment '{}'; expected a charlm or shapes checkpoint (the models it can "
+       "evaluate)",
+       who, path, ck.experiment);
 }
 
 }  // namespace heed::experiments

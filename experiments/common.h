@@ -3,7 +3,9 @@
 // experiments the command-line program dispatches from.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/run.h"
@@ -28,5 +30,39 @@ struct Experiment {
   int (*run)(const std::vector<std::string>& args, const std::vector<std::string>& command_line);
 };
 const std::vector<Experiment>& experiments();
+
+// A checkpoint's option as its run saved it (config.<key>): as text, or
+// read as an integer >= min, a number or a flag. A missing or malformed
+// value is an error naming the file, the option and the value.
+std::string config_text(const Checkpoint& ck, const std::string& path, const std::string& key);
+int64_t config_int(const Checkpoint& ck, const std::string& path, const std::string& key, int64_t min = 1);
+double config_real(const Checkpoint& ck, const std::string& path, const std::string& key);
+bool config_flag(const Checkpoint& ck, const std::string& path, const std::string& key);
+
+// A checkpoint's trained models rebuilt from its configuration, weights
+// loaded, with the data its run evaluated them on (heed quantize and heed run
+// compression change the weights and measure again).
+class TrainedModels {
+ public:
+  virtual ~TrainedModels() = default;
+  const std::string& experiment() const { return experiment_; }
+  // The models by the name their weights have in the checkpoint: "" for a
+  // run of one model (weights under model/), else model/<name>/ ("cnn",
+  // "attention" for shapes).
+  virtual std::vector<std::string> names() const = 0;
+  virtual nn::Module& model(const std::string& name) = 0;
+  // The checkpoint key prefix of a model's weights: "model" or "model/<name>".
+  static std::string prefix(const std::string& name) { return name.empty() ? "model" : "model/" + name; }
+  // What the run reports for the model, in its words and order:
+  // charlm {val_loss}; shapes {test_mse, pair_score} (attention), {test_mse} (cnn).
+  virtual std::vector<std::pair<std::string, double>> evaluate(const std::string& name) = 0;
+
+ protected:
+  std::string experiment_;
+};
+
+// The models of a charlm or shapes checkpoint; a checkpoint of another
+// experiment is refused naming it and the two that can be evaluated.
+std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::string& path, const std::string& who);
 
 }  // namespace heed::experiments

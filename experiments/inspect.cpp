@@ -20,6 +20,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/quantize.h"
 #include "data/checkpoint.h"
 #include "data/h5.h"
 
@@ -365,6 +366,25 @@ std::string summary(const h5::File& f, const std::string& path, const std::map<s
   for (const auto& [name, g] : states) {
     std::vector<std::string> keys(g.keys.begin(), g.keys.end());
     line("");
+    if (starts_with(name, "tensors/quantized") && g.keys.count("meta") && g.keys.count("codes")) {
+      // heed quantize's stored matrices (docs/checkpoint-format.md): what they
+      // hold and the bits they take, as the quantize report counted them.
+      std::set<std::string> kinds;
+      int64_t weights = 0, bits = 0;
+      for (const std::string& param : g.params) {
+        const std::string at = name + "/" + param + "/";
+        if (!f.exists(at + "meta") || f.dataset_shape(at + "meta") != Shape{6}) continue;
+        std::vector<int64_t> meta = f.read_tensor(at + "meta").to_vector<int64_t>();
+        kinds.insert(fmt::format("{} {} bits", quant::method_name(static_cast<quant::Method>(meta[0])), meta[1]));
+        weights += meta[3] * meta[4];
+        for (const char* part : {"codes", "scales", "signs", "seed"})
+          if (f.exists(at + part)) bits += (std::string(part) == "scales" ? 32 : 64) * shape_numel(f.dataset_shape(at + part));
+      }
+      line(fmt::format("quantized matrices in {} (heed quantize): {}, {}; {} weights, {:.3f} bits per weight stored",
+                       name, g.params.size(), fmt::join(kinds, ", "), with_commas(weights),
+                       weights > 0 ? static_cast<double>(bits) / static_cast<double>(weights) : 0.0));
+      continue;
+    }
     line(fmt::format("per-parameter state in {}: {} parameters x {{{}}}, {} values", name, g.params.size(),
                      fmt::join(keys, ", "), with_commas(g.values)));
   }

@@ -12,6 +12,7 @@
 #include "experiments/common.h"
 #include "experiments/export.h"
 #include "experiments/heads.h"
+#include "experiments/quantize.h"
 #include "experiments/shapes.h"
 #include "heed.h"
 
@@ -32,6 +33,8 @@ std::string usage() {
          "  sample CKPT [opts] generate text from a charlm checkpoint (heed sample --help)\n"
          "  attend CKPT [opts] what every attention head of a charlm checkpoint does (heed attend --help)\n"
          "  export CKPT [-o FILE.safetensors]  a checkpoint's model weights for PyTorch and Hugging Face tools\n"
+         "  quantize CKPT [opts] quantize a trained model's weight matrices, measure and evaluate it\n"
+         "                    (--method uniform|hadamard|gaussian|e8|lplr --bits B; heed quantize --help)\n"
          "  inspect FILE.h5   summary of a run log or checkpoint: config, metrics, series, parameters\n"
          "  plot FILE.h5      PNG figures of a run log, into FILE_plots/ (heed plot --help)\n"
          "\n"
@@ -74,6 +77,7 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
   if (args[0] == "export") return heed::experiments::run_export({args.begin() + 1, args.end()});
+  if (args[0] == "quantize") return heed::experiments::run_quantize({args.begin() + 1, args.end()});
   if (args[0] == "inspect") return heed::experiments::run_inspect({args.begin() + 1, args.end()});
   if (args[0] == "plot") return heed::experiments::run_plot({args.begin() + 1, args.end()});
   if (args[0] == "sample") return heed::experiments::run_sample({args.begin() + 1, args.end()});
@@ -91,7 +95,7 @@ int run(const std::vector<std::string>& args) {
     fmt::print(stderr, "heed: unknown experiment '{}' (expected one of: {})\n", args[1], names);
     return 2;
   }
-  fmt::print(stderr, "heed: unknown command '{}' (expected one of: info, demo, run, sample, attend, export, inspect, plot, bench; see heed --help)\n",
+  fmt::print(stderr, "heed: unknown command '{}' (expected one of: info, demo, run, sample, attend, export, quantize, inspect, plot, bench; see heed --help)\n",
              args[0]);
   return 2;
 }

@@ -82,6 +82,78 @@ PairScore score_attention(ModelRun& m, const Data& d, int64_t batch) {
   return total;
 }
 
+// The training and test sets of a run, from its --seed.
+Data make_data(const Config& c) {
+  Data d;
+  data::ShapesOptions so;
+  so.group_by_location = c.variant == "location";
+  so.positional = c.positional;
+  Generator g(static_cast<uint64_t>(c.seed));
+  Stopwatch sw;
+  d.train = data::generate_shapes(c.train, g, so);
+  d.test = data::generate_shapes(c.test, g, so);
+  data::Standardizer st;
+  st.fit(d.train.input);
+  d.train_x = st.apply(d.train.input);
+  d.test_x = st.apply(d.test.input);
+  fmt::print("data: {} train + {} test samples ({} variant{}) in {}\n", c.train, c.test, c.variant,
+             c.positional ? ", positional channels" : "", format_seconds(sw.seconds()));
+  return d;
+}
+
+class ShapesModels : public TrainedModels {
+ public:
+  ShapesModels(const Checkpoint& ck, const std::string& path) {
+    experiment_ = "shapes";
+    c_.train = config_int(ck, path, "train");
+    c_.test = config_int(ck, path, "test", kSamples);
+    c_.batch = config_int(ck, path, "batch");
+    c_.variant = config_text(ck, path, "variant");
+    if (c_.variant != "pairs" && c_.variant != "location")
+      fail("checkpoint '{}': config.variant is '{}', expected pairs or location", path, c_.variant);
+    c_.positional = config_flag(ck, path, "positional");
+    c_.scaled = config_flag(ck, path, "scaled");
+    c_.seed = config_int(ck, path, "seed", 0);
+    for (const char* name : {"cnn", "attention"})
+      if (!ck.get(prefix(name)).empty()) runs_.push_back({name, nullptr, nullptr});
+    if (runs_.empty()) fail("checkpoint '{}' holds no model (expected model/cnn or model/attention)", path);
+    d_ = make_data(c_);
+    const int64_t C = d_.train_x.size(1);
+    for (ModelRun& m : runs_) {
+      if (m.name == "cnn") {
+        m.net = make_shapes_cnn(C);
+      } else {
+        m.net = make_shapes_attention(C, c_.scaled);
+        m.attn = std::dynamic_pointer_cast<nn::SelfAttention>((*m.net)[4]);
+      }
+      m.net->load_state_dict(ck.get(prefix(m.name)));
+    }
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> n;
+    for (const ModelRun& m : runs_) n.push_back(m.name);
+    return n;
+  }
+  nn::Module& model(const std::string& name) override { return *find(name).net; }
+  std::vector<std::pair<std::string, double>> evaluate(const std::string& name) override {
+    ModelRun& m = find(name);
+    std::vector<std::pair<std::string, double>> out = {{"test_mse", experiments::evaluate(*m.net, d_.test_x,
+                                                                                          d_.test.target, c_.batch)}};
+    if (m.attn) out.emplace_back("pair_score", score_attention(m, d_, c_.batch).value());
+    return out;
+  }
+
+ private:
+  ModelRun& find(const std::string& name) {
+    for (ModelRun& m : runs_)
+      if (m.name == name) return m;
+    fail("shapes: no model '{}' in this checkpoint (it has: {})", name, fmt::join(names(), ", "));
+  }
+  Config c_;
+  Data d_;
+  std::vector<ModelRun> runs_;
+};
+
 // Logs the fixed samples' outputs (and attention maps when due) at `step`.
 void log_samples(RunLog& log, ModelRun& m, const Data& d, int64_t step, bool with_attention) {
   autograd::NoGradGuard ng;
@@ -198,6 +270,10 @@ struct Trainer {
 
 }  // namespace
 
+std::unique_ptr<TrainedModels> shapes_trained_models(const Checkpoint& ck, const std::string& path) {
+  return std::make_unique<ShapesModels>(ck, path);
+}
+
 int run_shapes(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
   Config c;
   Run run("shapes",
@@ -220,22 +296,7 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
   if (!run.parse(args, command_line)) return 0;
 
   Stopwatch total_clock;
-  Data d;
-  {
-    data::ShapesOptions so;
-    so.group_by_location = c.variant == "location";
-    so.positional = c.positional;
-    Generator g(static_cast<uint64_t>(c.seed));
-    Stopwatch sw;
-    d.train = data::generate_shapes(c.train, g, so);
-    d.test = data::generate_shapes(c.test, g, so);
-    data::Standardizer st;
-    st.fit(d.train.input);
-    d.train_x = st.apply(d.train.input);
-    d.test_x = st.apply(d.test.input);
-    fmt::print("data: {} train + {} test samples ({} variant{}) in {}\n", c.train, c.test, c.variant,
-               c.positional ? ", positional channels" : "", format_seconds(sw.seconds()));
-  }
+  Data d = make_data(c);
   const int64_t C = d.train_x.size(1);
 
   std::vector<ModelRun> runs;

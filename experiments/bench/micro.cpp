@@ -18,6 +18,14 @@
 // same FLOPs (the two products forward, four backward; causal counts only the
 // unmasked scores), so their FLOP rates compare directly.
 //
+// The fast Walsh-Hadamard transform (kernel::fwht_, in place) runs on rows of
+// d = 128 .. 65536 floats, 64 MiB in all (far beyond the caches) and 256 KiB
+// (in L2); its bytes counter is the traffic of one read and one write of every
+// element, and `memory_pass` (kernel::scale_ in place: the same one read and
+// one write, no arithmetic to speak of) at the same sizes is the bandwidth it
+// is measured against; `rotation_dense` is the O(d^2) alternative, a dense
+// rotation as one GEMM.
+//
 // Usage: heed_microbench [--threads N] [Google Benchmark flags], e.g.
 //   heed_microbench --benchmark_filter='attention.*gpt-256'
 #include <benchmark/benchmark.h>
@@ -346,6 +354,53 @@ void activation_benchmarks() {
   }
 }
 
+void hadamard_benchmarks() {
+  // The data grows by sqrt(d) per transform and ends as inf and NaN; x86
+  // vector adds take the same time on those (only subnormals are slow), and
+  // a rescaling pass would double the traffic measured.
+  for (int64_t total : {int64_t{1} << 24, int64_t{1} << 16}) {  // 64 MiB, 256 KiB of floats
+    const char* where = total > (1 << 20) ? "64 MiB, memory" : "256 KiB, cache";
+    for (int64_t d : {128, 512, 4096, 65536}) {
+      if (d > total) continue;
+      const int64_t rows = total / d;
+      const std::string shape = fmt::format("R{}_D{}", rows, d);
+      add("fwht/" + shape, fmt::format("{}: {} adds per element", where, static_cast<int>(std::log2(d))),
+          [rows, d](benchmark::State& st) {
+            Tensor x = rnd({rows, d}, 1);
+            for (auto _ : st) {
+              k::fwht_(x);
+              benchmark::ClobberMemory();
+            }
+            count_bytes(st, kF32 * 2.0 * static_cast<double>(rows * d));
+            count_flops(st, static_cast<double>(rows * d) * std::log2(static_cast<double>(d)));
+          });
+    }
+    // The dense rotation the randomized Hadamard transform stands in for
+    // (quant::GaussianRotation: x Q^T, 2 d multiply-adds per element instead
+    // of log2 d additions), on the same rows; 256 KiB only (at d = 4096 the
+    // 64 MiB case is 0.5 TFLOP).
+    if (total < (1 << 20))
+      for (int64_t d : {128, 512, 4096}) {
+        const int64_t rows = std::max<int64_t>(1, total / d);
+        add(fmt::format("rotation_dense/R{}_D{}", rows, d), fmt::format("{}: x Q^T, Q [d, d]", where),
+            [rows, d](benchmark::State& st) {
+              Tensor x = rnd({rows, d}, 1), q = rnd({d, d}, 2);
+              for (auto _ : st) benchmark::DoNotOptimize(k::matmul(x, k::transpose(q, 0, 1)));
+              count_flops(st, 2.0 * static_cast<double>(rows * d) * static_cast<double>(d));
+            });
+      }
+    add(fmt::format("memory_pass/N{}", total), fmt::format("{}: one read + one write, in place", where),
+        [total](benchmark::State& st) {
+          Tensor x = rnd({total}, 1);
+          for (auto _ : st) {
+            k::scale_(x, 1.0);
+            benchmark::ClobberMemory();
+          }
+          count_bytes(st, kF32 * 2.0 * static_cast<double>(total));
+        });
+  }
+}
+
 const char* kUsage =
     "usage: heed_microbench [--threads N] [Google Benchmark flags]\n"
     "       (heed bench --micro [the same arguments])\n"
@@ -353,7 +408,8 @@ const char* kUsage =
     "Per-kernel micro-benchmarks of heed's backend (core/kernels.h) at the shapes of the\n"
     "bundled models: conv1d forward/backward (toy models), the Linear matmuls forward and\n"
     "backward (gpt-128, gpt-256), fused and plain attention forward/backward, LayerNorm,\n"
-    "softmax, cross-entropy, and GELU and SiLU forward/backward.\n"
+    "softmax, cross-entropy, and GELU and SiLU forward/backward; the Walsh-Hadamard transform (fwht)\n"
+    "against an in-place memory pass (memory_pass).\n"
     "Counters: FLOP = analytic FLOPs per second of wall time (FLOP=85G/s is 85 GFLOP/s);\n"
     "bytes = minimum memory traffic per second, for the memory-bound kernels.\n"
     "\n"
@@ -417,6 +473,7 @@ int main(int argc, char** argv) {
   softmax_benchmarks();
   cross_entropy_benchmarks();
   activation_benchmarks();
+  hadamard_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

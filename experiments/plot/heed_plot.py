@@ -22,6 +22,10 @@ What is drawn depends on the log's `experiment` attribute:
   scaling  saturation.png (score variance, softmax entropy, largest weight
            and gradient against d_k, scaled and unscaled) and training.png
            (loss and accuracy of the copy task, scaled and unscaled)
+  compression  compression.png: each model's quality (validation loss; test
+           MSE and pair-attention score) and relative weight error against
+           the bits per weight actually stored, one line per method, the
+           float32 model dashed
   other    metrics.png, every metric of the log
 A dataset that is missing (a CNN-only run has no attention maps) is skipped.
 
@@ -46,6 +50,9 @@ SIZE_ATTENTION = (7, 8)        # 700 x 800
 SIZE_LM_LOSSES = (12, 8)       # charlm: 1200 x 800
 LM_HEAD_SIZE = (4, 4.5)        # charlm attention: 400 x 450 pixels per head, up to 4 heads a row
 SIZE_METRIC_ROW = (12, 3.5)    # other experiments: 1200 x 350 per row of 3 metrics
+SIZE_COMPRESSION_ROW = (15, 4.5)  # compression: 1500 x 450 per model
+METHOD_COLOURS = {"uniform": "tab:blue", "hadamard": "tab:orange", "gaussian": "tab:green", "e8": "tab:red",
+                  "lplr": "tab:purple"}
 N_SAMPLES = 6
 
 MODEL_COLOURS = {"cnn": "tab:blue", "attention": "tab:red"}
@@ -675,6 +682,61 @@ def plot_charlm(f, out_dir, written):
 
 # ---- any other log ---------------------------------------------------------------
 
+# ---- quantization sweeps (experiment "compression") -----------------------------------
+
+COMPRESSION_LABELS = {"val_loss": "validation loss (nats per character)", "test_mse": "test MSE",
+                      "pair_score": "pair-attention score", "rel_error": "relative error ||W - W'|| / ||W||"}
+
+
+def plot_compression(f, out_dir, written):
+    import h5py
+    models = [m for m in (text_attr(f, "models", "") or "").split(",") if m]
+    methods = [m for m in (text_attr(f, "methods", "") or "").split(",") if m]
+    if not models or not methods:
+        return
+    rows = []
+    for model in models:
+        g = f.get(f"baseline/{model}")
+        quality = sorted(g.keys()) if isinstance(g, h5py.Group) else []
+        quality.sort(key=lambda k: (k != "val_loss" and k != "test_mse", k))
+        rows.append((model, quality + ["rel_error"]))
+    ncols = max(len(panels) for _, panels in rows)
+    fig = new_figure((SIZE_COMPRESSION_ROW[0], SIZE_COMPRESSION_ROW[1] * len(rows)))
+    axes = fig.subplots(len(rows), ncols, squeeze=False)
+    for r, (model, panels) in enumerate(rows):
+        for c, name in enumerate(panels):
+            ax = axes[r][c]
+            drawn = False
+            for method in methods:
+                bpw, value, bits = (metric(f, f"{model}/{method}/{k}") for k in ("bits_per_weight", name, "bits"))
+                if bpw is None or value is None:
+                    continue
+                n = min(len(bpw), len(value))
+                ax.plot(bpw[:n, 1], value[:n, 1], "-o", ms=4, color=METHOD_COLOURS.get(method, "k"), label=method)
+                if bits is not None:
+                    for x, y, b in zip(bpw[:n, 1], value[:n, 1], bits[:n, 1]):
+                        ax.annotate(f"{int(b)}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7,
+                                    color=METHOD_COLOURS.get(method, "k"))
+                drawn = True
+            base = fixed(f, f"baseline/{model}/{name}")
+            if base is not None:
+                ax.axhline(float(base.ravel()[0]), color="k", ls="--", lw=1, label="float32")
+            if not drawn:
+                not_logged(ax, name)
+                continue
+            if name in ("test_mse", "rel_error"):
+                log_y_if_positive(ax, [l.get_ydata() for l in ax.get_lines()])
+            ax.set_xlabel("bits per weight (codes, ranges, signs)")
+            ax.set_ylabel(COMPRESSION_LABELS.get(name, name))
+            ax.set_title(f"{model}: {COMPRESSION_LABELS.get(name, name).split(' (')[0]}")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        for c in range(len(panels), ncols):
+            axes[r][c].axis("off")
+    fig.suptitle(f"{os.path.basename(f.filename)}: quantized models against bits per weight (labels: bits per code)")
+    save(fig, out_dir, "compression.png", written)
+
+
 def all_metrics(f):
     import h5py
     names = []
@@ -734,6 +796,8 @@ def plot(path, out_dir=None):
             plot_attend(f, out_dir, written)
         elif experiment == "scaling":
             plot_scaling(f, out_dir, written)
+        elif experiment == "compression":
+            plot_compression(f, out_dir, written)
         else:
             plot_metrics(f, out_dir, written)
         if not written:

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """plot.renders: `heed plot` draws every figure of a real shapes log, of a
-CNN-only log and of a language-model log that follows docs/log-format.md, and
-each PNG decodes with the size heed_plot.py gives it.
+CNN-only log, of a language-model log and of a quantization sweep's log
+(`heed run compression`) that follow docs/log-format.md, and each PNG decodes
+with the size heed_plot.py gives it.
 
     /usr/bin/python3 tests/experiments/test_plot_renders.py path/to/heed
 
@@ -111,6 +112,31 @@ try:
     printed = plot(lm)
     check_pngs(os.path.join(TMP, "lm_plots"), printed,
                {"losses.png": (1200, 800), "attention_layer0.png": (1600, 450), "attention_layer1.png": (1600, 450)})
+
+    # ---- a quantization sweep's log in the documented schema (heed run compression) ----
+    comp = os.path.join(TMP, "comp.h5")
+    methods, bits = ["uniform", "hadamard", "gaussian", "e8", "lplr"], [2, 3, 4, 8]
+    with h5py.File(comp, "w", libver="latest") as f:
+        f.attrs["experiment"] = "compression"
+        f.attrs["heed_log_format"] = 1
+        f.attrs["models"], f.attrs["methods"], f.attrs["bits"] = "charlm,shapes", ",".join(methods), "2,3,4,8"
+        quality = {"charlm": {"val_loss": 1.58}, "shapes": {"test_mse": 0.26, "pair_score": 0.34}}
+        step = 0
+        for model, base in quality.items():
+            for name, value in base.items():
+                f[f"baseline/{model}/{name}"] = np.array([value])
+            for m, method in enumerate(methods):
+                rows = {k: [] for k in ["bits", "bits_per_weight", "bits_per_parameter", "rel_error", *base]}
+                for b in bits:
+                    step += 1
+                    err = 2.0 ** -b * (1 + 0.1 * m)
+                    for k, v in (("bits", b), ("bits_per_weight", b + 0.25), ("bits_per_parameter", b + 0.3),
+                                 ("rel_error", err), *((k, v * (1 + err)) for k, v in base.items())):
+                        rows[k].append([step, v, step * 0.5])
+                for k, r in rows.items():
+                    f[f"metrics/{model}/{method}/{k}"] = np.array(r, dtype=np.float64)
+    printed = plot(comp)
+    check_pngs(os.path.join(TMP, "comp_plots"), printed, {"compression.png": (1500, 900)})
 
     # ---- clear failures ----
     r = run(["plot", os.path.join(TMP, "missing.h5")])

@@ -1,0 +1,308 @@
+// tests/experiments/test_quantize.cpp: `heed quantize` and `heed run
+// compression` on tiny trained models, run as a user runs them: the
+// per-layer report against the file it wrote (bits per weight = bytes of the
+// stored codes), the written checkpoint read by heed sample, heed inspect and
+// the library, the evaluation repeated independently, the sweep's log, and
+// bad input.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data/checkpoint.h"
+#include "data/h5.h"
+#include "experiments/common.h"
+#include "spawn.h"
+#include "test_util.h"
+
+using namespace heed;
+namespace fs = std::filesystem;
+
+namespace {
+
+using test::Result;
+
+Result heed_cli(std::vector<std::string> args, const std::string& dir) {
+  args.insert(args.begin(), HEED_CLI_PATH);
+  return test::run_process(args, dir);
+}
+
+// A tiny charlm (on a small text) and a tiny shapes attention model, trained
+// once for all the cases below.
+struct Trained {
+  test::TempDir dir{"heed-quantize-"};
+  std::string lm, shapes, text;
+  Trained() {
+    text = dir.path + "/t.txt";
+    {
+      std::ofstream f(text);
+      for (int i = 0; i < 60; ++i) f << "And God said, Let there be light: and there was light. The quick brown fox. ";
+    }
+    Result a = heed_cli({"run", "charlm", "--text", text, "--steps", "30", "--layers", "2", "--heads", "2", "--width",
+                         "32", "--context", "32", "--batch", "4", "--eval-every", "30", "--eval-batches", "2", "--threads", "1",
+                         "--out", dir.path + "/lm.h5"},
+                        dir.path);
+    INFO(a.out << a.err);
+    REQUIRE(a.status == 0);
+    Result b = heed_cli({"run", "shapes", "--model", "attention", "--epochs", "1", "--train", "100", "--test", "15",
+                         "--batch", "50", "--threads", "1", "--out", dir.path + "/sh.h5"},
+                        dir.path);
+    INFO(b.out << b.err);
+    REQUIRE(b.status == 0);
+    lm = dir.path + "/lm.ckpt.h5";
+    shapes = dir.path + "/sh.ckpt.h5";
+  }
+};
+
+Trained& trained() {
+  static Trained t;
+  return t;
+}
+
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) m[e.path().string()] = test::slurp(e.path().string());
+  return m;
+}
+
+struct LayerLine {
+  double rel_error = 0, bits_per_weight = 0;
+};
+
+// The report's per-layer lines: "  NAME  [SHAPE]  REL_ERROR  BITS/WT [rank K]".
+std::map<std::string, LayerLine> layer_lines(const std::string& out) {
+  std::map<std::string, LayerLine> m;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("  ", 0) != 0 || line.find("kept in float32") != std::string::npos) continue;
+    const size_t close = line.find(']');
+    if (close == std::string::npos) continue;
+    std::istringstream name_part(line.substr(0, line.find('[')));
+    std::string name;
+    name_part >> name;
+    std::istringstream rest(line.substr(close + 1));
+    LayerLine l;
+    if (rest >> l.rel_error >> l.bits_per_weight) m[name] = l;
+  }
+  return m;
+}
+
+// "... 4.818 bits per weight ..." -> 4.818
+double summary_bits(const std::string& out) {
+  const size_t at = out.find(" bits per weight (");
+  REQUIRE(at != std::string::npos);
+  const size_t start = out.rfind(' ', at - 1);
+  return std::stod(out.substr(start + 1, at - start - 1));
+}
+
+// "validation loss: float32 2.9974, quantized 2.9993 (+0.0019)" -> {2.9974, 2.9993}
+std::pair<double, double> before_after(const std::string& out, const std::string& what) {
+  const size_t at = out.find(what + ": float32 ");
+  REQUIRE(at != std::string::npos);
+  const std::string line = out.substr(at, out.find('\n', at) - at);
+  const size_t q = line.find(", quantized ");
+  REQUIRE(q != std::string::npos);
+  return {std::stod(line.substr(what.size() + 10)), std::stod(line.substr(q + 12))};
+}
+
+}  // namespace
+
+TEST_CASE("heed quantize, every method on a charlm model: the report's bits per weight are the bytes of the stored "
+          "codes, the weights are what the codes decode to, and the evaluation is the quantized model's") {
+  Trained& t = trained();
+  const Checkpoint original = load_checkpoint(t.lm, "charlm");
+  for (const std::string method : {"uniform", "hadamard", "gaussian", "e8", "lplr"}) {
+    CAPTURE(method);
+    const std::string out = t.dir.path + "/q-" + method + ".ckpt.h5";
+    Result r = heed_cli({"quantize", t.lm, "--method", method, "--bits", "3", "--threads", "1", "-o", out}, t.dir.path);
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    Checkpoint q = load_checkpoint(out, "charlm");
+    // Every matrix of the model is quantized; vectors stay as they were.
+    std::map<std::string, Tensor> weights = q.get("model"), before = original.get("model");
+    std::map<std::string, LayerLine> lines = layer_lines(r.out);
+    int64_t total_bits = 0, total_weights = 0, matrices = 0;
+    for (const auto& [name, w] : weights) {
+      CAPTURE(name);
+      if (w.dim() < 2) {
+        CHECK(test::max_diff(w, before.at(name)) == 0);
+        continue;
+      }
+      ++matrices;
+      quant::Quantized qm = quant::from_state(q.get("quantized/" + name), name);
+      CHECK(quant::method_name(qm.method) == method);
+      CHECK(qm.bits == 3);
+      // The weights written are exactly the stored codes decoded.
+      Tensor decoded = quant::dequantize(qm);
+      CHECK(std::memcmp(decoded.raw_data(), kernel::contiguous(w).raw_data(), static_cast<size_t>(w.numel()) * 4) ==
+            0);
+      // The bytes under quantized/<name>/ (the descriptor aside) are the bits reported.
+      int64_t bytes = 0;
+      for (const auto& [part, tensor] : q.get("quantized/" + name))
+        if (part != "meta") bytes += tensor.numel() * static_cast<int64_t>(dtype_size(tensor.dtype()));
+      CHECK(8 * bytes == qm.stored_bits());
+      REQUIRE(lines.count(name));
+      CHECK(lines[name].bits_per_weight == doctest::Approx(8.0 * bytes / w.numel()).epsilon(0.0005));
+      CHECK(lines[name].rel_error == doctest::Approx(quant::relative_error(before.at(name), w)).epsilon(0.001));
+      total_bits += 8 * bytes;
+      total_weights += w.numel();
+    }
+    CHECK(matrices == static_cast<int64_t>(lines.size()));
+    CHECK(summary_bits(r.out) == doctest::Approx(static_cast<double>(total_bits) / total_weights).epsilon(0.0005));
+    CHECK(q.get("optim").empty());  // the float model's optimiser state is not carried over
+    // The printed validation loss is the written model's, evaluated anew.
+    auto [fp, qv] = before_after(r.out, "validation loss");
+    std::unique_ptr<experiments::TrainedModels> tm = experiments::trained_models(q, out, "test");
+    CHECK(tm->evaluate("").front().second == doctest::Approx(qv).epsilon(1e-4));
+    CHECK(fp == doctest::Approx(original.tensors.at("result/val_loss").item()).epsilon(1e-4));
+    // heed sample and heed inspect read it.
+    if (method != "e8") continue;
+    Result s = heed_cli({"sample", out, "--tokens", "20"}, t.dir.path);
+    INFO(s.err);
+    CHECK(s.status == 0);
+    CHECK(s.out.rfind("And God said", 0) == 0);
+    Result i = heed_cli({"inspect", out}, t.dir.path);
+    CHECK(i.status == 0);
+    CHECK(i.out.find(fmt::format("quantized matrices in tensors/quantized (heed quantize): {}, e8 3 bits;", matrices)) !=
+          std::string::npos);
+    CHECK(i.out.find(fmt::format("{:.3f} bits per weight stored", static_cast<double>(total_bits) / total_weights)) !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("heed quantize is deterministic (the same seed, 1 or 2 threads: the same file contents) and its error falls "
+          "with the bits") {
+  Trained& t = trained();
+  const std::string a = t.dir.path + "/d1.ckpt.h5", b = t.dir.path + "/d2.ckpt.h5";
+  REQUIRE(heed_cli({"quantize", t.lm, "--method", "gaussian", "--bits", "4", "--threads", "1", "-o", a}, t.dir.path)
+              .status == 0);
+  REQUIRE(heed_cli({"quantize", t.lm, "--method", "gaussian", "--bits", "4", "--threads", "2", "-o", b}, t.dir.path)
+              .status == 0);
+  Checkpoint x = load_checkpoint(a, "charlm"), y = load_checkpoint(b, "charlm");
+  REQUIRE(x.tensors.size() == y.tensors.size());
+  for (const auto& [k, v] : x.tensors) {
+    CAPTURE(k);
+    CHECK(test::max_diff(v, y.tensors.at(k)) == 0);
+  }
+  Result lo = heed_cli(
+      {"quantize", t.lm, "--method", "hadamard", "--bits", "2", "--threads", "1", "-o", t.dir.path + "/lo.ckpt.h5"},
+      t.dir.path);
+  Result hi = heed_cli(
+      {"quantize", t.lm, "--method", "hadamard", "--bits", "8", "--threads", "1", "-o", t.dir.path + "/hi.ckpt.h5"},
+      t.dir.path);
+  REQUIRE(lo.status == 0);
+  REQUIRE(hi.status == 0);
+  const double fp = before_after(hi.out, "validation loss").first;
+  const double q8 = before_after(hi.out, "validation loss").second, q2 = before_after(lo.out, "validation loss").second;
+  CHECK(std::abs(q8 - fp) < 0.01);
+  CHECK(std::abs(q2 - fp) > std::abs(q8 - fp));
+}
+
+TEST_CASE("heed quantize on a shapes attention model: test MSE and pair-attention score before and after, e8 with "
+          "the first convolution kept in float32") {
+  Trained& t = trained();
+  const std::string out = t.dir.path + "/sh-e8.ckpt.h5";
+  Result r = heed_cli(
+      {"quantize", t.shapes, "--method", "e8", "--bits", "8", "--keep", "0.weight", "--threads", "1", "-o", out},
+      t.dir.path);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("attention/0.weight [64, 1, 5]") != std::string::npos);
+  auto [mse0, mse1] = before_after(r.out, "attention test MSE");
+  CHECK(std::abs(mse1 - mse0) < 0.01 * mse0);
+  auto [ps0, ps1] = before_after(r.out, "attention pair-attention score");
+  CHECK(std::abs(ps1 - ps0) < 0.01);
+  Checkpoint q = load_checkpoint(out, "shapes");
+  CHECK(q.get("quantized/attention/0.weight").empty());
+  CHECK(!q.get("quantized/attention/4.conv_q.weight").empty());
+  CHECK(heed_cli({"inspect", out}, t.dir.path).status == 0);
+}
+
+TEST_CASE("heed quantize refuses bad input naming the value and what was expected, with a non-zero status and no "
+          "file written or changed") {
+  Trained& t = trained();
+  const std::string p = t.dir.path;
+  REQUIRE(heed_cli({"run", "sine", "--steps", "5", "--stop-after", "2", "--threads", "1", "--out", p + "/sine.h5"}, p)
+              .status == 130);
+  struct Case {
+    std::string what;
+    std::vector<std::string> args;
+    int status;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {"bits below the range", {"quantize", t.lm, "--bits", "1"}, 2, {"--bits", "2..16", "'1'"}},
+      {"bits above the range", {"quantize", t.lm, "--bits", "17"}, 2, {"--bits", "2..16", "'17'"}},
+      {"bits not a number", {"quantize", t.lm, "--bits", "four"}, 2, {"--bits", "'four'"}},
+      {"an unknown method", {"quantize", t.lm, "--method", "e9"}, 2, {"--method", "uniform|hadamard", "'e9'"}},
+      {"a rank larger than the matrices", {"quantize", t.lm, "--method", "lplr", "--rank", "33"}, 2,
+       {"--rank 33", "is larger than", "wte.weight", "expected 1.."}},
+      {"a rank for another method", {"quantize", t.lm, "--method", "uniform", "--rank", "4"}, 2,
+       {"--rank 4", "lplr only", "uniform"}},
+      {"e8 on rows of 5", {"quantize", t.shapes, "--method", "e8"}, 2,
+       {"attention/0.weight", "[64, 1, 5]", "rows of 5", "multiple of 8", "--keep 0.weight"}},
+      {"a checkpoint of another kind", {"quantize", p + "/sine.ckpt.h5"}, 1,
+       {"sine.ckpt.h5", "experiment 'sine'", "charlm or shapes"}},
+      {"a run log", {"quantize", p + "/lm.h5"}, 1, {"lm.h5", "not a heed checkpoint"}},
+      {"a missing checkpoint", {"quantize", p + "/none.ckpt.h5"}, 1, {"none.ckpt.h5"}},
+      {"--keep of no matrix", {"quantize", t.lm, "--keep", "nope.weight"}, 2, {"--keep", "nope.weight"}},
+      {"--model of a one-model checkpoint", {"quantize", t.lm, "--model", "cnn"}, 2, {"--model cnn", "one model"}},
+      {"-o the checkpoint itself", {"quantize", t.lm, "-o", t.lm}, 2, {"lm.ckpt.h5", "being read"}},
+      {"no checkpoint", {"quantize", "--bits", "4"}, 2, {"expected the checkpoint first", "--bits"}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const auto before = snapshot(p);
+    Result r = heed_cli(c.args, p);
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    CHECK(r.status == c.status);
+    CHECK(r.err.rfind("heed: ", 0) == 0);
+    for (const auto& m : c.message) CHECK(r.err.find(m) != std::string::npos);
+    CHECK(snapshot(p) == before);
+  }
+}
+
+TEST_CASE("heed run compression: the table of methods x bits logged to HDF5 (8 bits next to float32), printed and "
+          "read back by heed inspect") {
+  Trained& t = trained();
+  const std::string log = t.dir.path + "/comp.h5";
+  Result r = heed_cli({"run", "compression", "--charlm", t.lm, "--shapes", t.shapes, "--methods", "uniform,e8,lplr",
+                       "--bits", "2,8", "--threads", "1", "--no-plot", "--out", log},
+                      t.dir.path);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("| uniform   |") != std::string::npos);
+  CHECK(r.out.find("shapes: kept in float32 by every method: 0.weight") != std::string::npos);
+  h5::File f(log, h5::File::Mode::read);
+  CHECK(std::get<std::string>(f.get_attr("/", "experiment")) == "compression");
+  const double val0 = f.read_tensor("baseline/charlm/val_loss").item();
+  const double mse0 = f.read_tensor("baseline/shapes/test_mse").item();
+  for (const std::string method : {"uniform", "e8", "lplr"}) {
+    CAPTURE(method);
+    std::vector<double> val = f.read_tensor("metrics/charlm/" + method + "/val_loss").to_vector<double>();
+    std::vector<double> bits = f.read_tensor("metrics/charlm/" + method + "/bits").to_vector<double>();
+    std::vector<double> bpw = f.read_tensor("metrics/shapes/" + method + "/bits_per_weight").to_vector<double>();
+    std::vector<double> mse = f.read_tensor("metrics/shapes/" + method + "/test_mse").to_vector<double>();
+    REQUIRE(val.size() == 6);  // two rows of (step, value, wall_seconds)
+    CHECK(bits[1] == 2);
+    CHECK(bits[4] == 8);
+    CHECK(bpw[4] > bpw[1]);
+    if (method != "lplr") {  // half rank: its error is the low-rank part's, whatever the bits
+      CHECK(std::abs(val[4] - val0) < 0.01);
+      CHECK(std::abs(mse[4] - mse0) < 0.02 * mse0);
+      CHECK(bpw[1] == doctest::Approx(2.0).epsilon(0.25));
+    }
+  }
+  f.close();
+  Result i = heed_cli({"inspect", log}, t.dir.path);
+  CHECK(i.status == 0);
+  CHECK(i.out.find("charlm/e8/val_loss") != std::string::npos);
+  // Bad lists are refused before anything is written.
+  Result bad = heed_cli({"run", "compression", "--charlm", t.lm, "--bits", "2,20", "--out", t.dir.path + "/bad.h5"},
+                        t.dir.path);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("'20'") != std::string::npos);
+  CHECK(!fs::exists(t.dir.path + "/bad.h5"));
+}
