@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "core/kernels.h"
 #include "experiments/plot.h"
 #include "heed.h"
 
@@ -291,7 +292,7 @@ int run_quantize(const std::vector<std::string>& args) {
   s.keep = split_list(keep);
   if (rank != 0 && s.method != quant::Method::lplr)
     throw UsageError(fmt::format("quantize: --rank {} applies to --method lplr only, not {}", rank, method));
-  kernel::set_num_threads(static_cast<int>(threads));
+  set_num_threads(static_cast<int>(threads));
   if (out.empty()) out = default_out(path, s);
 
   Checkpoint ck = load_checkpoint(path, "");

@@ -124,7 +124,8 @@ class ShapesModels : public TrainedModels {
         m.net = make_shapes_cnn(C);
       } else {
         m.net = make_shapes_attention(C, c_.scaled);
-        m.attn = std::dynamic_pointer_cast<nn::SelfAttention>((*m.net)[4]);
+        m.attn = std::dynamic_pointer_cast<nn::SelfAttention>((*m.net)["4"]);
+        if (!m.attn) fail("shapes: the attention model's child \"4\" is not its SelfAttention layer");
       }
       m.net->load_state_dict(ck.get(prefix(m.name)));
     }

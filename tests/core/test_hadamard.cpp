@@ -35,8 +35,8 @@ double orthogonality_defect(const Tensor& a) {
 }
 
 struct ThreadCount {
-  int before = kernel::num_threads();
-  ~ThreadCount() { kernel::set_num_threads(before); }
+  int before = heed::num_threads();
+  ~ThreadCount() { heed::set_num_threads(before); }
 };
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -98,9 +98,9 @@ TEST_CASE("fwht_ on views, leading dims and threads: unit-stride blocks of wider
   // Enough rows to be split over threads.
   Tensor big = test::det_tensor({300, 1024}, 9, -1, 1, DType::f32);
   Tensor one = kernel::clone(big), two = kernel::clone(big);
-  kernel::set_num_threads(1);
+  heed::set_num_threads(1);
   kernel::fwht_(one);
-  kernel::set_num_threads(2);
+  heed::set_num_threads(2);
   kernel::fwht_(two);
   CHECK(same_bits(one, two));
 }
@@ -156,9 +156,9 @@ TEST_CASE("the Gaussian rotation is orthogonal, seeded, and the same on 1 and 2 
     Tensor x = test::det_tensor({4, d}, 2, -1, 1, DType::f64);
     CHECK(test::max_diff(g.inverse(g.apply(x)), x) <= 1e-12);
   }
-  kernel::set_num_threads(1);
+  heed::set_num_threads(1);
   Tensor a = quant::GaussianRotation(96, 9).apply(test::det_tensor({400, 96}, 1, -1, 1, DType::f64));
-  kernel::set_num_threads(2);
+  heed::set_num_threads(2);
   Tensor b = quant::GaussianRotation(96, 9).apply(test::det_tensor({400, 96}, 1, -1, 1, DType::f64));
   CHECK(same_bits(a, b));
   CHECK(test::max_diff(quant::GaussianRotation(16, 1).matrix(), quant::GaussianRotation(16, 2).matrix()) > 0.1);

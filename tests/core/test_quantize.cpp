@@ -304,15 +304,15 @@ TEST_CASE("bits accounting: stored_bits counts codes, ranges, signs and seed, an
 }
 
 TEST_CASE("quantizers are deterministic: the same seed gives the same codes on 1 and 2 threads, another seed others") {
-  const int before = kernel::num_threads();
+  const int before = heed::num_threads();
   Tensor w = gaussian({256, 256}, 5);  // large enough for the parallel paths
   for (Method m : {Method::uniform, Method::hadamard, Method::gaussian, Method::e8, Method::lplr}) {
     const std::string method = quant::method_name(m);
     CAPTURE(method);
     const quant::Options o = opts(m, 4, quant::Range::row, m == Method::lplr ? 32 : 0, 77);
-    kernel::set_num_threads(1);
+    heed::set_num_threads(1);
     quant::Quantized a = quant::quantize(w, o);
-    kernel::set_num_threads(2);
+    heed::set_num_threads(2);
     quant::Quantized b = quant::quantize(w, o);
     CHECK(a.codes == b.codes);
     CHECK(a.scales == b.scales);
@@ -325,7 +325,7 @@ TEST_CASE("quantizers are deterministic: the same seed gives the same codes on 1
       CHECK(quant::quantize(w, other).codes != a.codes);
     }
   }
-  kernel::set_num_threads(before);
+  heed::set_num_threads(before);
 }
 
 TEST_CASE("quantize refuses bad input with errors naming the value and what was expected") {
