@@ -17,6 +17,7 @@ What is drawn depends on the log's `experiment` attribute:
   charlm   losses.png (train/val loss, learning rate, gradient norm,
            tokens per second) and attention_layer<L>.png (one heatmap per head
            for the probe text)
+  timeseries, crossattn   see heed_plot_signals.py
   other    metrics.png, every metric of the log
 A dataset that is missing (a CNN-only run has no attention maps) is skipped.
 
@@ -582,6 +583,9 @@ def plot(path, out_dir=None):
             plot_shapes(f, out_dir, written)
         elif experiment == "charlm":
             plot_charlm(f, out_dir, written)
+        elif experiment in ("timeseries", "crossattn"):
+            import heed_plot_signals
+            heed_plot_signals.PLOTTERS[experiment](f, out_dir, written)
         else:
             plot_metrics(f, out_dir, written)
         if not written:
