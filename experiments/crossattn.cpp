@@ -1,8 +1,11 @@
 // experiments/crossattn.cpp: `heed run crossattn`: a model whose signal
 // positions cross-attend to a token description of the signal's shapes
 // (kind, position, height of each) learns to draw the signal. The log holds
-// the test error, the cross-attention maps of a few test samples and how much
-// of each covered position's attention falls on the tokens of its shape.
+// the test error, the cross-attention maps of a few test samples and, per
+// layer, how much of each covered position's attention falls on the tokens
+// of its shape. With the defaults (two cross-attention layers, the tokens
+// not mixed by an encoder) the first layer learns to find the position
+// token near the query, the second to read that shape's kind and height.
 #include "experiments/crossattn.h"
 
 #include <array>
@@ -20,12 +23,13 @@ namespace {
 
 constexpr int64_t kSamples = 4;      // test samples whose outputs and maps are logged
 constexpr int64_t kEvalChunk = 128;  // test samples per forward pass in evaluation
-constexpr const char* kFields[3] = {"kind", "position", "height"};
+// The logged scores of each decoder layer (ShapeTokenScore: mean, on_field 0..2).
+constexpr const char* kScores[4] = {"shape_tokens", "on_kind", "on_position", "on_height"};
 
 struct Config {
   int64_t batch = 32;
   double lr = 3e-3;
-  int64_t dim = 64, heads = 2, layers = 1;
+  int64_t dim = 64, heads = 2, encoder_layers = 0, layers = 2;
   int64_t length = 64, shapes = 3;
   int64_t test = 512;
   int64_t eval_every = 250;
@@ -58,10 +62,11 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
   Config c;
   Run run("crossattn",
           "Cross-attention from a signal to the tokens that describe it: each sample is a signal of\n"
-          "--shapes shapes and a token sequence giving each shape's kind, position and height. A\n"
-          "transformer block encodes the tokens; every signal position, starting from a learned\n"
-          "position embedding, cross-attends to them and the model draws the signal. Logs the test\n"
-          "MSE, the cross-attention maps and the attention mass each position inside a shape puts on\n"
+          "--shapes shapes and a token sequence giving each shape's kind, position and height. Every\n"
+          "signal position starts from a learned position embedding and, layer by layer, cross-attends\n"
+          "to the tokens (embedded with their place in the sequence; --encoder-layers transformer\n"
+          "blocks over them first, none by default); the model draws the signal. Logs the test MSE,\n"
+          "the cross-attention maps and, per layer, the attention each position inside a shape puts on\n"
           "the three tokens of that shape, against attention spread evenly.",
           RunOptions("runs/crossattn.h5").steps(2000).checkpoint_every(500).threads(1).progress_seconds(2));
   run.args()
@@ -69,6 +74,7 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
       .real("lr", &c.lr, "Adam learning rate", 0.0, 1e300, true)
       .integer("dim", &c.dim, "model width D", 1)
       .integer("heads", &c.heads, "attention heads (must divide --dim)", 1)
+      .integer("encoder-layers", &c.encoder_layers, "transformer blocks over the tokens (0: none)", 0, 8)
       .integer("layers", &c.layers, "decoder layers (cross-attention + feed-forward)", 1, 8)
       .integer("length", &c.length, "signal length L", 16)
       .integer("shapes", &c.shapes, "shapes per signal (3 tokens each)", 1)
@@ -94,22 +100,24 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
     throw UsageError(fmt::format("run crossattn: --shapes {} with --length {}: {}", c.shapes, c.length, e.what()));
   }
   Generator data(static_cast<uint64_t>(c.seed)), init(static_cast<uint64_t>(c.seed) * 1000 + 1);
-  SignalFromTokens m(task, c.dim, c.heads, c.layers, &init);
+  SignalFromTokens m(task, c.dim, c.heads, c.encoder_layers, c.layers, &init);
   optim::Adam opt(m.named_parameters(), optim::AdamOptions().lr(c.lr));
   optim::DataParallel ddp(m.named_parameters());  // one process: plain backward
   ddp.broadcast_parameters();
   // What drawing nothing would score: the mean square of the test signals.
   const double zero_mse = mse_loss(test.signal, Tensor::zeros(test.signal.shape())).item();
 
-  double loss = NAN, test_mse = NAN, mass = NAN, uniform = NAN;
-  std::array<double, 3> on_field{NAN, NAN, NAN};  // of mass, on the kind, position and height token
+  // Per decoder layer at the last evaluation: the attention on the shape's
+  // own tokens (mean over heads), then split by token (kind, position, height).
+  double loss = NAN, test_mse = NAN, uniform = NAN;
+  std::vector<std::array<double, 4>> result(static_cast<size_t>(c.layers), {NAN, NAN, NAN, NAN});
   run.track("model", m);
   run.track("optim", opt);
   run.track("rng/data", data);
   run.track("result/test_mse", test_mse);
-  run.track("result/shape_tokens", mass);
   run.track("result/uniform", uniform);
-  for (size_t f = 0; f < 3; ++f) run.track(std::string("result/on_") + kFields[f], on_field[f]);
+  for (size_t l = 0; l < result.size(); ++l)
+    for (size_t k = 0; k < 4; ++k) run.track(fmt::format("result/layer{}/{}", l, kScores[k]), result[l][k]);
   run.begin([&](RunLog& log) {
     log_model(log, "crossattn", m);
     log.write_tensor("samples/tokens", kernel::narrow(test.tokens, 0, 0, kSamples));
@@ -125,10 +133,9 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
     }
     log.set_attr("vocabulary", vocabulary);
     log.set_attr("half_width", task.half_width);
-    for (const char* name : {"train_loss", "test_mse", "attention/shape_tokens", "attention/uniform",
-                             "attention/on_kind", "attention/on_position", "attention/on_height"})
-      log.declare_scalar(name);
-    for (int64_t l = 0; l < c.layers; ++l) log.declare_scalar(fmt::format("attention/layer{}/shape_tokens", l));
+    for (const char* name : {"train_loss", "test_mse", "attention/uniform"}) log.declare_scalar(name);
+    for (int64_t l = 0; l < c.layers; ++l)
+      for (const char* score : kScores) log.declare_scalar(fmt::format("attention/layer{}/{}", l, score));
     log.declare_series("output", {kSamples, c.length});
     log.declare_series("attention/maps", {kSamples, c.layers, c.heads, c.length, S});
   });
@@ -147,19 +154,15 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
     run.show("loss", loss);
     if (step % c.eval_every != 0 && step != run.steps()) continue;
     test_mse = evaluate(m, test, task.half_width, scores);
-    ShapeTokenScore all;
-    for (size_t i = 0; i < scores.size(); ++i) {
-      all.add(scores[i]);
-      run.log().scalar(fmt::format("attention/layer{}/shape_tokens", i), step, scores[i].mean());
-    }
-    mass = all.mean();
-    uniform = all.baseline();
+    uniform = scores[0].baseline();
     run.log().scalar("test_mse", step, test_mse);
-    run.log().scalar("attention/shape_tokens", step, mass);
     run.log().scalar("attention/uniform", step, uniform);
-    for (size_t f = 0; f < 3; ++f) {
-      on_field[f] = all.on_field(f);
-      run.log().scalar(std::string("attention/on_") + kFields[f], step, on_field[f]);
+    std::string shown;
+    for (size_t l = 0; l < scores.size(); ++l) {
+      result[l] = {scores[l].mean(), scores[l].on_field(0), scores[l].on_field(1), scores[l].on_field(2)};
+      for (size_t k = 0; k < 4; ++k)
+        run.log().scalar(fmt::format("attention/layer{}/{}", l, kScores[k]), step, result[l][k]);
+      shown += fmt::format("{}{:.3f}", l ? ", " : "", result[l][0]);
     }
     {
       autograd::NoGradGuard ng;
@@ -171,18 +174,18 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
       m.keep_attention(false);
     }
     run.show("test mse", test_mse);
-    run.show("shape-token attention", mass);
-    fmt::print("step {}: test mse {:.4f} (drawing nothing: {:.4f}), attention on the shape's tokens {:.3f} "
-                 "(uniform {:.3f})\n",
-                 step, test_mse, zero_mse, mass, uniform);
+    fmt::print("step {}: test mse {:.4f} (drawing nothing: {:.4f}); attention on the shape's own tokens, layer by "
+               "layer: {} (uniform {:.3f})\n",
+               step, test_mse, zero_mse, shown, uniform);
     std::fflush(stdout);
   }
   if (int rc = run.finish()) return rc;
-  fmt::print("\ntest mse {:.4f} (drawing nothing: {:.4f}), {} parameters\n"
-             "attention of the positions a shape covers on the 3 tokens of that shape: {:.3f} (kind {:.3f}, "
-             "position {:.3f}, height {:.3f}); attention spread evenly: {:.3f} ({:.1f}x)\nlog: {} ({})\n",
-             test_mse, zero_mse, m.num_parameters(), mass, on_field[0], on_field[1], on_field[2], uniform,
-             mass / uniform, run.log_path(), format_seconds(run.seconds()));
+  fmt::print("\ntest mse {:.4f} (drawing nothing: {:.4f}), {} parameters\n", test_mse, zero_mse, m.num_parameters());
+  for (size_t l = 0; l < result.size(); ++l)
+    fmt::print("layer {}: attention of the positions a shape covers on the 3 tokens of that shape {:.3f} (kind "
+               "{:.3f}, position {:.3f}, height {:.3f}); spread evenly: {:.3f} ({:.1f}x)\n",
+               l, result[l][0], result[l][1], result[l][2], result[l][3], uniform, result[l][0] / uniform);
+  fmt::print("log: {} ({})\n", run.log_path(), format_seconds(run.seconds()));
   return 0;
 }
 

@@ -182,15 +182,17 @@ ShapeTokenScore shape_token_attention(const Tensor& attn0, const Tensor& centres
 
 // ---- the model ----
 
-SignalFromTokens::SignalFromTokens(const DescribedOptions& task, int64_t dim_, int64_t heads, int64_t layers,
-                                   Generator* g)
+SignalFromTokens::SignalFromTokens(const DescribedOptions& task, int64_t dim_, int64_t heads, int64_t encoder_layers,
+                                   int64_t layers, Generator* g)
     : Module("SignalFromTokens"), length(task.length), dim(dim_) {
   if (layers < 1) fail("SignalFromTokens: needs at least one decoder layer, got {}", layers);
   tok = register_module(
       "tok", std::make_shared<nn::Embedding>(nn::EmbeddingOptions(vocabulary_size(task), dim).generator(g)));
   slot = register_module("slot", std::make_shared<nn::LearnedPositionalEmbedding>(3 * task.shapes, dim, g));
-  encoder = register_module("encoder", std::make_shared<nn::TransformerBlock>(
-                                           nn::TransformerBlockOptions(dim, heads).generator(g)));
+  for (int64_t l = 0; l < encoder_layers; ++l)
+    encoder.push_back(register_module("encoder" + std::to_string(l),
+                                      std::make_shared<nn::TransformerBlock>(
+                                          nn::TransformerBlockOptions(dim, heads).generator(g))));
   ln_memory = register_module("ln_memory", std::make_shared<nn::LayerNorm>(dim));
   pos = register_module("pos", std::make_shared<nn::LearnedPositionalEmbedding>(task.length, dim, g));
   for (int64_t l = 0; l < layers; ++l) {
@@ -208,7 +210,9 @@ SignalFromTokens::SignalFromTokens(const DescribedOptions& task, int64_t dim_, i
 
 Tensor SignalFromTokens::forward(const Tensor& tokens) {  // [N, S]
   const int64_t N = tokens.size(0);
-  Tensor memory = ln_memory->forward(encoder->forward(slot->forward(tok->forward(tokens))));  // [N, S, D]
+  Tensor memory = slot->forward(tok->forward(tokens));  // [N, S, D]
+  for (auto& e : encoder) memory = e->forward(memory);
+  memory = ln_memory->forward(memory);
   Tensor h = pos->forward(Tensor::zeros({N, length, dim}));                                    // [N, L, D]
   for (size_t l = 0; l < cross.size(); ++l) {
     h = h + cross[l]->forward(ln_cross[l]->forward(h), memory);  // queries from the signal, keys/values from tokens

@@ -92,14 +92,15 @@ struct ShapeTokenScore {
 ShapeTokenScore shape_token_attention(const Tensor& attn, const Tensor& centres, int64_t half_width);
 
 // tokens [N, S] -> signal [N, L]. The tokens (embedding + a learned embedding
-// of their place in the sequence) go through one transformer block, the
-// encoder; each signal position starts as a learned embedding of its
-// position and, in each of `layers` decoder layers, cross-attends to the
-// encoded tokens (pre-LayerNorm, residual), then a feed-forward layer;
-// a linear read-out gives the value.
+// of their place in the sequence) go through `encoder_layers` transformer
+// blocks (none: each token stays itself); each signal position starts as a
+// learned embedding of its position and, in each of `layers` decoder layers,
+// cross-attends to the tokens (pre-LayerNorm, residual), then a feed-forward
+// layer; a linear read-out gives the value.
 class SignalFromTokens : public nn::Module {
  public:
-  SignalFromTokens(const DescribedOptions& task, int64_t dim, int64_t heads, int64_t layers, Generator* g);
+  SignalFromTokens(const DescribedOptions& task, int64_t dim, int64_t heads, int64_t encoder_layers, int64_t layers,
+                   Generator* g);
   Tensor forward(const Tensor& tokens) override;
   // The kept maps of decoder layer l: [N, H, L, S] (keep_attention on).
   void keep_attention(bool on);
@@ -108,7 +109,7 @@ class SignalFromTokens : public nn::Module {
 
   std::shared_ptr<nn::Embedding> tok;
   std::shared_ptr<nn::LearnedPositionalEmbedding> slot, pos;
-  std::shared_ptr<nn::TransformerBlock> encoder;
+  std::vector<std::shared_ptr<nn::TransformerBlock>> encoder;
   std::shared_ptr<nn::LayerNorm> ln_memory;
   std::vector<std::shared_ptr<nn::LayerNorm>> ln_cross, ln_ffn;
   std::vector<std::shared_ptr<nn::MultiHeadAttention>> cross;

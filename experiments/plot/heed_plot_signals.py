@@ -31,7 +31,7 @@ SIZE_FORECAST = (10, 4.5)    # 1000 x 450
 ATTN_SIGNAL_TOP = 3.2        # attention_signal: 1000 x (100 x (3.2 + 1.8 per layer))
 ATTN_SIGNAL_LAYER = 1.8
 MAP_SIZE = (4, 4.5)          # attention_maps: 400 x 450 per head, one row per layer
-SAMPLE_TOP = 3.2             # crossattn sample: 1000 x (100 x (3.2 + 2.2 per layer and head))
+SAMPLE_TOP = 3.2             # crossattn sample: 1000 x (100 x (3.2 + 2.2 per layer and head)), 1200 by default
 SAMPLE_HEAD = 2.2
 SHAPE_COLOURS = ["tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
 
@@ -80,15 +80,15 @@ def draw_losses(f, models, references, title, out_dir, written):
 
 
 def draw_score(f, curves, uniform, ylabel, title, name, out_dir, written):
-    """Scores over steps (curves: (metric, label, style)) with the uniform baseline."""
-    rows = [(metric(f, m), label, style) for m, label, style in curves]
+    """Scores over steps (curves: (metric, label, line style, colour)) with the uniform baseline."""
+    rows = [(metric(f, m), label, style, colour) for m, label, style, colour in curves]
     rows = [r for r in rows if r[0] is not None]
     if not rows:
         return
     fig = new_figure(SIZE_SCORE)
     ax = fig.subplots()
-    for r, label, style in rows:
-        ax.plot(r[:, 0], r[:, 1], style, ms=4, label=label)
+    for r, label, style, colour in rows:
+        ax.plot(r[:, 0], r[:, 1], style, ms=4, color=colour, label=label)
     u = metric(f, uniform)
     if u is not None:
         ax.plot(u[:, 0], u[:, 1], "--", color="0.4", label="attention spread evenly")
@@ -244,8 +244,9 @@ def plot_timeseries(f, out_dir, written):
     layers = sorted(int(k[len("layer"):]) for k in (f.get("metrics/attention") or {}) if k.startswith("layer"))
     curves = []
     for layer in layers:
-        curves.append((f"attention/layer{layer}/same_phase_best_head", f"layer {layer}: best head", "-o"))
-        curves.append((f"attention/layer{layer}/same_phase", f"layer {layer}: mean of heads", "-s"))
+        curves.append((f"attention/layer{layer}/same_phase_best_head", f"layer {layer}: best head", "-o",
+                       f"C{layer}"))
+        curves.append((f"attention/layer{layer}/same_phase", f"layer {layer}: mean of heads", "--s", f"C{layer}"))
     draw_score(f, curves, "attention/uniform", "attention mass at the same phase",
                "attention within the window of the same phase of earlier cycles", "same_phase.png", out_dir, written)
     x = fixed(f, "samples/input")
@@ -322,10 +323,12 @@ def plot_crossattn(f, out_dir, written):
     draw_losses(f, [("crossattn", "")], [("drawing nothing", reference(f, "zero_mse"))],
                 "signals drawn from token descriptions", out_dir, written)
     layers = sorted(int(k[len("layer"):]) for k in (f.get("metrics/attention") or {}) if k.startswith("layer"))
-    curves = [("attention/shape_tokens", "on the shape's 3 tokens", "-o")]
-    curves += [(f"attention/on_{field}", f"on its {field} token", "-") for field in ("kind", "position", "height")]
-    if len(layers) > 1:
-        curves += [(f"attention/layer{l}/shape_tokens", f"layer {l}", "-s") for l in layers]
+    curves = []
+    for layer in layers:
+        curves.append((f"attention/layer{layer}/shape_tokens", f"layer {layer}: on the shape's 3 tokens", "-o",
+                       f"C{layer}"))
+        curves += [(f"attention/layer{layer}/on_{field}", f"layer {layer}: its {field} token", style, f"C{layer}")
+                   for field, style in (("kind", "--"), ("position", ":"), ("height", "-."))]
     draw_score(f, curves, "attention/uniform", "attention mass",
                "attention of a shape's positions on the tokens describing it", "shape_tokens.png", out_dir, written)
     vocabulary = (text_attr(f, "vocabulary", "") or "").split()

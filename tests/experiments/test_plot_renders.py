@@ -121,7 +121,7 @@ try:
                   **{f"attention_signal_{i}.png": (1000, 500) for i in range(4)})),
             ("crossattn", ["--length", "32", "--dim", "16"],
              dict({"losses.png": (1200, 450), "shape_tokens.png": (600, 400)},
-                  **{f"sample_{i}.png": (1000, 760) for i in range(4)}))):
+                  **{f"sample_{i}.png": (1000, 1200) for i in range(4)}))):
         out = os.path.join(TMP, name + ".h5")
         r = run(["run", name, "--steps", "20", "--test", "8", "--eval-every", "10", "--out", out] + args)
         check(r.returncode == 0, f"heed run {name} exited {r.returncode}: {r.stderr}")
