@@ -137,8 +137,8 @@ TEST_CASE("crossattn: a small model draws the described signals, and in its seco
           "attends to that shape's tokens") {
   test::TempDir d("heed-learn-crossattn-");
   const std::string log = d.path + "/ca.h5";
-  REQUIRE(run_crossattn({"--steps", "600", "--dim", "32", "--length", "48", "--test", "128", "--eval-every", "1000",
-                         "--out", log},
+  REQUIRE(run_crossattn({"--steps", "600", "--batch", "16", "--dim", "32", "--length", "48", "--test", "128",
+                         "--eval-every", "1000", "--out", log},
                         {"heed", "run", "crossattn"}) == 0);
   const double mse = last_value(log, "test_mse"), uniform = last_value(log, "attention/uniform");
   const double own = last_value(log, "attention/layer1/shape_tokens");

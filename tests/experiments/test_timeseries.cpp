@@ -176,11 +176,11 @@ double last_value(const std::string& log, const std::string& metric) {
 }
 }  // namespace
 
-TEST_CASE("timeseries: attention beats the CNN of its size and looks one period back (400 small steps)") {
+TEST_CASE("timeseries: attention beats the CNN of its size and looks one period back (400 steps of 16 short signals)") {
   test::TempDir d("heed-learn-timeseries-");
   const std::string log = d.path + "/ts.h5";
-  REQUIRE(run_timeseries({"--steps", "400", "--length", "64", "--period-min", "8", "--period-max", "16", "--test",
-                          "128", "--eval-every", "1000", "--out", log},
+  REQUIRE(run_timeseries({"--steps", "400", "--batch", "16", "--length", "64", "--period-min", "8", "--period-max",
+                          "16", "--test", "128", "--eval-every", "1000", "--out", log},
                          {"heed", "run", "timeseries"}) == 0);
   const double attn = last_value(log, "attention/test_mse"), cnn = last_value(log, "cnn/test_mse");
   const double best = last_value(log, "attention/layer0/same_phase_best_head"),
