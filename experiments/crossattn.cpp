@@ -30,7 +30,7 @@ struct Config {
   int64_t batch = 32;
   double lr = 3e-3;
   int64_t dim = 64, heads = 2, encoder_layers = 0, layers = 2;
-  int64_t length = 64, shapes = 3;
+  DescribedOptions task;  // the task's knobs, with their defaults
   int64_t test = 512;
   int64_t eval_every = 250;
   int64_t seed = 0;
@@ -76,8 +76,8 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
       .integer("heads", &c.heads, "attention heads (must divide --dim)", 1)
       .integer("encoder-layers", &c.encoder_layers, "transformer blocks over the tokens (0: none)", 0, 8)
       .integer("layers", &c.layers, "decoder layers (cross-attention + feed-forward)", 1, 8)
-      .integer("length", &c.length, "signal length L", 16)
-      .integer("shapes", &c.shapes, "shapes per signal (3 tokens each)", 1)
+      .integer("length", &c.task.length, "signal length L", 16)
+      .integer("shapes", &c.task.shapes, "shapes per signal (3 tokens each)", 1)
       .integer("test", &c.test, "test samples", kSamples)
       .integer("eval-every", &c.eval_every, "evaluate every N steps (and at the end)", 1)
       .integer("seed", &c.seed, "seed for data and initialisation", 0);
@@ -88,16 +88,15 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
     throw UsageError(fmt::format("run crossattn: --batch {} is not divisible by the {} processes of this job",
                                  c.batch, dist::size()));
 
-  DescribedOptions task;
-  task.length = c.length;
-  task.shapes = c.shapes;
-  const int64_t S = 3 * c.shapes;
+  const DescribedOptions& task = c.task;
+  const int64_t S = 3 * task.shapes;
   DescribedSet test;
   try {
     Generator g(static_cast<uint64_t>(c.seed) + 1000003);  // the test set, rebuilt identically on resume
     test = generate_described(c.test, g, task);
   } catch (const Error& e) {
-    throw UsageError(fmt::format("run crossattn: --shapes {} with --length {}: {}", c.shapes, c.length, e.what()));
+    throw UsageError(
+        fmt::format("run crossattn: --shapes {} with --length {}: {}", task.shapes, task.length, e.what()));
   }
   Generator data(static_cast<uint64_t>(c.seed)), init(static_cast<uint64_t>(c.seed) * 1000 + 1);
   SignalFromTokens m(task, c.dim, c.heads, c.encoder_layers, c.layers, &init);
@@ -136,8 +135,8 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
     for (const char* name : {"train_loss", "test_mse", "attention/uniform"}) log.declare_scalar(name);
     for (int64_t l = 0; l < c.layers; ++l)
       for (const char* score : kScores) log.declare_scalar(fmt::format("attention/layer{}/{}", l, score));
-    log.declare_series("output", {kSamples, c.length});
-    log.declare_series("attention/maps", {kSamples, c.layers, c.heads, c.length, S});
+    log.declare_series("output", {kSamples, task.length});
+    log.declare_series("attention/maps", {kSamples, c.layers, c.heads, task.length, S});
   });
   fmt::print("{}\n", m.summary());
 

@@ -26,11 +26,7 @@ struct Config {
   double lr = 3e-3;
   int64_t dim = 32, heads = 2, layers = 1, kernel = 7;
   int64_t cnn_channels = 24, cnn_layers = 4;
-  int64_t length = 128;
-  double period_min = 12, period_max = 24;
-  int64_t harmonics = 5;
-  double noise_min = 0.05, noise_max = 0.3;
-  int64_t anomalies = 3;
+  SeriesOptions series;  // the task's knobs, with their defaults
   double window = 1;
   int64_t test = 512;
   int64_t eval_every = 250;
@@ -124,41 +120,35 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
       .integer("kernel", &c.kernel, "causal convolution width (both models)", 1)
       .integer("cnn-channels", &c.cnn_channels, "CNN: channels per layer", 1)
       .integer("cnn-layers", &c.cnn_layers, "CNN: causal convolution layers", 1)
-      .integer("length", &c.length, "signal length T", 8)
-      .real("period-min", &c.period_min, "shortest period", 2.0)
-      .real("period-max", &c.period_max, "longest period (at most half of --length)", 2.0)
-      .integer("harmonics", &c.harmonics, "harmonics of the periodic pattern", 1)
-      .real("noise-min", &c.noise_min, "smallest noise standard deviation", 0.0)
-      .real("noise-max", &c.noise_max, "largest noise standard deviation", 0.0)
-      .integer("anomalies", &c.anomalies, "at most this many anomalies per signal", 0)
+      .integer("length", &c.series.length, "signal length T", 8)
+      .real("period-min", &c.series.period_min, "shortest period", 2.0)
+      .real("period-max", &c.series.period_max, "longest period (at most half of --length)", 2.0)
+      .integer("harmonics", &c.series.harmonics, "harmonics of the periodic pattern", 1)
+      .real("noise-min", &c.series.noise_min, "smallest noise standard deviation", 0.0)
+      .real("noise-max", &c.series.noise_max, "largest noise standard deviation", 0.0)
+      .integer("anomalies", &c.series.anomalies_max, "at most this many anomalies per signal", 0)
       .real("window", &c.window, "same-phase window: keys within this many steps of a whole number of periods back",
             0.0)
       .integer("test", &c.test, "test signals", kSamples)
       .integer("eval-every", &c.eval_every, "evaluate every N steps (and at the end)", 1)
       .integer("seed", &c.seed, "seed for data and initialisation", 0);
   if (!run.parse(args, command_line)) return 0;
-  if (c.period_max < c.period_min)
-    throw UsageError(fmt::format("run timeseries: --period-max {} is below --period-min {}", c.period_max,
-                                 c.period_min));
-  if (c.noise_max < c.noise_min)
-    throw UsageError(fmt::format("run timeseries: --noise-max {} is below --noise-min {}", c.noise_max, c.noise_min));
-  if (2 * c.period_max > static_cast<double>(c.length))
+  const SeriesOptions& so = c.series;
+  if (so.period_max < so.period_min)
+    throw UsageError(fmt::format("run timeseries: --period-max {} is below --period-min {}", so.period_max,
+                                 so.period_min));
+  if (so.noise_max < so.noise_min)
+    throw UsageError(
+        fmt::format("run timeseries: --noise-max {} is below --noise-min {}", so.noise_max, so.noise_min));
+  if (2 * so.period_max > static_cast<double>(so.length))
     throw UsageError(fmt::format("run timeseries: --period-max {} leaves fewer than two cycles in --length {}",
-                                 c.period_max, c.length));
+                                 so.period_max, so.length));
   if (c.dim % c.heads != 0)
     throw UsageError(fmt::format("run timeseries: --dim {} is not divisible by --heads {}", c.dim, c.heads));
   if (c.batch % dist::size() != 0)
     throw UsageError(fmt::format("run timeseries: --batch {} is not divisible by the {} processes of this job",
                                  c.batch, dist::size()));
 
-  SeriesOptions so;
-  so.length = c.length;
-  so.period_min = c.period_min;
-  so.period_max = c.period_max;
-  so.harmonics = c.harmonics;
-  so.noise_min = c.noise_min;
-  so.noise_max = c.noise_max;
-  so.anomalies_max = c.anomalies;
   const int64_t first = first_scored_position(so);
   Generator data(static_cast<uint64_t>(c.seed));
   SeriesSet test;
@@ -223,7 +213,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
       log_model(log, m.name, *m.net);
       log.declare_scalar(m.name + "/train_loss");
       log.declare_scalar(m.name + "/test_mse");
-      log.declare_series(m.name + "/output", {kSamples, c.length});
+      log.declare_series(m.name + "/output", {kSamples, so.length});
     }
     if (c.model != "cnn") {
       log.declare_scalar("attention/uniform");
@@ -231,7 +221,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
         log.declare_scalar(fmt::format("attention/layer{}/same_phase", l));
         log.declare_scalar(fmt::format("attention/layer{}/same_phase_best_head", l));
       }
-      log.declare_series("attention/maps", {kSamples, c.layers, c.heads, c.length, c.length});
+      log.declare_series("attention/maps", {kSamples, c.layers, c.heads, so.length, so.length});
     }
   });
   for (auto& m : runs) fmt::print("{}\n", m.net->summary());

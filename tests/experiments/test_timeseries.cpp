@@ -26,7 +26,8 @@ TEST_CASE("timeseries task: seed 0 draws the pinned periods, phases, waveforms, 
   // Sample 0 has two anomalies, sample 1 one, sample 2 none (-1 / 0 past the count).
   CHECK(s.anomaly_position.to_vector<int64_t>() == std::vector<int64_t>{4, 64, -1, -1, -1, -1, 65, -1, -1});
   CHECK(s.anomaly_width.to_vector<int64_t>() == std::vector<int64_t>{3, 1, 0, 0, 0, 0, 2, 0, 0});
-  CHECK(s.anomaly_height.to_vector<float>() == std::vector<float>{-2.204169f, 2.206044f, 0, 0, 0, 0, -3.9099982f, 0, 0});
+  CHECK(s.anomaly_height.to_vector<float>() ==
+        std::vector<float>{-2.204169f, 2.206044f, 0, 0, 0, 0, -3.9099982f, 0, 0});
   const std::vector<float> x = s.input.to_vector<float>(), y = s.target.to_vector<float>();
   CHECK(x[0] == -1.72808218f);
   CHECK(x[4] - s.clean.to_vector<float>()[4] < -1.5f);  // inside the first anomaly (height -2.2)
