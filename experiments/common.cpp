@@ -7,9 +7,11 @@
 #include "experiments/charlm.h"
 #include "experiments/quantize.h"
 #include "experiments/copy.h"
+#include "experiments/crossattn.h"
 #include "experiments/scaling.h"
 #include "experiments/shapes.h"
 #include "experiments/sine.h"
+#include "experiments/timeseries.h"
 #include "layers/module.h"
 
 namespace heed::experiments {
@@ -28,9 +30,12 @@ const std::vector<Experiment>& experiments() {
       {"charlm", "a character-level GPT on the King James Bible (or --text FILE)", run_charlm},
       {"compression", "every quantizer of heed quantize at every bit width, on trained models", run_compression},
       {"copy", "one attention layer learns to copy the previous token", run_copy},
+      {"crossattn", "signal positions cross-attend to tokens that describe the signal's shapes", run_crossattn},
       {"scaling", "why attention divides its scores by sqrt(d_k): saturation, then training with and without", run_scaling},
       {"shapes", "the CNN-versus-attention toy experiment (the demo)", run_shapes},
       {"sine", "fit sin(x) with a small MLP (seconds)", run_sine},
+      {"timeseries", "forecast periodic signals with anomalies: attention looks one period back, vs a CNN",
+       run_timeseries},
   };
   return table;
 }

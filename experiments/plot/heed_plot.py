@@ -26,6 +26,7 @@ What is drawn depends on the log's `experiment` attribute:
            MSE and pair-attention score) and relative weight error against
            the bits per weight actually stored, one line per method, the
            float32 model dashed
+  timeseries, crossattn   see heed_plot_signals.py
   other    metrics.png, every metric of the log
 A dataset that is missing (a CNN-only run has no attention maps) is skipped.
 
@@ -798,6 +799,9 @@ def plot(path, out_dir=None):
             plot_scaling(f, out_dir, written)
         elif experiment == "compression":
             plot_compression(f, out_dir, written)
+        elif experiment in ("timeseries", "crossattn"):
+            import heed_plot_signals
+            heed_plot_signals.PLOTTERS[experiment](f, out_dir, written)
         else:
             plot_metrics(f, out_dir, written)
         if not written:

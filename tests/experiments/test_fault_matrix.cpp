@@ -61,6 +61,12 @@ std::vector<Row> rows() {
        {"--steps", "24", "--dk-max", "16", "--seeds", "1", "--dim", "16", "--batch", "8", "--eval-every", "5"}, 24, 0,
        {"--lr", "0.01"}, {"--dim", "8"}, {"--steps", "28"}, {}},
       {"fit_sine", {HEED_EXAMPLE_PATH}, {"--steps", "40"}, 40, 0, {"--lr", "0.01"}, {}, {"--steps", "44"}, {}},
+      {"timeseries", {cli, "run", "timeseries"},
+       {"--steps", "24", "--length", "32", "--period-min", "4", "--period-max", "8", "--test", "8", "--eval-every", "5"},
+       24, 0, {"--lr", "0.01"}, {"--dim", "16"}, {"--steps", "28"}, {}},
+      {"crossattn", {cli, "run", "crossattn"},
+       {"--steps", "24", "--dim", "16", "--length", "32", "--test", "8", "--eval-every", "5"}, 24, 0, {"--lr", "0.01"},
+       {"--dim", "24"}, {"--steps", "28"}, {}},
   };
 }
 
@@ -128,7 +134,8 @@ TEST_CASE("fault matrix: stop, Ctrl-C and kill -9 (also mid-checkpoint), then re
     auto cmd = [&](const std::string& name, std::vector<std::string> extra = {}) {
       return cat(cat(cat(row.program, row.args), {"--out", p + "/" + name + ".h5", "--checkpoint-every", "2"}), extra);
     };
-    const std::string metric = row.experiment == "shapes" ? "cnn/train_loss" : "train_loss";
+    const std::string metric =
+        row.experiment == "shapes" || row.experiment == "timeseries" ? "cnn/train_loss" : "train_loss";
     // The reference: never interrupted.
     Result ref = run(cmd("ref"), p);
     INFO("reference: " << ref.out << ref.err);

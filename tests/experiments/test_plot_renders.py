@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """plot.renders: `heed plot` draws every figure of a real shapes log, of a
 CNN-only log, of a language-model log and of a quantization sweep's log
-(`heed run compression`) that follow docs/log-format.md, and each PNG decodes
-with the size heed_plot.py gives it.
+(`heed run compression`) that follow docs/log-format.md, and of small
+timeseries and crossattn runs, and each PNG decodes with the size
+heed_plot.py gives it.
 
     /usr/bin/python3 tests/experiments/test_plot_renders.py path/to/heed
 
@@ -137,6 +138,19 @@ try:
                     f[f"metrics/{model}/{method}/{k}"] = np.array(r, dtype=np.float64)
     printed = plot(comp)
     check_pngs(os.path.join(TMP, "comp_plots"), printed, {"compression.png": (1500, 900)})
+    # ---- small timeseries and crossattn runs (figures of heed_plot_signals.py) ----
+    for name, args, sizes in (
+            ("timeseries", ["--length", "32", "--period-min", "4", "--period-max", "8"],
+             dict({"losses.png": (1200, 450), "same_phase.png": (600, 400), "attention_maps.png": (800, 450)},
+                  **{f"forecast_{i}.png": (1000, 450) for i in range(4)},
+                  **{f"attention_signal_{i}.png": (1000, 500) for i in range(4)})),
+            ("crossattn", ["--length", "32", "--dim", "16"],
+             dict({"losses.png": (1200, 450), "shape_tokens.png": (600, 400)},
+                  **{f"sample_{i}.png": (1000, 1200) for i in range(4)}))):
+        out = os.path.join(TMP, name + ".h5")
+        r = run(["run", name, "--steps", "20", "--test", "8", "--eval-every", "10", "--out", out] + args)
+        check(r.returncode == 0, f"heed run {name} exited {r.returncode}: {r.stderr}")
+        check_pngs(os.path.join(TMP, name + "_plots"), plot(out), sizes)
 
     # ---- clear failures ----
     r = run(["plot", os.path.join(TMP, "missing.h5")])

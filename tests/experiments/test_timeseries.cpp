@@ -1,0 +1,195 @@
+// tests/experiments/test_timeseries.cpp: the time-series task (signals
+// pinned by seed, targets rebuilt from the stored parameters), the
+// same-phase measure on maps made by hand, causal forecasters, and a small
+// run in which attention must beat the CNN and look one period back.
+#include <cmath>
+
+#include "data/h5.h"
+#include "experiments/timeseries.h"
+#include "experiments/timeseries_task.h"
+#include "test_util.h"
+
+using namespace heed;
+using namespace heed::experiments;
+
+TEST_CASE("timeseries task: seed 0 draws the pinned periods, phases, waveforms, noise, anomalies and values") {
+  Generator g(0);
+  SeriesSet s = generate_series(3, g);  // defaults: T = 128, periods 12..24, 5 harmonics, up to 3 anomalies
+  CHECK(s.period.to_vector<float>() == std::vector<float>{22.566242f, 18.762756f, 16.203968f});
+  CHECK(s.phase.to_vector<float>() == std::vector<float>{0.36209112f, 0.40118986f, 0.2635083f});
+  CHECK(s.noise.to_vector<float>() == std::vector<float>{0.112887375f, 0.06571018f, 0.27273202f});
+  const std::vector<float> a = s.amplitude.to_vector<float>();  // [3, 5]
+  CHECK(a[0] == 0.65972286f);
+  CHECK(a[5] == 0.783292f);
+  CHECK(a[11] == -0.084196314f);
+  CHECK(s.offset.to_vector<float>()[0] == 2.6081946f);
+  // Sample 0 has two anomalies, sample 1 one, sample 2 none (-1 / 0 past the count).
+  CHECK(s.anomaly_position.to_vector<int64_t>() == std::vector<int64_t>{4, 64, -1, -1, -1, -1, 65, -1, -1});
+  CHECK(s.anomaly_width.to_vector<int64_t>() == std::vector<int64_t>{3, 1, 0, 0, 0, 0, 2, 0, 0});
+  CHECK(s.anomaly_height.to_vector<float>() ==
+        std::vector<float>{-2.204169f, 2.206044f, 0, 0, 0, 0, -3.9099982f, 0, 0});
+  const std::vector<float> x = s.input.to_vector<float>(), y = s.target.to_vector<float>();
+  CHECK(x[0] == -1.72808218f);
+  CHECK(x[4] - s.clean.to_vector<float>()[4] < -1.5f);  // inside the first anomaly (height -2.2)
+  CHECK(x[127] == 0.682340264f);
+  CHECK(x[128 + 0] == 0.0365753025f);
+  CHECK(x[256 + 5] == -0.883939326f);
+  CHECK(y[0] == -0.782608569f);
+  CHECK(y[127] == 1.7123512f);
+  // Draws per sample, as documented: 2 + 2 R + 1 + 1 + 4 m + T.
+  CHECK(g.offset() == (2 + 10 + 2 + 8 + 128) + (2 + 10 + 2 + 4 + 128) + (2 + 10 + 2 + 0 + 128));
+  // The same seed again: the same bits; another seed: another signal.
+  Generator g2(0), g3(1);
+  CHECK(generate_series(3, g2).input.to_vector<float>() == x);
+  CHECK(generate_series(3, g3).input.to_vector<float>() != x);
+}
+
+TEST_CASE("timeseries task: targets are the next clean values, rebuilt from the stored parameters; the rest is noise "
+          "and the stored anomalies") {
+  SeriesOptions o;
+  Generator g(7);
+  const int64_t n = 64, T = o.length, A = o.anomalies_max;
+  SeriesSet s = generate_series(n, g, o);
+  Tensor clean = render_clean(s.period, s.phase, s.amplitude, s.offset, T + 1);  // [n, T + 1]
+  CHECK(kernel::narrow(clean, 1, 0, T).to_vector<float>() == s.clean.to_vector<float>());
+  CHECK(kernel::narrow(clean, 1, 1, T).to_vector<float>() == s.target.to_vector<float>());
+
+  const std::vector<float> x = s.input.to_vector<float>(), c = s.clean.to_vector<float>();
+  const std::vector<float> P = s.period.to_vector<float>(), phi = s.phase.to_vector<float>(),
+                           sigma = s.noise.to_vector<float>(), ah = s.anomaly_height.to_vector<float>();
+  const std::vector<int64_t> ap = s.anomaly_position.to_vector<int64_t>(), aw = s.anomaly_width.to_vector<int64_t>();
+  double z2 = 0, power = 0;
+  int64_t count = 0, anomalies = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    CHECK(P[i] >= o.period_min);
+    CHECK(P[i] < o.period_max);
+    CHECK(phi[i] >= 0.0f);
+    CHECK(phi[i] < 1.0f);
+    CHECK(sigma[i] >= o.noise_min);
+    CHECK(sigma[i] <= o.noise_max);
+    bool ended = false;  // the anomalies fill the first slots
+    for (int64_t j = 0; j < A; ++j) {
+      const int64_t k = i * A + j;
+      if (ap[k] < 0) {
+        ended = true;
+        CHECK((aw[k] == 0 && ah[k] == 0.0f));
+        continue;
+      }
+      CHECK_FALSE(ended);
+      ++anomalies;
+      CHECK(ap[k] < T);
+      CHECK((aw[k] >= 1 && aw[k] <= o.anomaly_width_max));
+      CHECK((std::abs(ah[k]) >= o.anomaly_min && std::abs(ah[k]) <= o.anomaly_max));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      double spikes = 0;
+      for (int64_t j = 0; j < A; ++j)
+        if (ap[i * A + j] >= 0 && ap[i * A + j] <= t && t < ap[i * A + j] + aw[i * A + j]) spikes += ah[i * A + j];
+      const double noise = x[i * T + t] - c[i * T + t] - spikes;
+      z2 += noise * noise / (sigma[i] * sigma[i]);
+      power += c[i * T + t] * c[i * T + t];
+      ++count;
+    }
+  }
+  CHECK(std::abs(z2 / static_cast<double>(count) - 1.0) < 0.05);     // unit-variance noise scaled by sigma
+  CHECK(std::abs(power / static_cast<double>(count) - 1.0) < 0.1);   // the clean pattern has unit RMS
+  CHECK(std::abs(static_cast<double>(anomalies) / n - 1.5) < 0.4);    // 0..3 per signal, 1.5 on average
+  CHECK(first_scored_position(o) == 24);
+}
+
+TEST_CASE("timeseries task: options that make no signal are refused, naming them") {
+  Generator g(0);
+  auto with = [&](auto change) {
+    SeriesOptions o;
+    change(o);
+    return [o, &g] { generate_series(2, g, o); };
+  };
+  test::check_error(with([](SeriesOptions& o) { o.period_min = 1; }), {"period_min=1"});
+  test::check_error(with([](SeriesOptions& o) { o.period_max = 10; }), {"period_max=10", "period_min=12"});
+  test::check_error(with([](SeriesOptions& o) { o.noise_min = 0.5; }), {"noise_min=0.5"});
+  test::check_error(with([](SeriesOptions& o) { o.harmonics = 0; }), {"harmonics"});
+  test::check_error(with([](SeriesOptions& o) { o.anomaly_width_max = 0; }), {"anomaly_width_max"});
+}
+
+TEST_CASE("same-phase attention: all of it one period back scores 1, one step back 0, spread evenly the baseline") {
+  const int64_t T = 40;
+  const double P = 10;
+  Tensor A = Tensor::zeros({1, 3, T, T});  // three heads
+  float* a = A.data<float>();
+  for (int64_t t = 0; t < T; ++t) {
+    // Head 0: everything on the key one period before the predicted position t + 1.
+    if (t + 1 - 10 >= 0) a[(0 * T + t) * T + t + 1 - 10] = 1.0f;
+    else a[(0 * T + t) * T + t] = 1.0f;
+    a[(1 * T + t) * T + (t > 0 ? t - 1 : 0)] = 1.0f;                           // head 1: the previous value
+    for (int64_t j = 0; j <= t; ++j) a[(2 * T + t) * T + j] = 1.0f / static_cast<float>(t + 1);  // head 2: even
+  }
+  PhaseScore s = same_phase_attention(A, Tensor::from({10}, {1}), 1.0);
+  REQUIRE(s.queries == T - 10);  // t + 1 >= P + window: t = 10 .. 39
+  CHECK(s.head(0) == doctest::Approx(1.0));
+  CHECK(s.head(1) == doctest::Approx(0.0));
+  CHECK(s.head(2) == doctest::Approx(s.baseline()).epsilon(1e-6));
+  CHECK(s.best() == doctest::Approx(1.0));
+  CHECK(s.mean() == doctest::Approx((1.0 + s.baseline()) / 3).epsilon(1e-6));
+  // The baseline by hand: query t sees keys 0..t; those within 1 of t + 1 - 10 k.
+  double expect = 0;
+  for (int64_t t = 10; t < T; ++t) {
+    int64_t in = 0;
+    for (int64_t j = 0; j <= t; ++j) {
+      const int64_t lag = t + 1 - j;
+      for (int64_t k = 1; k * P <= lag + 1; ++k) in += std::abs(static_cast<double>(lag) - k * P) <= 1.0;
+    }
+    expect += static_cast<double>(in) / static_cast<double>(t + 1);
+  }
+  CHECK(s.baseline() == doctest::Approx(expect / (T - 10)));
+  test::check_error([&] { same_phase_attention(Tensor::zeros({1, 1, 4, 5}), Tensor::from({3}, {1}), 1); },
+                    {"[N, H, T, T]", "[1, 1, 4, 5]"});
+}
+
+TEST_CASE("timeseries forecasters are causal: inputs after position t change no output up to t") {
+  Generator g(3);
+  AttentionForecaster attn(16, 2, 2, 7, &g);
+  ConvForecaster cnn(8, 3, 7, &g);
+  autograd::NoGradGuard ng;
+  Tensor x = test::det_tensor({2, 40}, 1);
+  std::vector<double> v = x.to_vector<double>();
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t t = 25; t < 40; ++t) v[static_cast<size_t>(i * 40 + t)] += 3.0;
+  Tensor x2 = Tensor::from_f64(v, {2, 40}).to(DType::f32);
+  for (nn::Module* m : {static_cast<nn::Module*>(&attn), static_cast<nn::Module*>(&cnn)}) {
+    CAPTURE(m->type_name());
+    Tensor y = m->forward(x), y2 = m->forward(x2);
+    REQUIRE(y.shape() == Shape{2, 40});
+    CHECK(test::max_diff(kernel::narrow(y, 1, 0, 25), kernel::narrow(y2, 1, 0, 25)) < 1e-5);
+    CHECK(test::max_diff(kernel::narrow(y, 1, 25, 15), kernel::narrow(y2, 1, 25, 15)) > 1e-3);
+  }
+  // About the same size at the experiment's defaults.
+  Generator h(0);
+  const double pa = static_cast<double>(AttentionForecaster(32, 2, 1, 7, &h).num_parameters());
+  const double pc = static_cast<double>(ConvForecaster(24, 4, 7, &h).num_parameters());
+  CHECK(std::abs(pa / pc - 1.0) < 0.1);
+}
+
+namespace {
+double last_value(const std::string& log, const std::string& metric) {
+  std::vector<double> rows = h5::File(log, h5::File::Mode::read).read_tensor("metrics/" + metric).to_vector<double>();
+  REQUIRE(rows.size() >= 3);
+  return rows[rows.size() - 2];
+}
+}  // namespace
+
+TEST_CASE("timeseries: attention beats the CNN of its size and looks one period back (400 steps of 16 short signals)") {
+  test::TempDir d("heed-learn-timeseries-");
+  const std::string log = d.path + "/ts.h5";
+  REQUIRE(run_timeseries({"--steps", "400", "--batch", "16", "--length", "64", "--period-min", "8", "--period-max",
+                          "16", "--test", "128", "--eval-every", "1000", "--out", log},
+                         {"heed", "run", "timeseries"}) == 0);
+  const double attn = last_value(log, "attention/test_mse"), cnn = last_value(log, "cnn/test_mse");
+  const double best = last_value(log, "attention/layer0/same_phase_best_head"),
+               uniform = last_value(log, "attention/uniform");
+  const double seasonal = h5::File(log, h5::File::Mode::read).read_tensor("reference/seasonal_mse").item();
+  INFO("test mse: attention " << attn << ", cnn " << cnn << ", one period back " << seasonal
+                              << "; same-phase attention in the best head " << best << ", uniform " << uniform);
+  CHECK(attn < 0.8 * cnn);
+  CHECK(attn < seasonal);  // better than copying the value one period back: it averages cycles
+  CHECK(best > 3.0 * uniform);
+}
