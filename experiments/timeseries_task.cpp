@@ -197,7 +197,10 @@ CausalConv1d::CausalConv1d(int64_t in, int64_t out, int64_t kernel, Generator* g
 // Padding kernel - 1 on both sides gives T + kernel - 1 outputs; output t of
 // the first T reads inputs t - kernel + 1 .. t.
 Tensor CausalConv1d::forward(const Tensor& x) { return narrow(conv->forward(x), 2, 0, x.size(2)); }
-Tensor CausalConv1d::forward_relu(const Tensor& x) { return narrow(conv->forward_relu(x), 2, 0, x.size(2)); }
+Tensor CausalConv1d::forward_relu(const Tensor& x) {
+  const nn::Conv1dOptions& o = conv->options;
+  return narrow(conv1d_relu(x, conv->weight, conv->bias, o.stride_, o.padding_, o.dilation_), 2, 0, x.size(2));
+}
 
 std::string CausalConv1d::extra_repr() const {
   return fmt::format("{}, {}, kernel_size={}, causal", conv->options.in_, conv->options.out_, conv->options.kernel_);
