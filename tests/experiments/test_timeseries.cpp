@@ -1,10 +1,13 @@
 // tests/experiments/test_timeseries.cpp: the time-series task (signals
 // pinned by seed, targets rebuilt from the stored parameters), the
-// same-phase measure on maps made by hand, causal forecasters, and a small
-// run in which attention must beat the CNN and look one period back.
+// same-phase measure on maps made by hand, causal forecasters, a small run in
+// which attention must beat the CNN and look one period back, and the bad
+// options of both lecture experiments (timeseries, crossattn).
 #include <cmath>
+#include <filesystem>
 
 #include "data/h5.h"
+#include "experiments/crossattn.h"
 #include "experiments/timeseries.h"
 #include "experiments/timeseries_task.h"
 #include "test_util.h"
@@ -192,4 +195,37 @@ TEST_CASE("timeseries: attention beats the CNN of its size and looks one period 
   CHECK(attn < 0.8 * cnn);
   CHECK(attn < seasonal);  // better than copying the value one period back: it averages cycles
   CHECK(best > 3.0 * uniform);
+}
+
+TEST_CASE("run timeseries and run crossattn: bad options are refused naming them, before any file is written") {
+  test::TempDir d("heed-bad-lectures-");
+  const std::string log = d.path + "/runs/x.h5";
+  struct Case {
+    int (*run)(const std::vector<std::string>&, const std::vector<std::string>&);
+    std::vector<std::string> args;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {run_timeseries, {"--period-max", "70"}, {"--period-max 70", "--length 128"}},
+      {run_timeseries, {"--period-min", "20", "--period-max", "16"}, {"--period-max 16", "--period-min 20"}},
+      {run_timeseries, {"--noise-max", "0.01"}, {"--noise-max 0.01", "--noise-min 0.05"}},
+      {run_timeseries, {"--heads", "3"}, {"--dim 32", "--heads 3"}},
+      {run_crossattn, {"--shapes", "8"}, {"--shapes 8", "--length 64", "do not fit"}},
+      {run_crossattn, {"--heads", "5"}, {"--dim 64", "--heads 5"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--out", log});
+    CAPTURE(args[0]);
+    std::string msg;
+    try {
+      c.run(args, {"heed"});
+    } catch (const UsageError& e) {
+      msg = e.what();
+    }
+    INFO("message: " << msg);
+    REQUIRE(!msg.empty());
+    for (const auto& m : c.message) CHECK(msg.find(m) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(log));
+  }
 }
