@@ -36,12 +36,13 @@ std::string Linear::extra_repr() const {
 }
 
 // ---- Conv1d ----
-Conv1d::Conv1d(const Conv1dOptions& o, std::string type_name) : Module(std::move(type_name)), options(o) {
+Conv1d::Conv1d(const Conv1dOptions& o, std::string type) : Module(std::move(type)), options(o) {
   if (o.in_ <= 0 || o.out_ <= 0 || o.kernel_ <= 0)
-    fail("Conv1d: channels and kernel size must be positive, got in={} out={} kernel={}", o.in_, o.out_, o.kernel_);
+    fail("{}: channels and kernel size must be positive, got in={} out={} kernel={}", type_name(), o.in_, o.out_,
+         o.kernel_);
   if (o.stride_ < 1 || o.dilation_ < 1 || o.padding_ < 0)
-    fail("Conv1d: invalid stride {} / padding {} / dilation {} (expected >= 1 / >= 0 / >= 1)", o.stride_, o.padding_,
-         o.dilation_);
+    fail("{}: invalid stride {} / padding {} / dilation {} (expected >= 1 / >= 0 / >= 1)", type_name(), o.stride_,
+         o.padding_, o.dilation_);
   Generator& g = init_generator(o.gen_);
   int64_t fan_in = o.in_ * o.kernel_;
   weight = register_parameter("weight", Tensor::empty({o.out_, o.in_, o.kernel_}));

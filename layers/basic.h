@@ -64,7 +64,7 @@ class Conv1d : public Module {
   Conv1dOptions options;
 
  protected:
-  Conv1d(const Conv1dOptions& o, std::string type_name);
+  Conv1d(const Conv1dOptions& o, std::string type);  // Conv1dReLU's own type name
   void check_input(const Tensor& x) const;  // rank 3 with in_channels channels, or an error naming both
 };
 

@@ -300,6 +300,7 @@ TEST_CASE("layers: Conv1dReLU is a Conv1d by its parameters: names, initial valu
   CHECK(f.summary() == "Conv1dReLU(3, 4, kernel_size=(5,), stride=(1,), padding=(2,))\nnb_parameters 64");
   test::check_error([&] { f.forward(Tensor::zeros({2, 2, 10})); },
                     {"Conv1dReLU(3, 4", "expected input [N, 3, T]", "[2, 2, 10]"});
+  test::check_error([] { Conv1dReLU(Conv1dOptions(3, 4, 5).stride(0)); }, {"Conv1dReLU: invalid stride 0"});
   check_module_grads(f, {2, 3, 9});
 }
 
