@@ -3,6 +3,9 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,10 +84,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
 // across threads when it is created, and on some CPUs (brgemm on AVX-512)
 // that split cuts the inner dimension K differently for 1 and 2 threads,
 // which changes the last bits. heed splits the work itself (gemm_split).
-void dnnl_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                int64_t ldb, float* C, int64_t ldc, float beta) {
+void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, const void* A, int64_t lda, const void* B,
+               int64_t ldb, float* C, int64_t ldc, float beta) {
   using dnnl::memory;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool>;
   struct Entry {
     memory::desc a, b, c, scratch;
     dnnl::matmul prim;
@@ -95,14 +98,14 @@ void dnnl_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
   std::shared_ptr<Entry> e;
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto& slot = cache[Key{M, N, K, lda, ldb, ldc, ta, tb, acc}];
+    auto& slot = cache[Key{M, N, K, lda, ldb, ldc, ta, tb, acc, bf16}];
     if (!slot) {
       auto entry = std::make_shared<Entry>();
-      const auto f32 = memory::data_type::f32;
+      const auto in = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
       // Row-major strides; a transposed operand is the stored matrix read by columns.
-      entry->a = memory::desc({M, K}, f32, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
-      entry->b = memory::desc({K, N}, f32, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-      entry->c = memory::desc({M, N}, f32, memory::dims{ldc, 1});
+      entry->a = memory::desc({M, K}, in, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+      entry->b = memory::desc({K, N}, in, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+      entry->c = memory::desc({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
       dnnl::primitive_attr attr;
       // Threads run primitives side by side: each brings its own scratchpad
       // (oneDNN's library-managed one is shared).
@@ -132,8 +135,8 @@ void dnnl_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* 
   thread_local std::vector<char> scratch;  // grows to the largest scratchpad this thread needed
   if (scratch.size() < e->scratch.get_size()) scratch.resize(e->scratch.get_size());
   auto& eng = detail::dnnl_engine();
-  detail::dnnl_run_here(e->prim, {{DNNL_ARG_SRC, memory(e->a, eng, const_cast<float*>(A))},
-                                  {DNNL_ARG_WEIGHTS, memory(e->b, eng, const_cast<float*>(B))},
+  detail::dnnl_run_here(e->prim, {{DNNL_ARG_SRC, memory(e->a, eng, const_cast<void*>(A))},
+                                  {DNNL_ARG_WEIGHTS, memory(e->b, eng, const_cast<void*>(B))},
                                   {DNNL_ARG_DST, memory(e->c, eng, C)},
                                   {DNNL_ARG_SCRATCHPAD, memory(e->scratch, eng, scratch.data())}});
 }
@@ -146,7 +149,7 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int
               T* C, int64_t ldc, T beta) {
   if constexpr (std::is_same_v<T, float>) {
     if (2 * M * N * K >= (int64_t{1} << 20) && (beta == 0.0f || beta == 1.0f)) {
-      dnnl_sgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
+      dnnl_gemm(ta, tb, M, N, K, false, A, lda, B, ldb, C, ldc, beta);
       return;
     }
   }
@@ -185,27 +188,117 @@ Slabs gemm_slabs(int64_t M, int64_t N, int64_t K) {
   return s;
 }
 
+// The precision of float32 products (heed::set_precision); products below
+// kBf16MinFlops stay float32 (rounding the operands costs more than bf16 saves).
+std::atomic<bool> g_bf16{false};
+constexpr int64_t kBf16MinFlops = int64_t{1} << 20;
+
+// float32 -> bfloat16, rounding to nearest even (NaNs stay NaNs); written out
+// rather than with AVX512-BF16's conversion so the bits are the same on any CPU.
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+// dst[r * dld + c] = bf16(src[r * ld + c]) for rows [r0, r1), columns [c0, c1).
+void pack_bf16(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1, uint16_t* dst,
+               int64_t dld) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* s = src + r * ld;
+    uint16_t* d = dst + r * dld;
+    for (int64_t c = c0; c < c1; ++c) d[c] = to_bf16(s[c]);
+  }
+}
+
+// The slabs of C = op(A) op(B) (gemm_slabs), fn(lo, hi) each; over heed's
+// threads unless already inside a parallel region. before(t, nt), when
+// given, runs first on every thread t of nt, all before any slab.
+template <class Slab, class Before = std::nullptr_t>
+void for_slabs(const Slabs& s, const Slab& fn, const Before& before = nullptr) {
+  constexpr bool has_before = !std::is_same_v<Before, std::nullptr_t>;
+  const int64_t total = s.count;
+  auto slab = [&](int64_t i) { fn(i * s.size, i * s.size + s.size); };
+  const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), total));
+  if (nt < 2) {
+    if constexpr (has_before) before(0, 1);
+    for (int64_t i = 0; i < total; ++i) slab(i);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    if constexpr (has_before) {
+      before(omp_get_thread_num(), nt);
+#pragma omp barrier
+    }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < total; ++i) slab(i);
+  }
+}
+
+// The bf16 product of float32 operands (set_precision(Precision::bf16)):
+// each operand rounded to bfloat16 once (the operand every slab reads by all
+// threads first, each slab's own rows or columns by the slab), then oneDNN's
+// bf16 matmul with float32 accumulation and output, slab by slab as in
+// float32. The cut into slabs is the float32 one, so the numbers do not
+// depend on the thread count either.
+void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, float* C, int64_t ldc, float beta) {
+  const Slabs s = gemm_slabs(M, N, K);
+  // Packed operands keep the stored orientation, without padding.
+  const int64_t pla = ta ? M : K, plb = tb ? K : N;
+  thread_local std::vector<uint16_t> bufa, bufb;
+  if (bufa.size() < size_t(M * K)) bufa.resize(size_t(M * K));
+  if (bufb.size() < size_t(K * N)) bufb.resize(size_t(K * N));
+  uint16_t* pa = bufa.data();
+  uint16_t* pb = bufb.data();
+  // The stored [rows, cols] of each operand.
+  const int64_t ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
+  auto shared = [&](int t, int nt) {
+    const float* src = s.by_rows ? B : A;
+    const int64_t rows = s.by_rows ? rb : ra, cols = s.by_rows ? cb : ca, ld = s.by_rows ? ldb : lda;
+    pack_bf16(src, ld, rows * t / nt, rows * (t + 1) / nt, 0, cols, s.by_rows ? pb : pa, s.by_rows ? plb : pla);
+  };
+  auto slab = [&](int64_t lo, int64_t hi) {
+    if (s.by_rows) {
+      hi = std::min(hi, M);
+      if (ta) pack_bf16(A, lda, 0, K, lo, hi, pa, pla);
+      else pack_bf16(A, lda, lo, hi, 0, K, pa, pla);
+      dnnl_gemm(ta, tb, hi - lo, N, K, true, ta ? pa + lo : pa + lo * pla, pla, pb, plb, C + lo * ldc, ldc, beta);
+    } else {
+      hi = std::min(hi, N);
+      if (tb) pack_bf16(B, ldb, lo, hi, 0, K, pb, plb);
+      else pack_bf16(B, ldb, 0, K, lo, hi, pb, plb);
+      dnnl_gemm(ta, tb, M, hi - lo, K, true, pa, pla, tb ? pb + lo * plb : pb + lo, plb, C + lo, ldc, beta);
+    }
+  };
+  for_slabs(s, slab, shared);
+}
+
 // C = op(A) op(B) (+ C when beta = 1), split over heed's threads in slabs
 // (gemm_slabs), each slab one single-threaded call. Inside an active parallel
 // region the slabs run one after the other on the calling thread.
 template <class T>
 void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
                 int64_t ldb, T* C, int64_t ldc, T beta = T(0)) {
-  const Slabs s = gemm_slabs(M, N, K);
-  auto slab = [&](int64_t i) {
-    const int64_t lo = i * s.size, hi = std::min(s.by_rows ? M : N, lo + s.size);
-    if (s.by_rows)
-      gemm_one<T>(ta, tb, hi - lo, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc, beta);
-    else
-      gemm_one<T>(ta, tb, M, hi - lo, K, A, lda, tb ? B + lo * ldb : B + lo, ldb, C + lo, ldc, beta);
-  };
-  const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), s.count));
-  if (nt < 2) {
-    for (int64_t i = 0; i < s.count; ++i) slab(i);
-    return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (g_bf16.load(std::memory_order_relaxed) && 2 * M * N * K >= kBf16MinFlops && (beta == 0.0f || beta == 1.0f)) {
+      gemm_split_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
+      return;
+    }
   }
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t i = 0; i < s.count; ++i) slab(i);
+  const Slabs s = gemm_slabs(M, N, K);
+  auto slab = [&](int64_t lo, int64_t hi) {
+    if (s.by_rows) {
+      hi = std::min(hi, M);
+      gemm_one<T>(ta, tb, hi - lo, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc, beta);
+    } else {
+      hi = std::min(hi, N);
+      gemm_one<T>(ta, tb, M, hi - lo, K, A, lda, tb ? B + lo * ldb : B + lo, ldb, C + lo, ldc, beta);
+    }
+  };
+  for_slabs(s, slab);
 }
 
 // y [R, O] = x [R, I] w[O, I]^T (+ b): the bias is written into y first and
@@ -382,6 +475,39 @@ void set_num_threads(int n) {
 
 int num_threads() { return omp_get_max_threads(); }
 
+std::string bf16_unsupported_reason() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  if ((isa & need) == need) return "";
+  const char* name = isa == static_cast<unsigned>(dnnl::cpu_isa::avx512_core_vnni) ? "AVX-512 with VNNI"
+                     : isa == static_cast<unsigned>(dnnl::cpu_isa::avx512_core)    ? "AVX-512"
+                     : isa == static_cast<unsigned>(dnnl::cpu_isa::avx2_vnni)      ? "AVX2 with VNNI"
+                     : isa == static_cast<unsigned>(dnnl::cpu_isa::avx2)           ? "AVX2"
+                                                                                   : "an older instruction set";
+  return fmt::format(
+      "bf16 needs a CPU with AVX512-BF16 or AMX-BF16, and this one runs {} (as oneDNN sees it{}): oneDNN would "
+      "emulate bf16 at a fraction of float32's speed; use float32",
+      name, std::getenv("ONEDNN_MAX_CPU_ISA") ? ", capped by ONEDNN_MAX_CPU_ISA" : "");
+}
+
+void set_precision(Precision p) {
+  if (p == Precision::bf16) {
+    const std::string why = bf16_unsupported_reason();
+    if (!why.empty()) fail("set_precision: {}", why);
+  }
+  kernel::g_bf16.store(p == Precision::bf16);
+}
+
+Precision precision() { return kernel::g_bf16.load() ? Precision::bf16 : Precision::f32; }
+
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "f32"; }
+
+Precision parse_precision(const std::string& name) {
+  if (name == "f32" || name == "float32") return Precision::f32;
+  if (name == "bf16" || name == "bfloat16") return Precision::bf16;
+  fail("precision: expected f32 or bf16, got '{}'", name);
+}
+
 std::string backend_info() {
   int par = openblas_get_parallel();
   const char* mode = par == 0 ? "sequential" : par == 1 ? "pthreads" : par == 2 ? "OpenMP" : "unknown";
@@ -392,8 +518,11 @@ std::string backend_info() {
   const char* conv = !kernel::winograd_conv1d_supported() ? "direct (no AVX-512)"
                      : heed::conv1d_winograd()        ? "Winograd F(4,5)"
                                                   : "direct (switched off)";
-  return fmt::format("OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={}; OpenMP threads={}; conv1d 5-tap: {}",
-                     openblas_get_config(), mode, v->major, v->minor, v->patch, rt, omp_get_max_threads(), conv);
+  return fmt::format(
+      "OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={}; OpenMP threads={}; conv1d 5-tap: {}; float32 "
+      "products: {}",
+      openblas_get_config(), mode, v->major, v->minor, v->patch, rt, omp_get_max_threads(), conv,
+      precision() == Precision::bf16 ? "bf16 operands, float32 accumulation" : "float32");
 }
 
 }  // namespace heed

@@ -118,6 +118,7 @@ Run::Run(std::string experiment, std::string summary, RunOptions defaults)
   out_ = defaults_.out_;
   checkpoint_every_ = defaults_.checkpoint_every_;
   threads_ = defaults_.threads_;
+  precision_ = defaults_.precision_;
   steps_ = defaults_.steps_;
   // Dropout and anything else drawing from the default generator.
   track("rng/default", default_generator());
@@ -148,6 +149,9 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
             "with it, and only the run's length, --threads and where and how often it checkpoints may change")
       .integer("stop-after", &stop_after_, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0)
       .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024)
+      .text("precision", &precision_,
+            "f32, or bf16: matrix products with bfloat16 operands and float32 accumulation, everything else "
+            "(weights, optimiser, checkpoints) float32; needs a CPU with AVX512-BF16 or AMX")
       .text("init-from", &init_from_,
             "start the model from the weights in this .safetensors file (heed export writes one; so can PyTorch)");
   if (!args_.parse(argv)) return false;
@@ -171,6 +175,15 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   check_paths();
   if (resuming()) check_resumed_log();
   heed::set_num_threads(static_cast<int>(threads_));
+  Precision p = Precision::f32;
+  try {
+    p = parse_precision(precision_);
+  } catch (const Error&) {
+    throw UsageError(fmt::format("{}: --precision expects f32 or bf16, got '{}'", args_.command(), precision_));
+  }
+  if (p == Precision::bf16 && !bf16_unsupported_reason().empty())
+    throw UsageError(fmt::format("{}: --precision bf16: {}", args_.command(), bf16_unsupported_reason()));
+  heed::set_precision(p);
   return true;
 }
 
@@ -513,6 +526,7 @@ int guard_main(const char* program, const std::function<int()>& body) {
     fmt::print(stderr, "{}: {}\n", program, what);
     return status;
   };
+  share_cores();
   try {
     return body();
   } catch (const UsageError& e) {

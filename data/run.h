@@ -1,7 +1,7 @@
 // data/run.h: a training run as one library object. It owns what every
 // training program needs around its loop: the command line of the run
 // (--out, --checkpoint, --checkpoint-every, --resume, --stop-after,
-// --threads, --steps), the HDF5 log (docs/log-format.md) and its metadata,
+// --threads, --precision, --steps), the HDF5 log (docs/log-format.md) and its metadata,
 // atomic CRC-checked checkpoints (docs/checkpoint-format.md), bit-identical
 // resume, Ctrl-C and --stop-after, and the progress line. A program
 // registers its state once by name (model, optimiser, generators, data
@@ -51,12 +51,14 @@ struct RunOptions {
   RunOptions& steps(int64_t n) { steps_ = n; return *this; }
   RunOptions& checkpoint_every(int64_t n) { checkpoint_every_ = n; return *this; }
   RunOptions& threads(int64_t n) { threads_ = n; return *this; }
+  RunOptions& precision(std::string p) { precision_ = std::move(p); return *this; }
   RunOptions& progress_seconds(double s) { progress_seconds_ = s; return *this; }
   RunOptions& program(std::string p) { program_ = std::move(p); return *this; }
   std::string out_;                 // --out: the HDF5 log
   int64_t steps_ = 0;               // --steps; 0: no --steps option, the program calls set_steps()
   int64_t checkpoint_every_ = 500;  // --checkpoint-every N (0: only at the end and when stopped)
   int64_t threads_ = 2;             // --threads
+  std::string precision_ = "f32";   // --precision: f32 or bf16 (heed::set_precision)
   double progress_seconds_ = 5.0;   // a progress line at most this often (0: none)
   std::string program_;             // how the printed resume command starts; default "heed run <experiment>"
 };
@@ -159,7 +161,7 @@ class Run {
   std::set<std::string> changeable_;
   std::vector<std::string> command_line_;
   // The run's own options.
-  std::string out_, checkpoint_, resume_, init_from_;
+  std::string out_, checkpoint_, resume_, init_from_, precision_;
   int64_t checkpoint_every_ = 0, stop_after_ = 0, threads_ = 2, steps_ = 0;
 
   std::unique_ptr<Checkpoint> resume_ck_;  // loaded by parse(), consumed by begin()
@@ -218,7 +220,8 @@ class Stopwatch {
 // runs body and returns its status; a UsageError (a bad option) prints
 // "PROGRAM: message" and returns 2, any other exception prints the same and
 // returns 1. Under mpirun the other processes are stopped too (dist::abort_job),
-// so they never wait for one that failed.
+// so they never wait for one that failed. First it calls share_cores()
+// (core/runtime.h), which may restart the program once: put nothing before it.
 int guard_main(const char* program, const std::function<int()>& body);
 
 }  // namespace heed

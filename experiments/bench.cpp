@@ -85,9 +85,9 @@ Workload toy_workload(bool attention, int64_t batch) {
 // Under mpirun (the data-parallel mode), each process trains on its share of
 // the batch and the gradients are averaged (optim::DataParallel); items and
 // FLOPs stay those of the whole batch.
-Workload gpt_workload(const std::string& name, int64_t width, int64_t context, int64_t batch,
-                      std::shared_ptr<optim::DataParallel>* ddp_out = nullptr) {
-  const int64_t layers = 4, heads = 4, vocab = 65;
+Workload gpt_workload(const std::string& name, int64_t width, int64_t context, int64_t batch, int64_t layers = 4,
+                      int64_t heads = 4, std::shared_ptr<optim::DataParallel>* ddp_out = nullptr) {
+  const int64_t vocab = 65;
   Generator g(1);
   auto net = std::make_shared<nn::GPT>(nn::GPTOptions(vocab, width, layers, heads, context).generator(&g));
   auto opt = std::make_shared<optim::AdamW>(net->named_parameters(), optim::AdamWOptions().lr(1e-3).weight_decay(0.1));
@@ -113,10 +113,25 @@ Workload gpt_workload(const std::string& name, int64_t width, int64_t context, i
   return w;
 }
 
+const std::vector<std::string> kWorkloads{"toy-cnn", "toy-attention", "gpt-128", "gpt-256", "nanogpt"};
+
+// A bundled workload by name (kWorkloads). nanogpt: nanoGPT's character-level
+// baseline (shakespeare_char: 6 layers, 6 heads, width 384, context 256) at batch 8.
+Workload make_workload(const std::string& n, std::shared_ptr<optim::DataParallel>* ddp = nullptr) {
+  if (n == "toy-cnn") return toy_workload(false, 100);
+  if (n == "toy-attention") return toy_workload(true, 100);
+  if (n == "gpt-128") return gpt_workload(n, 128, 64, 12, 4, 4, ddp);
+  if (n == "gpt-256") return gpt_workload(n, 256, 256, 12, 4, 4, ddp);
+  if (n == "nanogpt") return gpt_workload(n, 384, 256, 8, 6, 6, ddp);
+  fail("bench: --only expects one of toy-cnn|toy-attention|gpt-128|gpt-256|nanogpt, got '{}'", n);
+}
+
 // The machine's practical sgemm peak: the best of several 1024^3 and
 // 2048^3 products after a warm-up one (a single timing wanders by 20% on a
 // shared machine, and every "% of peak" figure divides by it).
-double sgemm_peak_gflops() {
+double gemm_peak_gflops(Precision p) {
+  const Precision before = precision();
+  set_precision(p);
   Generator g(3);
   double best = 0;
   for (int64_t n : {1024, 2048}) {
@@ -128,6 +143,7 @@ double sgemm_peak_gflops() {
       best = std::max(best, 2.0 * static_cast<double>(n * n * n) / sw.seconds() / 1e9);
     }
   }
+  set_precision(before);
   return best;
 }
 
@@ -191,10 +207,11 @@ void print_profile(const Workload& w, int64_t steps) {
 }
 
 // Runs the PyTorch peer and returns its median ms per workload.
-std::map<std::string, double> run_torch(int64_t threads, int64_t steps, const std::string& only) {
+std::map<std::string, double> run_torch(int64_t threads, int64_t steps, const std::string& only,
+                                        const std::string& precision = "f32") {
   std::string script = std::string(HEED_SOURCE_DIR) + "/experiments/bench/torch_peer.py";
-  std::string cmd = fmt::format("/usr/bin/python3 '{}' --threads {} --steps {}{} 2>&1", script, threads, steps,
-                                only.empty() ? "" : " --only " + only);
+  std::string cmd = fmt::format("/usr/bin/python3 '{}' --threads {} --steps {} --precision {}{} 2>&1", script, threads,
+                                steps, precision, only.empty() ? "" : " --only " + only);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) fail("bench: cannot run {}", cmd);
   std::map<std::string, double> out;
@@ -321,7 +338,7 @@ int run_data_parallel_worker(const std::string& name, int64_t warmup, int64_t st
   dist::init();
   if (dist::size() < 2) fail("bench: --dp-worker runs under mpirun with 2 or more processes");
   std::shared_ptr<optim::DataParallel> ddp;
-  Workload w = name == "gpt-128" ? gpt_workload(name, 128, 64, 12, &ddp) : gpt_workload(name, 256, 256, 12, &ddp);
+  Workload w = make_workload(name, &ddp);
   for (int64_t i = 0; i < warmup; ++i) w.step();
   const double exposed0 = ddp->exposed_seconds();
   std::vector<double> ms;
@@ -355,7 +372,7 @@ int run_data_parallel(const std::string& only, int64_t warmup, int64_t steps) {
   for (const std::string n : {"gpt-128", "gpt-256"}) {
     if (!only.empty() && n != only) continue;
     heed::set_num_threads(2);
-    Workload w = n == "gpt-128" ? gpt_workload(n, 128, 64, 12) : gpt_workload(n, 256, 256, 12);
+    Workload w = make_workload(n);
     Result one = measure(w, warmup, steps);
     const std::string cmd =
         fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --bind-to none "
@@ -391,18 +408,22 @@ int run_bench(const std::vector<std::string>& args) {
   if (std::find(args.begin(), args.end(), "--micro") != args.end()) exec_microbench(args);
   int64_t threads = 2, steps = 20, warmup = 3, max_t = 4096, plain_max_t = 4096, rounds = 1;
   bool compare = false, attention_memory = false, micro = false, profile = false, data_parallel = false;
-  std::string only, conv = "winograd", dp_worker;
+  std::string only, conv = "winograd", dp_worker, prec = "both";
   Args a("bench",
          "Times one training step (forward, backward, optimiser) of each bundled workload after warm-up:\n"
          "toy-cnn and toy-attention (batch 100), gpt-128 (4 layers, 4 heads, width 128, context 64,\n"
-         "batch 12) and gpt-256 (width 256, context 256, batch 12).\n"
+         "batch 12), gpt-256 (width 256, context 256, batch 12) and nanogpt (nanoGPT's character-level\n"
+         "baseline: 6 layers, 6 heads, width 384, context 256; batch 8), in float32 and in bf16.\n"
          "--attention-memory: time and peak tensor memory of attention forward + backward for\n"
          "T = 256, 512, .. max-t, fused against plain (matmul + softmax + matmul).\n"
          "--micro: per-kernel micro-benchmarks (Google Benchmark; heed bench --micro --help).");
   a.integer("threads", &threads, "threads for every backend", 1, 1024)
       .integer("steps", &steps, "measured steps per workload (the median is reported); 3 with --attention-memory", 1)
       .integer("warmup", &warmup, "unmeasured steps first; 1 with --attention-memory", 0)
-      .text("only", &only, "run only this workload (toy-cnn, toy-attention, gpt-128, gpt-256)")
+      .text("only", &only, "run only this workload (toy-cnn, toy-attention, gpt-128, gpt-256, nanogpt)")
+      .text("precision", &prec,
+            "f32, bf16 or both: the precision of the matrix products (both: a bf16 row after each float32 one of "
+            "the GPT workloads, where the CPU has native bf16)")
       .flag("compare", &compare, "also run the same workloads in PyTorch (python3-torch) and print the ratio")
       .integer("rounds", &rounds,
                "with --compare: alternate heed and PyTorch this many times per workload and report the median "
@@ -441,67 +462,94 @@ int run_bench(const std::vector<std::string>& args) {
   if (conv != "winograd" && conv != "direct") fail("bench: --conv expects winograd or direct, got '{}'", conv);
   heed::set_conv1d_winograd(conv == "winograd");
   if (rounds > 1 && !compare) fail("bench: --rounds {} alternates heed with PyTorch and needs --compare", rounds);
-  const std::vector<std::string> names{"toy-cnn", "toy-attention", "gpt-128", "gpt-256"};
-  if (!only.empty() && std::find(names.begin(), names.end(), only) == names.end())
-    fail("bench: --only expects one of toy-cnn|toy-attention|gpt-128|gpt-256, got '{}'", only);
+  if (!only.empty()) make_workload(only);  // refuses an unknown name before anything runs
+  if (prec != "f32" && prec != "bf16" && prec != "both")
+    fail("bench: --precision expects f32, bf16 or both, got '{}'", prec);
+  const std::string no_bf16 = bf16_unsupported_reason();
+  if (prec == "bf16" && !no_bf16.empty()) fail("bench: --precision bf16: {}", no_bf16);
+  std::vector<Precision> precisions;
+  if (prec != "bf16") precisions.push_back(Precision::f32);
+  if (prec == "bf16" || (prec == "both" && no_bf16.empty())) precisions.push_back(Precision::bf16);
   heed::set_num_threads(static_cast<int>(threads));
 
-  double peak = sgemm_peak_gflops();
-  fmt::print("heed bench: {} threads, {}\nsgemm peak (best of 1024^3 and 2048^3): {:.1f} GFLOP/s\n\n", threads,
-             cpu_model(), peak);
-  fmt::print("{:<14} {:>9} {:>14} {:>9} {:>7} {:>9} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
+  const double peak = gemm_peak_gflops(Precision::f32);
+  const double peak_bf16 = no_bf16.empty() ? gemm_peak_gflops(Precision::bf16) : 0;
+  fmt::print("heed bench: {} threads, {}\nGEMM peak (best of 1024^3 and 2048^3): float32 {:.1f} GFLOP/s, {}\n\n",
+             threads, cpu_model(), peak,
+             no_bf16.empty() ? fmt::format("bf16 {:.1f} GFLOP/s", peak_bf16) : "no bf16 rows: " + no_bf16);
+  fmt::print("{:<19} {:>9} {:>14} {:>9} {:>7} {:>9} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
              "% peak", "RSS MB", "allocs/step");
   // With --compare, each workload's PyTorch run follows its heed run, so a
   // machine whose speed drifts (shared cores, frequency) affects both alike.
+  // Rows are keyed "<workload>" (float32) and "<workload> bf16".
   std::map<std::string, std::vector<double>> heed_ms, torch_ms, ratios;
+  std::vector<std::string> rows;
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
   };
   const int64_t nrounds = compare ? rounds : 1;
-  for (const auto& n : names) {
+  for (const auto& n : kWorkloads) {
     if (!only.empty() && n != only) continue;
-    Workload w = n == "toy-cnn"         ? toy_workload(false, 100)
-                 : n == "toy-attention" ? toy_workload(true, 100)
-                 : n == "gpt-128"       ? gpt_workload(n, 128, 64, 12)
-                                        : gpt_workload(n, 256, 256, 12);
-    for (int64_t round = 0; round < nrounds; ++round) {
-      Result r = measure(w, round == 0 ? warmup : 1, steps);
-      heed_ms[n].push_back(r.median_ms);
-      fmt::print("{:<14} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>9.0f} {:>12}", n, r.median_ms, r.items_per_s,
-                 w.unit, r.gflops, 100 * r.gflops / peak, r.rss_mb, r.allocs_per_step);
-      std::fflush(stdout);
-      if (compare) {
-        auto t = run_torch(threads, steps, n);
-        if (t.count(n)) {
-          torch_ms[n].push_back(t[n]);
-          ratios[n].push_back(t[n] / r.median_ms);
-          fmt::print("   PyTorch {:.2f} ms: heed {:.2f}x", t[n], t[n] / r.median_ms);
+    Workload w = make_workload(n);
+    for (Precision p : precisions) {
+      // The toy models' products are convolutions, which stay float32 (bf16
+      // covers matrix products): their bf16 row would repeat the float32 one.
+      if (p == Precision::bf16 && n.rfind("toy", 0) == 0) continue;
+      set_precision(p);
+      const std::string row = p == Precision::bf16 ? n + " bf16" : n;
+      const double pk = p == Precision::bf16 ? peak_bf16 : peak;
+      rows.push_back(row);
+      for (int64_t round = 0; round < nrounds; ++round) {
+        Result r = measure(w, round == 0 ? warmup : 1, steps);
+        heed_ms[row].push_back(r.median_ms);
+        fmt::print("{:<19} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>9.0f} {:>12}", row, r.median_ms,
+                   r.items_per_s, w.unit, r.gflops, 100 * r.gflops / pk, r.rss_mb, r.allocs_per_step);
+        std::fflush(stdout);
+        if (compare) {
+          auto t = run_torch(threads, steps, n, precision_name(p));
+          if (t.count(n)) {
+            torch_ms[row].push_back(t[n]);
+            ratios[row].push_back(t[n] / r.median_ms);
+            fmt::print("   PyTorch {:.2f} ms: heed {:.2f}x", t[n], t[n] / r.median_ms);
+          }
         }
+        fmt::print("\n");
+        std::fflush(stdout);
       }
-      fmt::print("\n");
-      std::fflush(stdout);
+      if (profile) {
+        print_profile(w, steps);
+        fmt::print("\n");
+      }
     }
-    if (profile) {
-      print_profile(w, steps);
-      fmt::print("\n");
-    }
+    set_precision(Precision::f32);
   }
   if (conv == "winograd" && (only.empty() || only.rfind("toy", 0) == 0))
     fmt::print("\nGFLOP/s counts the direct convolution's multiplications (and three 1x1 projections in the\n"
                "self-attention); Winograd convolutions do 2.5x fewer and the self-attention two projections, so the\n"
                "toy models' rates are effective ones and can exceed the peak (--conv direct for the direct path).\n");
+  const bool any_bf16 = std::any_of(rows.begin(), rows.end(), [](const std::string& r) { return r.find(" bf16") != std::string::npos; });
+  if (any_bf16)
+    fmt::print("\n% peak of a bf16 row is of the bf16 GEMM peak. bf16 rows: matrix products with bf16 operands and\n"
+               "float32 accumulation; everything else float32 (PyTorch: torch.autocast(\"cpu\", torch.bfloat16)).\n");
+  if (any_bf16) {
+    fmt::print("\nbf16 against float32 (heed, medians):\n");
+    for (const auto& n : kWorkloads)
+      if (heed_ms.count(n) && heed_ms.count(n + " bf16"))
+        fmt::print("{:<19} {:>9.2f} ms -> {:>9.2f} ms: {:.2f}x\n", n, median(heed_ms[n]), median(heed_ms[n + " bf16"]),
+                   median(heed_ms[n]) / median(heed_ms[n + " bf16"]));
+  }
   if (compare) {
     fmt::print("\nheed against the PyTorch peer (same shapes, same thread count, each run right after heed's{}):\n",
                nrounds > 1 ? fmt::format("; medians of {} alternating rounds", nrounds) : "");
-    fmt::print("{:<14} {:>12} {:>14} {:>16}{}\n", "workload", "heed ms", "PyTorch ms", "heed speed-up",
+    fmt::print("{:<19} {:>12} {:>14} {:>16}{}\n", "workload", "heed ms", "PyTorch ms", "heed speed-up",
                nrounds > 1 ? "   per round" : "");
-    for (const auto& n : names) {
+    for (const auto& n : rows) {
       if (!ratios.count(n)) continue;
       std::string each;
       if (nrounds > 1)
         for (double x : ratios[n]) each += fmt::format(" {:.2f}x", x);
-      fmt::print("{:<14} {:>12.2f} {:>14.2f} {:>15.2f}x  {}\n", n, median(heed_ms[n]), median(torch_ms[n]),
+      fmt::print("{:<19} {:>12.2f} {:>14.2f} {:>15.2f}x  {}\n", n, median(heed_ms[n]), median(torch_ms[n]),
                  median(ratios[n]), each);
     }
   }

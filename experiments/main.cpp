@@ -112,6 +112,7 @@ int failed(int status, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  heed::share_cores();
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const heed::UsageError& e) {

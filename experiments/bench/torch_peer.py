@@ -2,7 +2,9 @@
 """The PyTorch peer of `heed bench`: the same workloads, shapes, optimisers and
 thread count, timed the same way (median of N training steps after warm-up).
 
-Prints one line per workload: RESULT <name> <median ms>.
+Prints one line per workload: RESULT <name> <median ms>. With --precision bf16
+the forward and backward run under CPU autocast to bfloat16 (PyTorch's mixed
+precision: bf16 matrix products, float32 weights and optimiser).
 Needs Debian's python3-torch (run under /usr/bin/python3).
 """
 import argparse
@@ -74,6 +76,9 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
+BF16 = False
+
+
 def workloads():
     torch.manual_seed(1)
     for name, attention in (("toy-cnn", False), ("toy-attention", True)):
@@ -83,18 +88,25 @@ def workloads():
 
         def step(m=m, opt=opt, x=x, y=y):
             opt.zero_grad()
-            F.mse_loss(m(x), y).backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=BF16):
+                loss = F.mse_loss(m(x).float(), y)
+            loss.backward()
             opt.step()
 
         yield name, step
-    for name, d, t in (("gpt-128", 128, 64), ("gpt-256", 256, 256)):
-        m = GPT(65, d, 4, 4, t)
+    # name, width, context, layers, heads, batch (nanogpt: nanoGPT's
+    # character-level baseline, shakespeare_char, at batch 8).
+    for name, d, t, layers, heads, batch in (("gpt-128", 128, 64, 4, 4, 12), ("gpt-256", 256, 256, 4, 4, 12),
+                                             ("nanogpt", 384, 256, 6, 6, 8)):
+        m = GPT(65, d, layers, heads, t)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
-        ids, tgt = torch.randint(0, 65, (12, t)), torch.randint(0, 65, (12, t))
+        ids, tgt = torch.randint(0, 65, (batch, t)), torch.randint(0, 65, (batch, t))
 
         def step(m=m, opt=opt, ids=ids, tgt=tgt):
             opt.zero_grad()
-            F.cross_entropy(m(ids).view(-1, 65), tgt.view(-1)).backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=BF16):
+                loss = F.cross_entropy(m(ids).view(-1, 65).float(), tgt.view(-1))
+            loss.backward()
             opt.step()
 
         yield name, step
@@ -106,9 +118,12 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--only", default="")
+    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32")
     a = ap.parse_args()
+    global BF16
+    BF16 = a.precision == "bf16"
     torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {a.precision}", flush=True)
     for name, step in workloads():
         if a.only and name != a.only:
             continue

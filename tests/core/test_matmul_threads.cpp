@@ -5,6 +5,7 @@
 // brgemm may split the inner dimension, and differently per thread count and
 // CPU) never decide the numbers.
 #include <array>
+#include <cstdlib>
 #include <cstring>
 
 #include "test_util.h"
@@ -52,4 +53,19 @@ TEST_CASE("matmul and linear are bit-identical on 1, 2, 3 and 4 threads, for eve
       }
     }
   }
+}
+
+TEST_CASE("share_cores: the test program was restarted once with libgomp's short spin, or the user chose") {
+  // doctest_main calls heed::share_cores() first thing.
+  const char* user = std::getenv("OMP_WAIT_POLICY");
+  const char* marker = std::getenv("HEED_SHARE_CORES");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  if (marker) {
+    REQUIRE(spin != nullptr);
+    CHECK(std::string(spin) == "1000");
+  } else {
+    CHECK((user != nullptr || spin != nullptr));  // share_cores stands back only for the user's own setting
+  }
+  heed::share_cores();  // a second call returns: no second restart
+  CHECK(true);
 }

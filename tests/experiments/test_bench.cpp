@@ -36,7 +36,7 @@ TEST_CASE("heed bench: one workload's figures and its per-op profile") {
   Run r = run_cli("bench --only toy-cnn --steps 2 --warmup 1 --threads 2 --profile");
   INFO(r.out);
   REQUIRE(r.status == 0);
-  CHECK(has(r.out, "sgemm peak"));
+  CHECK(has(r.out, "GEMM peak"));
   for (const char* column : {"ms/step", "items/s", "GFLOP/s", "% peak", "RSS MB", "allocs/step"})
     CHECK(has(r.out, column));
   CHECK(has(r.out, "toy-cnn"));
@@ -48,6 +48,25 @@ TEST_CASE("heed bench: one workload's figures and its per-op profile") {
   CHECK(has(r.out, "(optimiser step)"));
   CHECK(has(r.out, "(accumulate grad)"));
   CHECK(has(r.out, "effective"));  // the Winograd rates are labelled as such
+  CHECK_FALSE(has(r.out, "bf16 against float32"));  // the toy models have no bf16 row
+}
+
+TEST_CASE("heed bench: a GPT workload gets a bf16 row after its float32 one where the CPU has bf16") {
+  Run r = run_cli("bench --only gpt-128 --steps 1 --warmup 0");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  if (heed::bf16_unsupported_reason().empty()) {
+    CHECK(has(r.out, "\ngpt-128 "));
+    CHECK(has(r.out, "\ngpt-128 bf16 "));
+    CHECK(has(r.out, "bf16 against float32"));
+    CHECK(has(r.out, "GFLOP/s, bf16 "));  // both peaks measured
+  } else {
+    CHECK(has(r.out, "no bf16 rows: bf16 needs a CPU with AVX512-BF16"));
+    CHECK_FALSE(has(r.out, "gpt-128 bf16"));
+    r = run_cli("bench --only gpt-128 --steps 1 --precision bf16");
+    CHECK(r.status != 0);
+    CHECK(has(r.out, "AVX512-BF16"));
+  }
 }
 
 TEST_CASE("heed bench --conv direct: the toy CNN on oneDNN's direct convolutions") {
@@ -66,7 +85,11 @@ TEST_CASE("heed bench: bad flags are refused, naming the value and what was expe
   r = run_cli("bench --only toy-transformer");
   CHECK(r.status != 0);
   CHECK(has(r.out, "toy-transformer"));
-  CHECK(has(r.out, "toy-cnn|toy-attention|gpt-128|gpt-256"));
+  CHECK(has(r.out, "toy-cnn|toy-attention|gpt-128|gpt-256|nanogpt"));
+  r = run_cli("bench --precision fp16");
+  CHECK(r.status != 0);
+  CHECK(has(r.out, "'fp16'"));
+  CHECK(has(r.out, "f32, bf16 or both"));
   r = run_cli("bench --conv fft");
   CHECK(r.status != 0);
   CHECK(has(r.out, "'fft'"));

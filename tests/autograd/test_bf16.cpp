@@ -1,0 +1,177 @@
+// tests/autograd/test_bf16.cpp: bf16 mixed precision (heed::set_precision).
+// Matrix products of float32 tensors round both operands to bfloat16 and
+// accumulate in float32. bfloat16 keeps 8 significant bits, so rounding to
+// nearest moves each operand by at most 2^-9 of itself, and a product of two
+// rounded numbers by at most 2^-8 (+ 2^-18) of the exact product. The
+// float32 accumulation over K terms adds at most ~K 2^-24 of the sum of
+// |terms| (with slack: 2^-23). Every element of a bf16 product therefore
+// lies within (2^-8 + 2^-18 + K 2^-23) (|A| |B|)_ij of the exact one: the
+// bound these tests check, against float64, for the forward products and for
+// the gradients of matmul and linear (each gradient is itself one product).
+#include <cmath>
+#include <cstring>
+
+#include "test_util.h"
+
+using namespace heed;
+
+namespace {
+
+struct PrecisionScope {
+  Precision before = precision();
+  explicit PrecisionScope(Precision p) { set_precision(p); }
+  ~PrecisionScope() { set_precision(before); }
+};
+
+struct ThreadScope {
+  int before = num_threads();
+  ~ThreadScope() { set_num_threads(before); }
+};
+
+bool bf16_here() { return bf16_unsupported_reason().empty(); }
+
+double unit_bound(int64_t K) { return std::ldexp(1.0, -8) + std::ldexp(1.0, -18) + double(K) * std::ldexp(1.0, -23); }
+
+// max over elements of |got - exact| / (|A| |B|)_ij, in units of the bound
+// for inner dimension K (<= 1 passes).
+double worst_in_bounds(const Tensor& got, const Tensor& exact, const Tensor& abs_product, int64_t K) {
+  auto g = got.to_vector<double>(), e = exact.to_vector<double>(), m = abs_product.to_vector<double>();
+  REQUIRE(g.size() == e.size());
+  REQUIRE(g.size() == m.size());
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - e[i]) / (unit_bound(K) * m[i] + 1e-30));
+  return worst;
+}
+
+double max_rel(const Tensor& got, const Tensor& exact) {
+  return test::max_diff(got.to(DType::f64), exact) / test::max_abs(exact);
+}
+
+Tensor f64(const Tensor& t) { return t.detach().to(DType::f64); }
+
+}  // namespace
+
+TEST_CASE("precision: names parse, a bad one is refused naming it, f32 is the default") {
+  CHECK(precision() == Precision::f32);
+  CHECK(parse_precision("bf16") == Precision::bf16);
+  CHECK(parse_precision("bfloat16") == Precision::bf16);
+  CHECK(parse_precision("f32") == Precision::f32);
+  CHECK(std::string(precision_name(Precision::bf16)) == "bf16");
+  CHECK_THROWS_WITH_AS(parse_precision("fp16"), doctest::Contains("expected f32 or bf16, got 'fp16'"), Error);
+}
+
+TEST_CASE("precision bf16 on a CPU without native bf16 is refused naming the instruction set; else it applies") {
+  if (!bf16_here()) {
+    MESSAGE("no native bf16 here: ", bf16_unsupported_reason());
+    CHECK_THROWS_WITH_AS(set_precision(Precision::bf16), doctest::Contains("AVX512-BF16 or AMX-BF16"), Error);
+    CHECK(precision() == Precision::f32);
+    return;
+  }
+  {
+    PrecisionScope s(Precision::bf16);
+    CHECK(precision() == Precision::bf16);
+    CHECK(backend_info().find("bf16 operands") != std::string::npos);
+  }
+  CHECK(precision() == Precision::f32);
+}
+
+TEST_CASE("bf16 matmul and linear: every element within the bf16 bound of float64; clearly coarser than float32") {
+  if (!bf16_here()) {
+    MESSAGE("skipped the bf16 products: ", bf16_unsupported_reason());
+    CHECK_THROWS_AS(set_precision(Precision::bf16), Error);
+    return;
+  }
+  struct Case {
+    int64_t M, K, N;
+  };
+  // GPT-like shapes, odd sizes (partial slabs), few rows (split by columns).
+  for (Case c : {Case{768, 128, 512}, Case{300, 257, 129}, Case{16, 1024, 640}, Case{2048, 64, 96}}) {
+    CAPTURE(c.M);
+    CAPTURE(c.K);
+    CAPTURE(c.N);
+    Tensor a = test::det_tensor({c.M, c.K}, 1, -1, 1), b = test::det_tensor({c.K, c.N}, 2, -1, 1);
+    Tensor exact = matmul(f64(a), f64(b)), absprod = matmul(abs(f64(a)), abs(f64(b)));
+    Tensor y32 = matmul(a, b);
+    Tensor y16, y16t;
+    {
+      PrecisionScope s(Precision::bf16);
+      y16 = matmul(a, b);
+      // Transposed operands (views, no copy) take the same path.
+      y16t = matmul(transpose(contiguous(transpose(a, 0, 1)), 0, 1), transpose(contiguous(transpose(b, 0, 1)), 0, 1));
+    }
+    CHECK(worst_in_bounds(y16, exact, absprod, c.K) <= 1.0);
+    CHECK(worst_in_bounds(y16t, exact, absprod, c.K) <= 1.0);
+    // bf16 really ran: its error is far above float32's (8 against 24 bits).
+    CHECK(max_rel(y16, exact) > 30 * max_rel(y32, exact));
+    CHECK(max_rel(y16, exact) < 1e-2);
+  }
+  // linear with a bias: the bias is added in float32 (exactly), the product in bf16.
+  Tensor x = test::det_tensor({12, 64, 128}, 3, -1, 1), w = test::det_tensor({384, 128}, 4, -0.2, 0.2);
+  Tensor b = test::det_tensor({384}, 5, -1, 1);
+  Tensor exact = add(matmul(f64(x), transpose(f64(w), 0, 1)), f64(b));
+  Tensor absprod = matmul(abs(f64(x)), transpose(abs(f64(w)), 0, 1));
+  PrecisionScope s(Precision::bf16);
+  CHECK(worst_in_bounds(linear(x, w, b), exact, absprod, 128) <= 1.0);
+}
+
+TEST_CASE("bf16 gradients of linear and matmul: within the bf16 bound of the float64 gradients") {
+  if (!bf16_here()) {
+    MESSAGE("skipped the bf16 gradients: ", bf16_unsupported_reason());
+    CHECK_THROWS_AS(set_precision(Precision::bf16), Error);
+    return;
+  }
+  // L = sum(r * y): dL/dy = r, so each gradient is one product with r.
+  const int64_t N = 6, T = 64, I = 96, O = 160;
+  Tensor x = test::det_tensor({N, T, I}, 6, -1, 1).set_requires_grad();
+  Tensor w = test::det_tensor({O, I}, 7, -0.3, 0.3).set_requires_grad();
+  Tensor bias = test::det_tensor({O}, 8, -1, 1).set_requires_grad();
+  Tensor r = test::det_tensor({N, T, O}, 9, -1, 1);
+  {
+    PrecisionScope s(Precision::bf16);
+    backward(sum(mul(linear(x, w, bias), r)));
+  }
+  Tensor r2 = reshape(f64(r), {N * T, O}), x2 = reshape(f64(x), {N * T, I});
+  // dx = r W, dW = r^T x (K = N T), db = sum of r's rows (float32, no product).
+  CHECK(worst_in_bounds(x.grad(), reshape(matmul(r2, f64(w)), {N, T, I}),
+                        reshape(matmul(abs(r2), abs(f64(w))), {N, T, I}), O) <= 1.0);
+  CHECK(worst_in_bounds(w.grad(), matmul(transpose(r2, 0, 1), x2), matmul(transpose(abs(r2), 0, 1), abs(x2)),
+                        N * T) <= 1.0);
+  CHECK(max_rel(bias.grad(), sum(r2, {0})) < 1e-6);
+  CHECK(max_rel(w.grad(), matmul(transpose(r2, 0, 1), x2)) > 1e-4);  // bf16 ran in the backward too
+
+  // A batched matmul (attention-like [B, M, K] x [B, K, N]).
+  Tensor a = test::det_tensor({4, 96, 80}, 10, -1, 1).set_requires_grad();
+  Tensor bm = test::det_tensor({4, 80, 112}, 11, -1, 1).set_requires_grad();
+  Tensor rm = test::det_tensor({4, 96, 112}, 12, -1, 1);
+  {
+    PrecisionScope s(Precision::bf16);
+    backward(sum(mul(matmul(a, bm), rm)));
+  }
+  CHECK(worst_in_bounds(a.grad(), matmul(f64(rm), transpose(f64(bm), -1, -2)),
+                        matmul(abs(f64(rm)), transpose(abs(f64(bm)), -1, -2)), 112) <= 1.0);
+  CHECK(worst_in_bounds(bm.grad(), matmul(transpose(f64(a), -1, -2), f64(rm)),
+                        matmul(transpose(abs(f64(a)), -1, -2), abs(f64(rm))), 96) <= 1.0);
+}
+
+TEST_CASE("bf16 products are bit-identical on 1 and 2 threads; products below 1 MFLOP stay float32") {
+  if (!bf16_here()) {
+    MESSAGE("skipped: ", bf16_unsupported_reason());
+    CHECK_THROWS_AS(set_precision(Precision::bf16), Error);
+    return;
+  }
+  ThreadScope restore;
+  PrecisionScope s(Precision::bf16);
+  for (auto [M, K, N] : {std::array<int64_t, 3>{3072, 256, 768}, {512, 512, 256}, {37, 300, 129}}) {
+    Tensor a = test::det_tensor({M, K}, 13, -1, 1), b = test::det_tensor({K, N}, 14, -1, 1);
+    set_num_threads(1);
+    auto one = matmul(a, b).to_vector<float>();
+    set_num_threads(2);
+    auto two = matmul(a, b).to_vector<float>();
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  }
+  Tensor a = test::det_tensor({32, 64}, 15, -1, 1), b = test::det_tensor({64, 64}, 16, -1, 1);  // 262k FLOPs
+  auto small16 = matmul(a, b).to_vector<float>();
+  set_precision(Precision::f32);
+  auto small32 = matmul(a, b).to_vector<float>();
+  CHECK(std::memcmp(small16.data(), small32.data(), small16.size() * sizeof(float)) == 0);
+}
