@@ -388,12 +388,18 @@ std::string backend_info() {
   const dnnl_version_t* v = dnnl::version();
   const char* rt = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential" : "other";
   // Which algorithm the 5-tap convolutions use changes float32 rounding, so
-  // run logs record it with the rest.
-  const char* conv = !kernel::winograd_conv1d_supported() ? "direct (no AVX-512)"
-                     : heed::conv1d_winograd()        ? "Winograd F(4,5)"
-                                                  : "direct (switched off)";
-  return fmt::format("OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={}; OpenMP threads={}; conv1d 5-tap: {}",
-                     openblas_get_config(), mode, v->major, v->minor, v->patch, rt, omp_get_max_threads(), conv);
+  // run logs record it with the rest (not the instruction set: both of
+  // Winograd's give the same bits).
+  const std::string conv = !heed::conv1d_winograd()                ? "direct (switched off)"
+                           : kernel::winograd_conv1d_supported() ? fmt::format("Winograd F(4,5) {}", kernel::winograd_conv1d_isa())
+                                                                 : std::string("direct (no AVX2)");
+  const std::string isa = heed::cpu_isa_name() + (heed::cpu_isa() != heed::cpu_isa_max()
+                                                      ? fmt::format(" (capped; CPU has {})", heed::cpu_isa_name(heed::cpu_isa_max()))
+                                                      : std::string());
+  return fmt::format(
+      "OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={} isa={}; OpenMP threads={}; heed isa={}; conv1d 5-tap: {}",
+      openblas_get_config(), mode, v->major, v->minor, v->patch, rt, kernel::onednn_isa_name(), omp_get_max_threads(),
+      isa, conv);
 }
 
 }  // namespace heed
