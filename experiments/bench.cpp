@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -391,7 +392,7 @@ int run_bench(const std::vector<std::string>& args) {
   if (std::find(args.begin(), args.end(), "--micro") != args.end()) exec_microbench(args);
   int64_t threads = 2, steps = 20, warmup = 3, max_t = 4096, plain_max_t = 4096, rounds = 1;
   bool compare = false, attention_memory = false, micro = false, profile = false, data_parallel = false;
-  std::string only, conv = "winograd", dp_worker;
+  std::string only, conv = "winograd", isa, dp_worker;
   Args a("bench",
          "Times one training step (forward, backward, optimiser) of each bundled workload after warm-up:\n"
          "toy-cnn and toy-attention (batch 100), gpt-128 (4 layers, 4 heads, width 128, context 64,\n"
@@ -411,6 +412,9 @@ int run_bench(const std::vector<std::string>& args) {
       .flag("profile", &profile, "also print where each workload's step time goes, per op (forward, backward)")
       .text("conv", &conv,
             "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (oneDNN), to compare the two")
+      .text("isa", &isa,
+            "cap the instruction set of heed's kernels and oneDNN's: baseline, avx2 or avx512 (default: the best "
+            "this CPU has, or HEED_CPU_ISA), e.g. avx2 to time an AVX2-only CPU's code")
       .flag("attention-memory", &attention_memory,
             "instead: attention time and peak memory against T, fused and plain")
       .integer("max-t", &max_t, "--attention-memory: the longest sequence (T doubles from 256)", 256, 1 << 20)
@@ -423,6 +427,10 @@ int run_bench(const std::vector<std::string>& args) {
             "docs/distributed.md): step time, tokens/s and the communication not overlapped")
       .text("dp-worker", &dp_worker, "(internal) the mpirun side of --data-parallel for this workload");
   if (!a.parse(args)) return 0;
+  if (!isa.empty()) {
+    heed::set_cpu_isa(heed::parse_cpu_isa(isa, "bench: --isa"));
+    setenv("HEED_CPU_ISA", isa.c_str(), 1);  // and in the processes it starts (--data-parallel)
+  }
   if (!dp_worker.empty()) {
     heed::set_num_threads(static_cast<int>(threads));
     return run_data_parallel_worker(dp_worker, warmup, steps);
@@ -447,8 +455,8 @@ int run_bench(const std::vector<std::string>& args) {
   heed::set_num_threads(static_cast<int>(threads));
 
   double peak = sgemm_peak_gflops();
-  fmt::print("heed bench: {} threads, {}\nsgemm peak (best of 1024^3 and 2048^3): {:.1f} GFLOP/s\n\n", threads,
-             cpu_model(), peak);
+  fmt::print("heed bench: {} threads, {}, isa {} (oneDNN {})\nsgemm peak (best of 1024^3 and 2048^3): {:.1f} GFLOP/s\n\n",
+             threads, cpu_model(), heed::cpu_isa_name(), kernel::onednn_isa_name(), peak);
   fmt::print("{:<14} {:>9} {:>14} {:>9} {:>7} {:>9} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
              "% peak", "RSS MB", "allocs/step");
   // With --compare, each workload's PyTorch run follows its heed run, so a
