@@ -9,10 +9,13 @@
 namespace heed::kernel {
 
 // float32, kernel 5, stride 1, dilation 1, padding 0..4, channels-last
-// activations, in and out channels multiples of 16, a CPU with AVX-512, and
-// the algorithm not switched off (set_conv1d_winograd).
-// Whether this CPU can run it (AVX-512F and FMA).
+// activations, in and out channels multiples of 16, heed's instruction set
+// (heed::cpu_isa()) AVX2 or AVX-512, and the algorithm not switched off
+// (set_conv1d_winograd). Both instruction sets give the same bits.
+// Whether heed's instruction set in effect has the kernels (AVX2 or AVX-512).
 bool winograd_conv1d_supported();
+// Which kernels run: "AVX-512", "AVX2", or null when not supported.
+const char* winograd_conv1d_isa();
 bool winograd_conv1d_applies(DType dtype, int64_t C, int64_t O, int64_t K, const Conv1dGeom& g, bool channels_last);
 // x [N, C, T] channels-last, w [O, C, 5], b [O] or undefined -> y [N, O, T + 2P - 4], channels-last.
 Tensor winograd_conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t P, bool relu);

@@ -476,6 +476,7 @@ void set_num_threads(int n) {
 int num_threads() { return omp_get_max_threads(); }
 
 std::string bf16_unsupported_reason() {
+  kernel::apply_isa_settings();  // HEED_CPU_ISA first: asking oneDNN its ISA fixes oneDNN's cap
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
   if ((isa & need) == need) return "";
@@ -487,7 +488,10 @@ std::string bf16_unsupported_reason() {
   return fmt::format(
       "bf16 needs a CPU with AVX512-BF16 or AMX-BF16, and this one runs {} (as oneDNN sees it{}): oneDNN would "
       "emulate bf16 at a fraction of float32's speed; use float32",
-      name, std::getenv("ONEDNN_MAX_CPU_ISA") ? ", capped by ONEDNN_MAX_CPU_ISA" : "");
+      name,
+      std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA") ? ", capped by ONEDNN_MAX_CPU_ISA"
+      : heed::cpu_isa() != heed::cpu_isa_max()                           ? ", capped by HEED_CPU_ISA or set_cpu_isa"
+                                                                          : "");
 }
 
 void set_precision(Precision p) {
@@ -514,15 +518,19 @@ std::string backend_info() {
   const dnnl_version_t* v = dnnl::version();
   const char* rt = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential" : "other";
   // Which algorithm the 5-tap convolutions use changes float32 rounding, so
-  // run logs record it with the rest.
-  const char* conv = !kernel::winograd_conv1d_supported() ? "direct (no AVX-512)"
-                     : heed::conv1d_winograd()        ? "Winograd F(4,5)"
-                                                  : "direct (switched off)";
+  // run logs record it with the rest (not the instruction set: both of
+  // Winograd's give the same bits).
+  const std::string conv = !heed::conv1d_winograd()                ? "direct (switched off)"
+                           : kernel::winograd_conv1d_supported() ? fmt::format("Winograd F(4,5) {}", kernel::winograd_conv1d_isa())
+                                                                 : std::string("direct (no AVX2)");
+  const std::string isa = heed::cpu_isa_name() + (heed::cpu_isa() != heed::cpu_isa_max()
+                                                      ? fmt::format(" (capped; CPU has {})", heed::cpu_isa_name(heed::cpu_isa_max()))
+                                                      : std::string());
   return fmt::format(
-      "OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={}; OpenMP threads={}; conv1d 5-tap: {}; float32 "
-      "products: {}",
-      openblas_get_config(), mode, v->major, v->minor, v->patch, rt, omp_get_max_threads(), conv,
-      precision() == Precision::bf16 ? "bf16 operands, float32 accumulation" : "float32");
+      "OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={} isa={}; OpenMP threads={}; heed isa={}; conv1d 5-tap: "
+      "{}; float32 products: {}",
+      openblas_get_config(), mode, v->major, v->minor, v->patch, rt, kernel::onednn_isa_name(), omp_get_max_threads(),
+      isa, conv, precision() == Precision::bf16 ? "bf16 operands, float32 accumulation" : "float32");
 }
 
 }  // namespace heed

@@ -1,6 +1,8 @@
 // core/dnnl_context.cpp
 #include "core/dnnl_context.h"
 
+#include "core/kernels.h"
+
 namespace heed::kernel::detail {
 
 namespace {
@@ -9,6 +11,8 @@ struct Context {
   dnnl::stream stream{eng};
 };
 Context& ctx() {
+  // HEED_CPU_ISA caps oneDNN before it creates anything (core/cpu_isa.cpp).
+  apply_isa_settings();
   static Context c;
   return c;
 }

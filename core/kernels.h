@@ -227,7 +227,20 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t count,
                               int64_t ignore_index, double g);
 
-// ---- runtime: set_num_threads, num_threads, backend_info (core/runtime.h) ----
+// ---- runtime: set_num_threads, num_threads, backend_info, CPU instruction sets (core/runtime.h; core/cpu_isa.cpp) ----
+// heed's own kernels only, at any time (oneDNN keeps its cap): how the tests
+// run both widths of a kernel in one process. Throws as set_cpu_isa does
+// when the CPU lacks isa.
+void set_kernel_isa(CpuIsa isa);
+// Throws unless a CPU whose best instruction set is `best` has isa, naming
+// `what` (the caller), isa and what the CPU has.
+void check_cpu_has(CpuIsa isa, CpuIsa best, std::string_view what);
+// The instruction set oneDNN dispatches to ("avx512_core_bf16"). Asking
+// fixes oneDNN's cap for the rest of the process.
+std::string onednn_isa_name();
+// Reads HEED_CPU_ISA (once) and caps oneDNN accordingly; core/dnnl_context.cpp
+// calls it before heed creates its oneDNN engine, while oneDNN takes a cap.
+void apply_isa_settings();
 
 // ---- random fills (core/random.cpp) ----
 // In-place fills; t may be any view whose elements do not overlap (an

@@ -24,6 +24,7 @@
 #include <thread>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -611,7 +612,7 @@ int run_bench(const std::vector<std::string>& args) {
   int64_t threads = 2, steps = 20, warmup = 3, max_t = 4096, plain_max_t = 4096, rounds = 1;
   bool compare = false, attention_memory = false, micro = false, profile = false, data_parallel = false, load = false;
   int64_t sample_chars = 300;
-  std::string only, conv = "winograd", dp_worker, prec = "both", load_worker;
+  std::string only, conv = "winograd", isa, dp_worker, prec = "both", load_worker;
   Args a("bench",
          "Times one training step (forward, backward, optimiser) of each bundled workload after warm-up:\n"
          "toy-cnn and toy-attention (batch 100), gpt-128 (4 layers, 4 heads, width 128, context 64,\n"
@@ -635,6 +636,9 @@ int run_bench(const std::vector<std::string>& args) {
       .flag("profile", &profile, "also print where each workload's step time goes, per op (forward, backward)")
       .text("conv", &conv,
             "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (oneDNN), to compare the two")
+      .text("isa", &isa,
+            "cap the instruction set of heed's kernels and oneDNN's: baseline, avx2 or avx512 (default: the best "
+            "this CPU has, or HEED_CPU_ISA), e.g. avx2 to time an AVX2-only CPU's code")
       .flag("attention-memory", &attention_memory,
             "instead: attention time and peak memory against T, fused and plain")
       .integer("max-t", &max_t, "--attention-memory: the longest sequence (T doubles from 256)", 256, 1 << 20)
@@ -652,6 +656,10 @@ int run_bench(const std::vector<std::string>& args) {
       .integer("sample-chars", &sample_chars, "--load: characters the sampler generates", 1)
       .text("load-worker", &load_worker, "(internal) a child process of --load");
   if (!a.parse(args)) return 0;
+  if (!isa.empty()) {
+    heed::set_cpu_isa(heed::parse_cpu_isa(isa, "bench: --isa"));
+    setenv("HEED_CPU_ISA", isa.c_str(), 1);  // and in the processes it starts (--data-parallel)
+  }
   if (!load_worker.empty()) {
     heed::set_num_threads(static_cast<int>(threads));
     return run_load_worker(load_worker, steps);
@@ -690,8 +698,9 @@ int run_bench(const std::vector<std::string>& args) {
 
   const double peak = gemm_peak_gflops(Precision::f32);
   const double peak_bf16 = no_bf16.empty() ? gemm_peak_gflops(Precision::bf16) : 0;
-  fmt::print("heed bench: {} threads, {}\nGEMM peak (best of 1024^3 and 2048^3): float32 {:.1f} GFLOP/s, {}\n\n",
-             threads, cpu_model(), peak,
+  fmt::print("heed bench: {} threads, {}, isa {} (oneDNN {})\nGEMM peak (best of 1024^3 and 2048^3): float32 {:.1f} "
+             "GFLOP/s, {}\n\n",
+             threads, cpu_model(), heed::cpu_isa_name(), kernel::onednn_isa_name(), peak,
              no_bf16.empty() ? fmt::format("bf16 {:.1f} GFLOP/s", peak_bf16) : "no bf16 rows: " + no_bf16);
   fmt::print("{:<19} {:>9} {:>14} {:>9} {:>7} {:>9} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
              "% peak", "RSS MB", "allocs/step");

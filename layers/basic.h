@@ -55,8 +55,8 @@ class Conv1d : public Module {
   // x [N, C, T] -> [N, O, T']. A wrong channel count or rank is reported with
   // the module's configuration. Which kernel runs depends on the shape and the
   // input's layout (kernel::conv1d_forward): float32 5-tap layers on
-  // channels-last activations use Winograd F(4, 5) on AVX-512 CPUs
-  // (heed::set_conv1d_winograd(false) for oneDNN's direct kernels).
+  // channels-last activations use Winograd F(4, 5) on CPUs with AVX2 or
+  // AVX-512 (heed::set_conv1d_winograd(false) for oneDNN's direct kernels).
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight;  // [O, C, K]

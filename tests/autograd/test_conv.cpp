@@ -100,8 +100,8 @@ TEST_CASE("conv1d: channels-last activations give the same numbers as contiguous
 }
 
 TEST_CASE("conv1d and conv1d_relu on channels-last 5-tap layers (Winograd, ReLU mask in the backward) match float64") {
-  // 16 and 32 channels: the shapes the Winograd kernels take (on AVX-512;
-  // elsewhere oneDNN, and the comparison holds the same).
+  // 16 and 32 channels: the shapes the Winograd kernels take (with AVX2 or
+  // AVX-512; elsewhere oneDNN, and the comparison holds the same).
   compare({2, 16, 23, 32, 5, 1, 2, 1, true}, true);
   compare({3, 32, 10, 16, 5, 1, 0, 1, false}, true);
   for (int64_t P : {1, 2, 4}) {

@@ -3,6 +3,7 @@
 // or file and what was expected, exit status 1 (2 for a bad command line),
 // never `terminate called`, and no file written. Then the cases that used to
 // be refused and are now accepted.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -92,6 +93,10 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
        {"config.layers is 'two'", "integer"}},
       {"sample: a missing checkpoint", {"sample", p + "/none.ckpt.h5"}, 1, {"none.ckpt.h5"}},
       {"inspect: a missing file", {"inspect", p + "/none.h5"}, 1, {"none.h5"}},
+      {"bad --precision", {"run", "copy", "--precision", "fp16", "--out", p + "/x.h5"}, 2,
+       {"--precision", "'fp16'", "f32 or bf16"}},
+      {"resume in another precision", {"run", "charlm", "--resume", ckpt, "--precision", "bf16"}, 2,
+       {"--precision bf16 contradicts the checkpoint's f32"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -102,6 +107,19 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     CHECK(r.err.rfind("heed: ", 0) == 0);
     for (const auto& m : c.message) CHECK(r.err.find(m) != std::string::npos);
     CHECK(r.err.find("terminate called") == std::string::npos);
+    CHECK(snapshot(p) == before);
+  }
+  // bf16 on a CPU without it (here: capped to AVX2, as on an AVX2-only
+  // machine): refused naming the instruction sets, nothing written.
+  {
+    const auto before = snapshot(p);
+    setenv("HEED_CPU_ISA", "avx2", 1);
+    Result r = heed_cli({"run", "copy", "--precision", "bf16", "--out", p + "/bf.h5"}, p);
+    unsetenv("HEED_CPU_ISA");
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--precision bf16: bf16 needs a CPU with AVX512-BF16 or AMX-BF16") != std::string::npos);
+    CHECK(r.err.find("AVX2") != std::string::npos);
     CHECK(snapshot(p) == before);
   }
 }

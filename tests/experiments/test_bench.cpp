@@ -15,9 +15,10 @@ struct Run {
   std::string out;  // stdout and stderr
 };
 
-Run run_cli(const std::string& args) {
+// env: assignments for the command's environment ("HEED_CPU_ISA=avx2"), or empty.
+Run run_cli(const std::string& args, const std::string& env = "") {
   Run r;
-  const std::string cmd = std::string(HEED_CLI_PATH) + " " + args + " 2>&1";
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(HEED_CLI_PATH) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   char buf[4096];
@@ -97,4 +98,51 @@ TEST_CASE("heed bench: bad flags are refused, naming the value and what was expe
   r = run_cli("bench --attention-memory --compare");
   CHECK(r.status != 0);
   CHECK(has(r.out, "--attention-memory"));
+  r = run_cli("bench --isa avx3");
+  CHECK(r.status != 0);
+  CHECK(has(r.out, "bench: --isa"));
+  CHECK(has(r.out, "'avx3'"));
+  CHECK(has(r.out, "baseline|avx2|avx512"));
+}
+
+TEST_CASE("heed bench --isa caps heed's kernels and oneDNN's, and says so in its header") {
+  // avx2 where the CPU has it (the AVX2-only CPUs' code on an AVX-512 one), else baseline.
+  const bool avx2 = heed::cpu_isa_max() >= heed::CpuIsa::avx2;
+  const std::string isa = avx2 ? "avx2" : "baseline";
+  Run r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --isa " + isa);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(has(r.out, "isa " + isa + " (oneDNN " + (avx2 ? "avx2)" : "")));
+  CHECK(has(r.out, "toy-cnn"));
+  CHECK(has(r.out, "effective") == avx2);  // Winograd with AVX2, oneDNN's direct kernels without
+  if (heed::cpu_isa_max() < heed::CpuIsa::avx512) {
+    r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --isa avx512");
+    CHECK(r.status != 0);
+    CHECK(has(r.out, "set_cpu_isa(avx512): this CPU has no AVX-512F"));
+  }
+}
+
+TEST_CASE("HEED_CPU_ISA is applied to heed's kernels and oneDNN's, and a bad value is refused naming it") {
+  const bool avx2 = heed::cpu_isa_max() >= heed::CpuIsa::avx2;
+  Run r = run_cli("info", avx2 ? "HEED_CPU_ISA=avx2" : "HEED_CPU_ISA=baseline");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  if (avx2) {
+    CHECK(has(r.out, "isa=avx2;"));  // oneDNN's
+    CHECK(has(r.out, "heed isa=avx2"));
+    CHECK(has(r.out, "conv1d 5-tap: Winograd F(4,5) AVX2"));
+  } else {
+    CHECK(has(r.out, "heed isa=baseline"));
+    CHECK(has(r.out, "conv1d 5-tap: direct (no AVX2)"));
+  }
+  if (avx2) {  // an explicit ONEDNN_MAX_CPU_ISA keeps oneDNN's cap its own
+    r = run_cli("info", "HEED_CPU_ISA=baseline ONEDNN_MAX_CPU_ISA=AVX2");
+    CHECK(has(r.out, "isa=avx2;"));
+    CHECK(has(r.out, "heed isa=baseline"));
+  }
+  r = run_cli("info", "HEED_CPU_ISA=avx3");
+  CHECK(r.status != 0);
+  CHECK(has(r.out, "HEED_CPU_ISA"));
+  CHECK(has(r.out, "'avx3'"));
+  CHECK(has(r.out, "baseline|avx2|avx512"));
 }
