@@ -219,8 +219,15 @@ void print_profile(const Workload& w, int64_t steps) {
 std::map<std::string, double> run_torch(int64_t threads, int64_t steps, const std::string& only,
                                         const std::string& precision = "f32") {
   std::string script = std::string(HEED_SOURCE_DIR) + "/experiments/bench/torch_peer.py";
-  std::string cmd = fmt::format("/usr/bin/python3 '{}' --threads {} --steps {} --precision {}{} 2>&1", script, threads,
-                                steps, precision, only.empty() ? "" : " --only " + only);
+  // On heed's capped instruction set, PyTorch is capped alike: its own
+  // kernels (ATen) and its oneDNN.
+  const CpuIsa isa = cpu_isa();
+  const std::string env = isa == cpu_isa_max() ? ""
+                          : isa == CpuIsa::avx2
+                              ? "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 "
+                              : "ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41 ";
+  std::string cmd = fmt::format("{}/usr/bin/python3 '{}' --threads {} --steps {} --precision {}{} 2>&1", env, script,
+                                threads, steps, precision, only.empty() ? "" : " --only " + only);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) fail("bench: cannot run {}", cmd);
   std::map<std::string, double> out;
@@ -610,7 +617,8 @@ int run_bench(const std::vector<std::string>& args) {
   // (--threads, --help and Google Benchmark's --benchmark_* flags).
   if (std::find(args.begin(), args.end(), "--micro") != args.end()) exec_microbench(args);
   int64_t threads = 2, steps = 20, warmup = 3, max_t = 4096, plain_max_t = 4096, rounds = 1;
-  bool compare = false, attention_memory = false, micro = false, profile = false, data_parallel = false, load = false;
+  bool compare = false, attention_memory = false, micro = false, profile = false, data_parallel = false, load = false,
+       avx2_pass_off = false;
   int64_t sample_chars = 300;
   std::string only, conv = "winograd", isa, dp_worker, prec = "both", load_worker;
   Args a("bench",
@@ -624,7 +632,10 @@ int run_bench(const std::vector<std::string>& args) {
   a.integer("threads", &threads, "threads for every backend", 1, 1024)
       .integer("steps", &steps, "measured steps per workload (the median is reported); 3 with --attention-memory", 1)
       .integer("warmup", &warmup, "unmeasured steps first; 1 with --attention-memory", 0)
-      .text("only", &only, "run only this workload (toy-cnn, toy-attention, gpt-128, gpt-256, nanogpt)")
+      .text("only", &only,
+            "run only these workloads, comma-separated (toy-cnn, toy-attention, gpt-128, gpt-256, nanogpt)")
+      .flag("no-avx2-pass", &avx2_pass_off,
+            "with --compare on an AVX-512 CPU: skip the second pass that times the AVX2 path (--isa avx2)")
       .text("precision", &prec,
             "f32, bf16 or both: the precision of the matrix products (both: a bf16 row after each float32 one of "
             "the GPT workloads, where the CPU has native bf16)")
@@ -686,7 +697,18 @@ int run_bench(const std::vector<std::string>& args) {
   if (conv != "winograd" && conv != "direct") fail("bench: --conv expects winograd or direct, got '{}'", conv);
   heed::set_conv1d_winograd(conv == "winograd");
   if (rounds > 1 && !compare) fail("bench: --rounds {} alternates heed with PyTorch and needs --compare", rounds);
-  if (!only.empty()) make_workload(only);  // refuses an unknown name before anything runs
+  // --only takes one workload or several, comma-separated.
+  std::vector<std::string> selected;
+  for (size_t i = 0; !only.empty() && i <= only.size();) {
+    const size_t comma = std::min(only.find(',', i), only.size());
+    selected.push_back(only.substr(i, comma - i));
+    if (std::find(kWorkloads.begin(), kWorkloads.end(), selected.back()) == kWorkloads.end())
+      make_workload(selected.back());  // refuses the unknown name before anything runs
+    i = comma + 1;
+  }
+  auto chosen = [&](const std::string& n) {
+    return selected.empty() || std::find(selected.begin(), selected.end(), n) != selected.end();
+  };
   if (prec != "f32" && prec != "bf16" && prec != "both")
     fail("bench: --precision expects f32, bf16 or both, got '{}'", prec);
   const std::string no_bf16 = bf16_unsupported_reason();
@@ -707,7 +729,7 @@ int run_bench(const std::vector<std::string>& args) {
   // With --compare, each workload's PyTorch run follows its heed run, so a
   // machine whose speed drifts (shared cores, frequency) affects both alike.
   // Rows are keyed "<workload>" (float32) and "<workload> bf16".
-  std::map<std::string, std::vector<double>> heed_ms, torch_ms, ratios;
+  std::map<std::string, std::vector<double>> heed_ms, torch_ms, ratios, pct_peak;
   std::vector<std::string> rows;
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -715,7 +737,7 @@ int run_bench(const std::vector<std::string>& args) {
   };
   const int64_t nrounds = compare ? rounds : 1;
   for (const auto& n : kWorkloads) {
-    if (!only.empty() && n != only) continue;
+    if (!chosen(n)) continue;
     Workload w = make_workload(n);
     for (Precision p : precisions) {
       // The toy models' products are convolutions, which stay float32 (bf16
@@ -728,6 +750,7 @@ int run_bench(const std::vector<std::string>& args) {
       for (int64_t round = 0; round < nrounds; ++round) {
         Result r = measure(w, round == 0 ? warmup : 1, steps);
         heed_ms[row].push_back(r.median_ms);
+        pct_peak[row].push_back(100 * r.gflops / pk);
         fmt::print("{:<19} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>9.0f} {:>12}", row, r.median_ms,
                    r.items_per_s, w.unit, r.gflops, 100 * r.gflops / pk, r.rss_mb, r.allocs_per_step);
         std::fflush(stdout);
@@ -749,7 +772,7 @@ int run_bench(const std::vector<std::string>& args) {
     }
     set_precision(Precision::f32);
   }
-  if (conv == "winograd" && (only.empty() || only.rfind("toy", 0) == 0))
+  if (conv == "winograd" && (chosen("toy-cnn") || chosen("toy-attention")))
     fmt::print("\nGFLOP/s counts the direct convolution's multiplications (and three 1x1 projections in the\n"
                "self-attention); Winograd convolutions do 2.5x fewer and the self-attention two projections, so the\n"
                "toy models' rates are effective ones and can exceed the peak (--conv direct for the direct path).\n");
@@ -776,6 +799,72 @@ int run_bench(const std::vector<std::string>& args) {
         for (double x : ratios[n]) each += fmt::format(" {:.2f}x", x);
       fmt::print("{:<19} {:>12.2f} {:>14.2f} {:>15.2f}x  {}\n", n, median(heed_ms[n]), median(torch_ms[n]),
                  median(ratios[n]), each);
+    }
+  }
+  // The AVX2 path in the same run: on an AVX-512 CPU, --compare without
+  // --isa times the toy models and GPT-128 again in a child process capped
+  // to AVX2 (heed's kernels and oneDNN; PyTorch capped alike).
+  std::map<std::string, double> avx2_ratio;
+  if (compare && isa.empty() && cpu_isa_max() == CpuIsa::avx512 && !avx2_pass_off) {
+    std::vector<std::string> want;
+    for (const char* n : {"toy-cnn", "toy-attention", "gpt-128"})
+      if (chosen(n)) want.push_back(n);
+    if (!want.empty()) {
+      const std::string cmd = fmt::format(
+          "'{}' bench --compare --isa avx2 --precision f32 --threads {} --steps {} --warmup {} --rounds {} "
+          "--conv {} --only {} 2>&1",
+          std::filesystem::read_symlink("/proc/self/exe").string(), threads, steps, warmup, rounds, conv,
+          fmt::join(want, ","));
+      fmt::print("\n---- the AVX2 path (an AVX2-only CPU's code on this one): heed bench --compare --isa avx2 ----\n");
+      std::fflush(stdout);
+      FILE* pipe = popen(cmd.c_str(), "r");
+      if (!pipe) fail("bench: cannot run the AVX2 pass: {}", std::strerror(errno));
+      char line[4096];
+      bool table = false;
+      while (fgets(line, sizeof line, pipe)) {
+        fmt::print("{}", line);
+        std::fflush(stdout);
+        const std::string l = line;
+        if (l.rfind("heed against the PyTorch peer", 0) == 0) table = true;
+        char name[64];
+        double h, t, x;
+        if (table && std::sscanf(line, "%63s %lf %lf %lfx", name, &h, &t, &x) == 4) avx2_ratio[name] = x;
+      }
+      if (pclose(pipe) != 0) fail("bench: the AVX2 pass failed (its output is above)");
+    }
+  }
+  // The targets of a full --compare run (printed by the main pass only).
+  if (compare && isa.empty()) {
+    struct Target {
+      std::string what;
+      bool known;
+      double value, goal;
+      bool at_least;
+      std::string unit;
+    };
+    std::vector<Target> targets;
+    auto pct = [&](const std::string& r, double goal) {
+      targets.push_back({r + " float32, % of the float32 GEMM peak", pct_peak.count(r) > 0,
+                         pct_peak.count(r) ? median(pct_peak[r]) : 0, goal, true, "%"});
+    };
+    auto speedup = [&](const std::string& n, double goal) {
+      const bool k = heed_ms.count(n) && heed_ms.count(n + " bf16");
+      targets.push_back({n + " bf16 against float32", k, k ? median(heed_ms[n]) / median(heed_ms[n + " bf16"]) : 0,
+                         goal, true, "x"});
+    };
+    pct("gpt-128", 80);
+    pct("gpt-256", 85);
+    speedup("gpt-128", 1.5);
+    speedup("gpt-256", 1.8);
+    for (const char* n : {"toy-cnn", "toy-attention", "gpt-128"})
+      targets.push_back({fmt::format("{} AVX2 path against PyTorch", n), avx2_ratio.count(n) > 0,
+                         avx2_ratio.count(n) ? avx2_ratio[n] : 0, 3.0, true, "x"});
+    fmt::print("\ntargets (medians of this run):\n");
+    for (const auto& t : targets) {
+      if (!t.known) continue;
+      const bool met = t.at_least ? t.value >= t.goal : t.value <= t.goal;
+      fmt::print("  {:<52} {:>8.2f}{:<2} (target >= {}{}): {}\n", t.what, t.value, t.unit, t.goal, t.unit,
+                 met ? "met" : "NOT met");
     }
   }
   return 0;
