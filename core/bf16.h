@@ -52,15 +52,25 @@ void pack_pairs(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t 
 // for q < ceil(cols / 2) (a zero after the last column of an odd count).
 void pack_rows(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, uint32_t* dst, int64_t ld);
 
+// The part of a product a triangular (causal) block needs: row i of C only
+// in its columns j < i + col_end (the others are left unwritten), and row i
+// of A zero outside the inner indices [i + inner_begin, i + inner_end), so
+// the pairs that only meet those zeros are skipped. The defaults: all of it.
+struct Band {
+  static constexpr int64_t kAll = INT64_MAX / 4;
+  int64_t col_end = kAll, inner_begin = -kAll, inner_end = kAll;
+};
+
 // C [M, N] = alpha A B (+ C when accumulate), with A and B pair-packed as
 // above over P pairs; C is float32 with unit column stride. Every element is
 // one float32 sum over the pairs in ascending order (bf16 products are
 // exact in float32; each addition rounds to nearest even, and bf16 and
 // float32 denormals count as zero), computed the same way wherever the tile
-// boundaries fall: no result depends on how a caller splits the work. ldb a
-// multiple of 16 and b 64-byte aligned are fastest.
+// boundaries fall: no result depends on how a caller splits the work. A
+// band skips only zero products: the values are those of the whole product.
+// ldb a multiple of 16 and b 64-byte aligned are fastest.
 void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b,
-          int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate);
+          int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band = {});
 
 }  // namespace bf16
 }  // namespace heed::kernel

@@ -389,6 +389,11 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
 // packed operands pair neighbouring positions, and a block must not start
 // inside a pair.
 
+// The bf16 forward's tasks own a key/value head (its packed K and V) and
+// a run of query blocks; with few heads the blocks are split into runs so
+// that the threads still have work to share.
+constexpr int64_t kMinTasks = 8;
+
 inline int64_t pairs(int64_t n) { return (n + 1) / 2; }
 inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
@@ -427,10 +432,27 @@ void pack_b(Mat<const float> b, int64_t inner, int64_t cols, uint32_t* dst) {
 }
 
 // C [M, N] (+)= alpha A B over `inner`, B packed with row stride ldb and
-// starting at the pair of its first row.
+// starting at the pair of its first row; band: the part a causal block needs.
 inline void mm_bf16(int64_t M, int64_t N, int64_t inner, float alpha, PackedA A, const uint32_t* B, int64_t ldb,
-                    bool accumulate, float* C, int64_t ldc) {
-  bf16::gemm(M, N, pairs(inner), A.p, A.rs, A.ps, B, ldb, C, ldc, alpha, accumulate);
+                    bool accumulate, float* C, int64_t ldc, const bf16::Band& band = {}) {
+  bf16::gemm(M, N, pairs(inner), A.p, A.rs, A.ps, B, ldb, C, ldc, alpha, accumulate, band);
+}
+
+// Causal blocks skip the products of hidden scores: in the block of queries
+// from i0 and keys from j0, local query i sees local keys j < i + d with
+// d = i0 + off - j0 + 1. Products over keys (rows = queries) stop there;
+// products over queries (rows = keys) start at query j - d + 1.
+struct Bands {
+  bf16::Band cols, keys, queries;  // S and dP; P V and dS K; P^T dO and dS^T Q
+};
+Bands causal_bands(const Problem<float>& P, int64_t i0, int64_t j0) {
+  Bands b;
+  if (!P.causal) return b;
+  const int64_t d = i0 + P.off - j0 + 1;
+  b.cols.col_end = d;
+  b.keys.inner_end = d;
+  b.queries.inner_begin = 1 - d;
+  return b;
 }
 
 // dst = alpha acc [rows, cols] (row stride cols), into a matrix of any layout.
@@ -445,19 +467,9 @@ void store_scaled(const float* acc, int64_t rows, int64_t cols, float alpha, Mat
   }
 }
 
-// Every key/value head's K^T and V, packed once per forward call for all its
-// query blocks: kt [ceil(K/2), round16(S)], v [ceil(S/2), round16(E)].
-struct PackedKV {
-  Tensor storage;  // raw words, from heed's allocator
-  int64_t kt_size = 0, v_size = 0, kt_ld = 0, v_ld = 0, G = 0;
-  const uint32_t* kt(int64_t n, int64_t g) const { return base() + (n * G + g) * (kt_size + v_size); }
-  const uint32_t* v(int64_t n, int64_t g) const { return kt(n, g) + kt_size; }
-  uint32_t* base() const { return reinterpret_cast<uint32_t*>(storage.data<float>()); }
-};
-
 // Per-thread scratch of the bf16 path.
 struct Bf16Scratch {
-  std::vector<uint32_t> qa, pa, kt, kb, vt, qb, ga, gb, pb, dsb, dsa;
+  std::vector<uint32_t> qa, pa, kt, kb, vb, vt, qb, ga, gb, pb, dsb, dsa;
   std::vector<float> dk, dv, dq;
 };
 Bf16Scratch& bf16_scratch() {
@@ -509,12 +521,13 @@ HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq,
       __m512 ds0[2], ds1[2];
       for (int hf = 0; hf < 2; ++hf) {
         const int64_t c = j + 16 * hf;
-        const __mmask16 v0 = first(vis0 - c), v1 = first(vis1 - c), in0 = first(nb - c), in1 = two ? in0 : 0;
+        const __mmask16 v0 = first(vis0 - c), v1 = first(vis1 - c), in0 = first(nb - c);
         const __m512 p0 = _mm512_maskz_mov_ps(v0, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v0, s0 + c), lse0)));
         const __m512 p1 = _mm512_maskz_mov_ps(v1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v1, s1 + c), lse1)));
-        // Zero p (hidden or beyond nb) makes a zero dS: dP is loaded as 0 beyond nb.
-        ds0[hf] = _mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(in0, dp0 + c), D0));
-        ds1[hf] = _mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(in1, dp1 + c), D1));
+        // dS is zero where p is (a hidden key, or beyond nb), and dP is read
+        // only where visible (the banded product leaves the rest unwritten).
+        ds0[hf] = _mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(v0, dp0 + c), D0));
+        ds1[hf] = _mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(v1, dp1 + c), D1));
         _mm512_mask_storeu_epi32(pb + i / 2 * ldb + c, in0, pair_lanes(p0, p1));
         _mm512_mask_storeu_epi32(dsb + i / 2 * ldb + c, in0, pair_lanes(ds0[hf], ds1[hf]));
       }
@@ -525,9 +538,11 @@ HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq,
   }
 }
 
-void forward_block_bf16(const Problem<float>& P, const PackedKV& kv, int64_t n, int64_t h, int64_t i0, int64_t i1,
-                        Heads<float> o, float* lse) {
-  const int64_t bq = i1 - i0, E = P.E, K = P.K, g = P.group(h);
+// One block of queries [i0, i1) of head (n, h), given its key/value head's
+// K^T and V packed (kt: row stride ldk; vb: row stride ldv).
+void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk, const uint32_t* vb, int64_t ldv,
+                        int64_t n, int64_t h, int64_t i0, int64_t i1, Heads<float> o, float* lse) {
+  const int64_t bq = i1 - i0, E = P.E, K = P.K;
   Scratch<float>& w = scratch<float>();
   w.fit(P.bq, P.bk, E, P.T_);
   Bf16Scratch& x = bf16_scratch();
@@ -539,11 +554,29 @@ void forward_block_bf16(const Problem<float>& P, const PackedKV& kv, int64_t n, 
   const int64_t jend = P.key_end(i1);
   for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
     const int64_t nb = std::min(P.bk, jend - j0);
-    mm_bf16(bq, nb, K, P.scale, Q, kv.kt(n, g) + j0, kv.kt_ld, false, s, nb);  // S = scale Q K^T
+    const Bands band = causal_bands(P, i0, j0);
+    mm_bf16(bq, nb, K, P.scale, Q, kt + j0, ldk, false, s, nb, band.cols);  // S = scale Q K^T
     for (int64_t i = 0; i < bq; ++i) softmax_row_bf16(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E, pa + i * ldp);
-    mm_bf16(bq, E, nb, 1.0f, {pa, ldp, 1}, kv.v(n, g) + j0 / 2 * kv.v_ld, kv.v_ld, true, acc, E);  // acc += P V
+    mm_bf16(bq, E, nb, 1.0f, {pa, ldp, 1}, vb + j0 / 2 * ldv, ldv, true, acc, E, band.keys);  // acc += P V
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
+}
+
+// The bf16 forward of query blocks [b0, b1) of every query head of
+// key/value head (n, g): K^T and V are packed once, for the keys those
+// blocks see, into this thread's scratch, where they stay in cache for all
+// of them.
+void forward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, int64_t b0, int64_t b1, Heads<float> o,
+                        float* lse) {
+  const int64_t r = P.H / P.G, keys = P.key_end(std::min(P.T_, b1 * P.bq)), ldk = round16(keys), ldv = round16(P.E);
+  Bf16Scratch& x = bf16_scratch();
+  uint32_t* kt = words(x.kt, pairs(P.K) * ldk);
+  uint32_t* vb = words(x.vb, pairs(keys) * ldv);
+  pack_b(P.k.at(n, g).t(), P.K, keys, kt);
+  pack_b(P.v.at(n, g), keys, P.E, vb);
+  for (int64_t h = g * r; h < (g + 1) * r; ++h)
+    for (int64_t b = b0; b < b1; ++b)
+      forward_block_bf16(P, kt, ldk, vb, ldv, n, h, b * P.bq, std::min(P.T_, (b + 1) * P.bq), o, lse);
 }
 
 // The bf16 backward of one (n, g), in the order of backward_group. dK, dV
@@ -589,12 +622,13 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
       const int64_t i1 = std::min(T, i0 + P.bq), bq = i1 - i0, jend = P.key_end(i1);
       for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
         const int64_t nb = std::min(P.bk, jend - j0);
-        mm_bf16(bq, nb, K, P.scale, Qa.from_row(i0), kt + j0, ld_s, false, s, nb);  // S
-        mm_bf16(bq, nb, E, 1.0f, Ga.from_row(i0), vt + j0, ld_s, false, dp, nb);  // dP = dO V^T
+        const Bands band = causal_bands(P, i0, j0);
+        mm_bf16(bq, nb, K, P.scale, Qa.from_row(i0), kt + j0, ld_s, false, s, nb, band.cols);  // S
+        mm_bf16(bq, nb, E, 1.0f, Ga.from_row(i0), vt + j0, ld_s, false, dp, nb, band.cols);   // dP = dO V^T
         block_grads_bf16(P, i0, bq, j0, nb, s, dp, lse_h + i0, D + i0, pb, dsb, ld_b, dsa, ld_a);
-        mm_bf16(nb, E, bq, 1.0f, {pb, 1, ld_b}, gb + i0 / 2 * ld_e, ld_e, true, dV + j0 * E, E);   // dV += P^T dO
-        mm_bf16(nb, K, bq, 1.0f, {dsb, 1, ld_b}, qb + i0 / 2 * ld_k, ld_k, true, dK + j0 * K, K);  // dK += dS^T Q
-        mm_bf16(bq, K, nb, 1.0f, {dsa, ld_a, 1}, kb + j0 / 2 * ld_k, ld_k, j0 > 0, dQ, K);        // dQ += dS K
+        mm_bf16(nb, E, bq, 1.0f, {pb, 1, ld_b}, gb + i0 / 2 * ld_e, ld_e, true, dV + j0 * E, E, band.queries);  // dV += P^T dO
+        mm_bf16(nb, K, bq, 1.0f, {dsb, 1, ld_b}, qb + i0 / 2 * ld_k, ld_k, true, dK + j0 * K, K, band.queries);  // dK += dS^T Q
+        mm_bf16(bq, K, nb, 1.0f, {dsa, ld_a, 1}, kb + j0 / 2 * ld_k, ld_k, j0 > 0, dQ, K, band.keys);  // dQ += dS K
       }
       store_scaled(dQ, bq, K, P.scale, dq.at(n, h).from_row(i0));
     }
@@ -670,28 +704,6 @@ void even_blocks(Problem<float>& P) {
   P.bk += P.bk % 2;
 }
 
-// Packs every (n, g)'s K^T and V for forward_block_bf16, (n, g) pairs split
-// over the threads (each packs its own; no arithmetic beyond rounding).
-PackedKV pack_kv(const Problem<float>& P, bool parallel) {
-  PackedKV kv;
-  kv.G = P.G;
-  kv.kt_ld = round16(P.S);
-  kv.v_ld = round16(P.E);
-  kv.kt_size = pairs(P.K) * kv.kt_ld;
-  kv.v_size = pairs(P.S) * kv.v_ld;
-  const int64_t heads = P.N * P.G, words_per = kv.kt_size + kv.v_size;
-  // heed's allocator hands out 64-byte-aligned blocks; every head's block
-  // starts on a 64-byte boundary too (both lds are multiples of 16 words).
-  kv.storage = Tensor::empty({heads * words_per}, DType::f32);
-  for_tasks(heads, parallel, [&](int64_t t) {
-    const int64_t n = t / P.G, g = t % P.G;
-    uint32_t* dst = kv.base() + t * words_per;
-    pack_b(P.k.at(n, g).t(), P.K, P.S, dst);
-    pack_b(P.v.at(n, g), P.S, P.E, dst + kv.kt_size);
-  });
-  return kv;
-}
-
 }  // namespace
 
 AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
@@ -728,13 +740,16 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
     even_blocks(P);
     const Heads<float> o = heads<float>(r.out, r.out.data<float>());
     float* lse = r.lse.data<float>();
-    const int64_t nqb = (T + P.bq - 1) / P.bq, tasks = N * H * nqb;
+    // Tasks: (n, g, a run of query blocks), at least kMinTasks of them when
+    // there are enough blocks. Results do not depend on the split: every
+    // query block computes the same whichever task runs it.
+    const int64_t G = P.G, nqb = (T + P.bq - 1) / P.bq;
+    const int64_t runs = std::clamp<int64_t>((kMinTasks + N * G - 1) / (N * G), 1, nqb), per = (nqb + runs - 1) / runs;
     const double work = static_cast<double>(N * H) * static_cast<double>(T) * static_cast<double>(P.S) *
                         static_cast<double>(P.K + E);
-    const PackedKV kv = pack_kv(P, work > kParallelGrain);
-    for_tasks(tasks, work > kParallelGrain, [&](int64_t t) {
-      const int64_t n = t / (H * nqb), h = (t / nqb) % H, b = t % nqb;
-      forward_block_bf16(P, kv, n, h, b * P.bq, std::min(T, (b + 1) * P.bq), o, lse);
+    for_tasks(N * G * runs, work > kParallelGrain, [&](int64_t t) {
+      const int64_t n = t / (G * runs), g = (t / runs) % G, b0 = (t % runs) * per;
+      if (b0 < nqb) forward_group_bf16(P, n, g, b0, std::min(nqb, b0 + per), o, lse);
     });
   };
   if (q.dtype() == DType::f64) run(double{});

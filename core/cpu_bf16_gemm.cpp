@@ -174,11 +174,23 @@ bool supported() {
   return ok;
 }
 
+// The packers read operands that are often not in cache yet (a head's rows
+// of a [N, L, heads, W] tensor: short runs a row stride apart), so they
+// fetch a few runs ahead: the hardware prefetchers do not follow that
+// pattern far enough to hide the misses.
+constexpr int64_t kAhead = 8;  // runs
+
+void prefetch_run(const float* x, int64_t n) {
+  for (int64_t k = 0; k < n; k += 16) _mm_prefetch(reinterpret_cast<const char*>(x + k), _MM_HINT_T0);
+}
+
 void pack_pairs(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, uint32_t* dst, int64_t ld) {
   const int64_t np = (rows + 1) / 2;
   if (cs == 1 || cols == 1) {
-    for (int64_t p = 0; p < np; ++p)
+    for (int64_t p = 0; p < np; ++p) {
+      for (int64_t r = 2 * p + kAhead; r < std::min(rows, 2 * p + kAhead + 2); ++r) prefetch_run(src + r * rs, cols);
       pack_two_rows(src + 2 * p * rs, 2 * p + 1 < rows ? src + (2 * p + 1) * rs : nullptr, cols, dst + p * ld, ld);
+    }
     return;
   }
   if (rs != 1) {
@@ -189,6 +201,7 @@ void pack_pairs(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t 
   // columns at a time pack as runs (16 pairs each), transposed in registers.
   for (int64_t c0 = 0; c0 < ld; c0 += 16) {
     const int64_t real = std::clamp<int64_t>(cols - c0, 0, 16);
+    for (int64_t c = c0 + 16; c < std::min(cols, c0 + 32); ++c) prefetch_run(src + c * cs, rows);
     for (int64_t p0 = 0; p0 < np; p0 += 16)
       pack_columns(src + c0 * cs + 2 * p0, cs, rows - 2 * p0, real, dst + p0 * ld + c0, ld,
                    std::min<int64_t>(16, np - p0), std::min<int64_t>(16, ld - c0));
@@ -197,7 +210,10 @@ void pack_pairs(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t 
 
 void pack_rows(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, uint32_t* dst, int64_t ld) {
   if (cs == 1 || cols == 1) {
-    for (int64_t r = 0; r < rows; ++r) pack_run(src + r * rs, cols, dst + r * ld);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r + kAhead < rows) prefetch_run(src + (r + kAhead) * rs, cols);
+      pack_run(src + r * rs, cols, dst + r * ld);
+    }
     return;
   }
   for (int64_t r = 0; r < rows; ++r)
@@ -206,19 +222,27 @@ void pack_rows(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t c
 }
 
 void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b,
-          int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate) {
+          int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band) {
   for (int64_t j0 = 0; j0 < N; j0 += 64) {
-    const int64_t n = std::min<int64_t>(64, N - j0), nr = (n + 15) / 16, mr = kMaxMR[nr];
-    const __mmask16 last = first(n - 16 * (nr - 1));
+    const int64_t mr = kMaxMR[(std::min<int64_t>(64, N - j0) + 15) / 16];
     for (int64_t i0 = 0; i0 < M; i0 += mr) {
       const int64_t m = std::min(mr, M - i0);
-      const uint32_t* ai = a + i0 * ars;
+      // The band, for the tile's rows: the columns its last row needs, the
+      // pairs between its first row's first nonzero and its last row's last.
+      const int64_t n = std::min({int64_t{64}, N - j0, i0 + m - 1 + band.col_end - j0});
+      if (n <= 0) continue;
+      const int64_t p0 = std::min(P, std::max<int64_t>(0, i0 + band.inner_begin) / 2);
+      const int64_t p1 = std::clamp<int64_t>((i0 + m + band.inner_end) / 2, p0, P);  // ceil((i0 + m - 1 + end) / 2)
+      const int64_t nr = (n + 15) / 16;
+      const __mmask16 last = first(n - 16 * (nr - 1));
+      const uint32_t* ai = a + i0 * ars + p0 * aps;
+      const uint32_t* bj = b + p0 * ldb + j0;
       float* ci = c + i0 * ldc + j0;
       switch (nr) {
-        case 1: run_tile<1>(m, P, ai, ars, aps, b + j0, ldb, ci, ldc, last, alpha, accumulate); break;
-        case 2: run_tile<2>(m, P, ai, ars, aps, b + j0, ldb, ci, ldc, last, alpha, accumulate); break;
-        case 3: run_tile<3>(m, P, ai, ars, aps, b + j0, ldb, ci, ldc, last, alpha, accumulate); break;
-        default: run_tile<4>(m, P, ai, ars, aps, b + j0, ldb, ci, ldc, last, alpha, accumulate); break;
+        case 1: run_tile<1>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate); break;
+        case 2: run_tile<2>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate); break;
+        case 3: run_tile<3>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate); break;
+        default: run_tile<4>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate); break;
       }
     }
   }

@@ -169,3 +169,45 @@ TEST_CASE("bf16 gemm: float32 accumulation of the rounded operands' products, fo
     }
   }
 }
+
+TEST_CASE("bf16 gemm with a band: the needed part equals the whole product's") {
+  if (!b16::supported()) {
+    MESSAGE("no AVX512-BF16 here: the bf16 GEMM is never called");
+    return;
+  }
+  // A causal block's three kinds of product: columns needed below a diagonal
+  // (scores), A zero beyond a diagonal (over keys), A zero before one (over
+  // queries). The diagonal offset d takes every position relative to the tiles.
+  const int64_t M = 64, N = 70, K = 45, np = (K + 1) / 2, ldb = 80;
+  const auto a = test::det_values(M * K, 5, -1, 1), b = test::det_values(K * N, 6, -1, 1);
+  std::vector<float> bf(b.begin(), b.end());
+  std::vector<uint32_t> pb(static_cast<size_t>(np * ldb));
+  b16::pack_pairs(bf.data(), N, 1, K, N, pb.data(), ldb);
+  for (int64_t d = -70; d <= 70; d += 7) {
+    CAPTURE(d);
+    for (int kind = 0; kind < 3; ++kind) {
+      CAPTURE(kind);
+      b16::Band band;
+      std::vector<float> af(a.begin(), a.end());
+      if (kind == 0) band.col_end = d;
+      if (kind == 1) band.inner_end = d;
+      if (kind == 2) band.inner_begin = d;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k)
+          if ((kind == 1 && k >= i + d) || (kind == 2 && k < i + d)) af[static_cast<size_t>(i * K + k)] = 0.0f;
+      std::vector<uint32_t> pa(static_cast<size_t>(M * np));
+      b16::pack_rows(af.data(), K, 1, M, K, pa.data(), np);
+      const auto c0 = test::det_values(M * N, 7, -1, 1);
+      for (bool acc : {false, true}) {
+        std::vector<float> whole(c0.begin(), c0.end()), banded(c0.begin(), c0.end());
+        b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, whole.data(), N, 1.0f, acc);
+        b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, banded.data(), N, 1.0f, acc, band);
+        int bad = 0;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < std::min(N, i + (kind == 0 ? d : N)); ++j)
+            bad += whole[static_cast<size_t>(i * N + j)] != banded[static_cast<size_t>(i * N + j)];
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
