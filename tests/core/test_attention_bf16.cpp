@@ -303,6 +303,9 @@ TEST_CASE("bf16 attention: output and gradients within the bf16 bound of float64
       // Channels-first inputs (positions unit-stride), GQA, causal.
       {2, 37, 37, 4, 2, 24, 20, true, 16, 16, 0, true},
       {1, 50, 77, 2, 1, 33, 17, false, 0, 0, 0, true},
+      // Widths of 1 and 3, one query seeing 9 keys, blocks of 1 (made 2).
+      {2, 1, 9, 2, 1, 1, 3, false, 1, 1},
+      {2, 5, 9, 2, 2, 3, 1, true, 1, 1},
   };
   for (const Case& c : cases) check_case(c);
 }
