@@ -9,9 +9,12 @@
 #include <cstdint>
 
 // GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* operand
-// "may be used uninitialized" wherever they inline (GCC bug 105593, fixed in
-// GCC 13); nothing here reads an undefined value.
+// "is used" or "may be used uninitialized" wherever they inline (GCC bug
+// 105593, fixed in GCC 13; which of the two depends on -march); nothing
+// here reads an undefined value. The warnings are reported in the including
+// file's functions, so the pragmas stay in force for the rest of it.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #define HEED_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
