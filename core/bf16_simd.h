@@ -36,18 +36,22 @@ HEED_BF16 inline __m512i round_hi(__m512 x) {
   return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));  // quiet the NaN
 }
 
-// Lane c: the pair (a_c, b_c), a in the low half.
-HEED_BF16 inline __m512i pair_lanes(__m512 a, __m512 b) {
-  return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(round_hi(a), 16), round_hi(b));
+// From values rounded by round_hi: lane c is the pair (a_c, b_c), a in the
+// low half.
+HEED_BF16 inline __m512i pair_lanes_rounded(__m512i ra, __m512i rb) {
+  return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(ra, 16), rb);
 }
+HEED_BF16 inline __m512i pair_lanes(__m512 a, __m512 b) { return pair_lanes_rounded(round_hi(a), round_hi(b)); }
 
-// 32 consecutive values (lo: the first 16, hi: the next) -> their 16 pairs.
-HEED_BF16 inline __m512i pair_run(__m512 lo, __m512 hi) {
+// From 32 consecutive values rounded by round_hi (lo: the first 16, hi:
+// the next): their 16 pairs.
+HEED_BF16 inline __m512i pair_run_rounded(__m512i lo, __m512i hi) {
   // Word m of the result: the upper word of value m (word 2m + 1 of lo:hi).
   const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25,
                                        23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  return _mm512_permutex2var_epi16(round_hi(lo), idx, round_hi(hi));
+  return _mm512_permutex2var_epi16(lo, idx, hi);
 }
+HEED_BF16 inline __m512i pair_run(__m512 lo, __m512 hi) { return pair_run_rounded(round_hi(lo), round_hi(hi)); }
 
 // e^x by fast::exp_softmax's method (core/fast_math.h: x = n ln2 + r, a
 // degree-6 polynomial for e^r; relative error < 3e-7), 16 lanes: for the
