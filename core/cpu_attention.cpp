@@ -28,6 +28,11 @@
 // transpose), which OpenBLAS reads as a transposed operand. Outputs and
 // gradients are laid out like the inputs they belong to, so a channels-first
 // caller gets channels-first results without a copy.
+//
+// Under set_precision(Precision::bf16) float32 attention takes a path of its
+// own (see "bf16 block products" below): the same blocks and online softmax,
+// the products on AVX512-BF16 with bf16 operands packed once per task, the
+// elementwise steps fused with the rounding of P and dS.
 #include <cblas.h>
 
 #include <algorithm>
@@ -380,14 +385,14 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
 
 // ---- bf16 block products (heed::set_precision(Precision::bf16)) ----
 // As CPU autocast runs attention: the six block products take bf16 operands
-// (Q, K, V and dO rounded once per call or task, P and dS once per block,
-// each to nearest even) with float32 accumulation; scores, the softmax
-// statistics (m, l, lse), exponentials, D_i, every accumulator and the
-// outputs stay float32. The products run on core/bf16.h's pair-packed GEMM.
-// The work split (tasks, blocks, their order) is the float32 one, so results
-// do not depend on the thread count either. Block sizes are made even: the
-// packed operands pair neighbouring positions, and a block must not start
-// inside a pair.
+// (Q, K, V and dO rounded once per task, P and dS once per block, each to
+// nearest even) with float32 accumulation; scores, the softmax statistics
+// (m, l, lse), exponentials, D_i, every accumulator and the outputs stay
+// float32. The products run on core/bf16.h's pair-packed GEMM. The blocks
+// and their order are the float32 path's, and a block computes the same
+// whichever task runs it, so results do not depend on the thread count
+// either. Block sizes are made even: the packed operands pair neighbouring
+// positions, and a block must not start inside a pair.
 
 // The bf16 forward's tasks own a key/value head (its packed K and V) and
 // a run of query blocks; with few heads the blocks are split into runs so
@@ -564,7 +569,8 @@ void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk
     const int64_t nb = std::min(P.bk, jend - j0);
     const Bands band = causal_bands(P, i0, j0);
     mm_bf16(bq, nb, K, P.scale, Q, kt + j0, ldk, false, s, nb, band.cols);  // S = scale Q K^T
-    for (int64_t i = 0; i < bq; ++i) softmax_row_bf16(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E, pa + i * ldp);
+    for (int64_t i = 0; i < bq; ++i)
+      softmax_row_bf16(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E, pa + i * ldp);
     mm_bf16(bq, E, nb, 1.0f, {pa, ldp, 1}, vb + j0 / 2 * ldv, ldv, true, acc, E, band.keys);  // acc += P V
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
@@ -640,8 +646,9 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
         mm_bf16(bq, nb, K, P.scale, Qa.from_row(i0), kt + j0, ld_s, false, s, nb, band.cols);  // S
         mm_bf16(bq, nb, E, 1.0f, Ga.from_row(i0), vt + j0, ld_s, false, dp, nb, band.cols);   // dP = dO V^T
         block_grads_bf16(P, i0, bq, j0, nb, s, dp, lse_h + i0, D + i0, pb, dsb, ld_b, dsa, ld_a);
-        mm_bf16(nb, E, bq, 1.0f, {pb, 1, ld_b}, gb + i0 / 2 * ld_e, ld_e, true, dV + j0 * E, E, band.queries);  // dV += P^T dO
-        mm_bf16(nb, K, bq, 1.0f, {dsb, 1, ld_b}, qb + i0 / 2 * ld_k, ld_k, true, dK + j0 * K, K, band.queries);  // dK += dS^T Q
+        const uint32_t *gbi = gb + i0 / 2 * ld_e, *qbi = qb + i0 / 2 * ld_k;  // from query i0's pair
+        mm_bf16(nb, E, bq, 1.0f, {pb, 1, ld_b}, gbi, ld_e, true, dV + j0 * E, E, band.queries);   // dV += P^T dO
+        mm_bf16(nb, K, bq, 1.0f, {dsb, 1, ld_b}, qbi, ld_k, true, dK + j0 * K, K, band.queries);  // dK += dS^T Q
         mm_bf16(bq, K, nb, 1.0f, {dsa, ld_a, 1}, kb + j0 / 2 * ld_k, ld_k, j0 > 0, dQ, K, band.keys);  // dQ += dS K
       }
       store_scaled(dQ, bq, K, P.scale, dq.at(n, h).from_row(i0));

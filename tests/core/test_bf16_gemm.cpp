@@ -92,7 +92,8 @@ TEST_CASE("bf16 packers: every layout gives to_bf16's bits, with zeros for the p
       b16::pack_pairs(L.p, L.rs, L.cs, rows, cols, dst.data(), ld);
       int bad = 0;
       for (int64_t p = 0; p < np; ++p)
-        for (int64_t c = 0; c < ld; ++c) bad += dst[static_cast<size_t>(p * ld + c)] != pair_bits(at(2 * p, c), at(2 * p + 1, c));
+        for (int64_t c = 0; c < ld; ++c)
+          bad += dst[static_cast<size_t>(p * ld + c)] != pair_bits(at(2 * p, c), at(2 * p + 1, c));
       CHECK(bad == 0);
 
       const int64_t nq = (cols + 1) / 2, ldr = nq + 3;
@@ -100,8 +101,9 @@ TEST_CASE("bf16 packers: every layout gives to_bf16's bits, with zeros for the p
       b16::pack_rows(L.p, L.rs, L.cs, rows, cols, rows_dst.data(), ldr);
       bad = 0;
       for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t q = 0; q < nq; ++q) bad += rows_dst[static_cast<size_t>(r * ldr + q)] != pair_bits(at(r, 2 * q), at(r, 2 * q + 1));
-        for (int64_t q = nq; q < ldr; ++q) bad += rows_dst[static_cast<size_t>(r * ldr + q)] != 0xdeadbeefu;  // untouched
+        const uint32_t* row = rows_dst.data() + r * ldr;
+        for (int64_t q = 0; q < nq; ++q) bad += row[q] != pair_bits(at(r, 2 * q), at(r, 2 * q + 1));
+        for (int64_t q = nq; q < ldr; ++q) bad += row[q] != 0xdeadbeefu;  // untouched
       }
       CHECK(bad == 0);
     }
@@ -136,7 +138,8 @@ TEST_CASE("bf16 gemm: float32 accumulation of the rounded operands' products, fo
           const int64_t ldc = N + 5;
           std::vector<float> c(static_cast<size_t>(M * ldc), 7.0f);
           for (int64_t i = 0; i < M; ++i)
-            for (int64_t j = 0; j < N; ++j) c[static_cast<size_t>(i * ldc + j)] = static_cast<float>(c0[static_cast<size_t>(i * N + j)]);
+            for (int64_t j = 0; j < N; ++j)
+              c[static_cast<size_t>(i * ldc + j)] = static_cast<float>(c0[static_cast<size_t>(i * N + j)]);
           if (a_rows) b16::gemm(M, N, np, pa_rows.data(), np, 1, pb.data(), ldb, c.data(), ldc, alpha, acc);
           else b16::gemm(M, N, np, pa_t.data(), 1, M + 3, pb.data(), ldb, c.data(), ldc, alpha, acc);
           double worst = 0;
@@ -160,7 +163,7 @@ TEST_CASE("bf16 gemm: float32 accumulation of the rounded operands' products, fo
               const double err = std::abs(c[static_cast<size_t>(i * ldc + j)] - exact);
               worst = std::max(worst, err / (double(np + 1) * std::ldexp(1.0, -23) * mag + 1e-30));
             }
-            for (int64_t j = N; j < ldc; ++j) outside += c[static_cast<size_t>(i * ldc + j)] != 7.0f;  // beyond N: untouched
+            for (int64_t j = N; j < ldc; ++j) outside += c[static_cast<size_t>(i * ldc + j)] != 7.0f;  // untouched
           }
           CHECK(worst <= 1.0);
           CHECK(outside == 0);
