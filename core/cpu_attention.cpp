@@ -28,6 +28,11 @@
 // transpose), which OpenBLAS reads as a transposed operand. Outputs and
 // gradients are laid out like the inputs they belong to, so a channels-first
 // caller gets channels-first results without a copy.
+//
+// Under set_precision(Precision::bf16) float32 attention takes a path of its
+// own (see "bf16 block products" below): the same blocks and online softmax,
+// the products on AVX512-BF16 with bf16 operands packed once per task, the
+// elementwise steps fused with the rounding of P and dS.
 #include <cblas.h>
 
 #include <algorithm>
@@ -35,11 +40,14 @@
 #include <limits>
 #include <vector>
 
+#include "core/bf16.h"
+#include "core/bf16_simd.h"
 #include "core/error.h"
 #include "core/fast_math.h"
 #include "core/format.h"
 #include "core/kernels.h"
 #include "core/lanes.h"
+#include "core/runtime.h"
 
 namespace heed::kernel {
 namespace {
@@ -232,42 +240,43 @@ int64_t visible_keys(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb) {
   return std::clamp<int64_t>(i + P.off + 1 - j0, 0, nb);
 }
 
+// The online softmax's step for query i over the nb scores of the key block
+// from j0 (srow): srow becomes e^(s_ij - m_i') (exact zeros where causal
+// hides a key), and the row's running max m, denominator l and accumulator
+// acc [E] are brought up to date for the block's contribution.
 template <class T>
-void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_t i1, Heads<T> o, T* lse) {
-  const int64_t bq = i1 - i0, E = P.E, K = P.K;
-  Scratch<T>& w = scratch<T>();
-  w.fit(P.bq, P.bk, E, P.T_);
-  const Mat<const T> Q = P.q.at(n, h).from_row(i0), Kh = P.k.at(n, P.group(h)), V = P.v.at(n, P.group(h));
-  T *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data(), *s = w.s.data();
+void softmax_row(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb, T* srow, T& m, T& l, T* acc) {
+  const int64_t vis = visible_keys(P, i, j0, nb);
+  const T mx = row_max(srow, vis, m);
+  // Key 0 is visible to every query and blocks go in ascending order, so
+  // after the first block m is finite; a row fully hidden in a later
+  // block keeps its m and adds exact zeros.
+  const T corr = ex(m - mx);
+  const T rs = exp_shifted_sum(srow, vis, mx);
+  std::fill(srow + vis, srow + nb, T(0));
+  l = l * corr + rs;
+  m = mx;
+  // The first block finds acc zero: nothing to rescale.
+  if (corr != T(1) && j0 > 0)
+    for (int64_t c = 0; c < P.E; ++c) acc[c] *= corr;
+}
+
+// Starts the forward of a block of bq queries: m = -inf, l = 0, acc = 0.
+template <class T>
+void start_rows(Scratch<T>& w, int64_t bq, int64_t E) {
   for (int64_t i = 0; i < bq; ++i) {
-    m[i] = -std::numeric_limits<T>::infinity();
-    l[i] = 0;
+    w.m[static_cast<size_t>(i)] = -std::numeric_limits<T>::infinity();
+    w.l[static_cast<size_t>(i)] = 0;
   }
-  std::fill(acc, acc + bq * E, T(0));
-  const int64_t jend = P.key_end(i1);
-  for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
-    const int64_t nb = std::min(P.bk, jend - j0);
-    mm<T>(bq, nb, K, P.scale, Q, Kh.from_row(j0).t(), T(0), {s, nb, 1});  // S = scale Q K^T
-    for (int64_t i = 0; i < bq; ++i) {
-      T* srow = s + i * nb;
-      const int64_t vis = visible_keys(P, i0 + i, j0, nb);
-      const T mx = row_max(srow, vis, m[i]);
-      // Key 0 is visible to every query and blocks go in ascending order, so
-      // after the first block m is finite; a row fully hidden in a later
-      // block keeps its m and adds exact zeros.
-      const T corr = ex(m[i] - mx);
-      const T rs = exp_shifted_sum(srow, vis, mx);
-      std::fill(srow + vis, srow + nb, T(0));
-      l[i] = l[i] * corr + rs;
-      m[i] = mx;
-      // The first block finds acc zero: nothing to rescale.
-      if (corr != T(1) && j0 > 0) {
-        T* ai = acc + i * E;
-        for (int64_t c = 0; c < E; ++c) ai[c] *= corr;
-      }
-    }
-    mm<T>(bq, E, nb, T(1), {s, nb, 1}, V.from_row(j0), T(1), {acc, E, 1});  // acc += P V
-  }
+  std::fill(w.acc.begin(), w.acc.begin() + bq * E, T(0));
+}
+
+// o_i = acc_i / l_i and lse_i = m_i + log l_i for the bq queries from i0 of head (n, h).
+template <class T>
+void finish_rows(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_t bq, const Scratch<T>& w, Heads<T> o,
+                 T* lse) {
+  const int64_t E = P.E;
+  const T *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data();
   const Mat<T> O = o.at(n, h).from_row(i0);
   for (int64_t i = 0; i < bq; ++i) {
     const T inv = T(1) / l[i];
@@ -277,6 +286,48 @@ void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_
     else
       for (int64_t c = 0; c < E; ++c) orow[c * O.cs] = acc[i * E + c] * inv;
     lse[(n * P.H + h) * P.T_ + i0 + i] = m[i] + std::log(l[i]);
+  }
+}
+
+template <class T>
+void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_t i1, Heads<T> o, T* lse) {
+  const int64_t bq = i1 - i0, E = P.E, K = P.K;
+  Scratch<T>& w = scratch<T>();
+  w.fit(P.bq, P.bk, E, P.T_);
+  const Mat<const T> Q = P.q.at(n, h).from_row(i0), Kh = P.k.at(n, P.group(h)), V = P.v.at(n, P.group(h));
+  T *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data(), *s = w.s.data();
+  start_rows(w, bq, E);
+  const int64_t jend = P.key_end(i1);
+  for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
+    const int64_t nb = std::min(P.bk, jend - j0);
+    mm<T>(bq, nb, K, P.scale, Q, Kh.from_row(j0).t(), T(0), {s, nb, 1});  // S = scale Q K^T
+    for (int64_t i = 0; i < bq; ++i) softmax_row(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E);
+    mm<T>(bq, E, nb, T(1), {s, nb, 1}, V.from_row(j0), T(1), {acc, E, 1});  // acc += P V
+  }
+  finish_rows(P, n, h, i0, bq, w, o, lse);
+}
+
+// Backward's probabilities of the [bq, nb] block of scores s (queries from
+// i0, keys from j0), in place: p_ij = e^(s_ij - lse_i), exact zeros where
+// causal hides a key.
+template <class T>
+void probabilities(const Problem<T>& P, int64_t i0, int64_t bq, int64_t j0, int64_t nb, const T* lse_h, T* s) {
+  for (int64_t i = 0; i < bq; ++i) {
+    T* srow = s + i * nb;
+    const int64_t vis = visible_keys(P, i0 + i, j0, nb);
+    exp_shifted(srow, vis, lse_h[i0 + i]);
+    std::fill(srow + vis, srow + nb, T(0));
+  }
+}
+
+// dS_ij = p_ij (dP_ij - D_i) over a [bq, nb] block, in place of dP.
+template <class T>
+void score_grads(int64_t bq, int64_t nb, const T* p, const T* D, T* dp) {
+  for (int64_t i = 0; i < bq; ++i) {
+    const T* pr = p + i * nb;
+    T* dr = dp + i * nb;
+    const T Di = D[i];
+    for (int64_t jj = 0; jj < nb; ++jj) dr[jj] = pr[jj] * (dr[jj] - Di);
   }
 }
 
@@ -313,19 +364,9 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
       for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
         const int64_t nb = std::min(P.bk, jend - j0);
         mm<T>(bq, nb, K, P.scale, Qb, Kh.from_row(j0).t(), T(0), {s, nb, 1});  // S
-        for (int64_t i = 0; i < bq; ++i) {  // P, exact zeros where causal hides a key
-          T* srow = s + i * nb;
-          const int64_t vis = visible_keys(P, i0 + i, j0, nb);
-          exp_shifted(srow, vis, lse_h[i0 + i]);
-          std::fill(srow + vis, srow + nb, T(0));
-        }
+        probabilities(P, i0, bq, j0, nb, lse_h, s);
         mm<T>(bq, nb, E, T(1), GOb, V.from_row(j0).t(), T(0), {dp, nb, 1});  // dP = dO V^T
-        for (int64_t i = 0; i < bq; ++i) {
-          const T* pr = s + i * nb;
-          T* dr = dp + i * nb;
-          const T Di = D[i0 + i];
-          for (int64_t jj = 0; jj < nb; ++jj) dr[jj] = pr[jj] * (dr[jj] - Di);  // dS
-        }
+        score_grads(bq, nb, s, D + i0, dp);
         const Mat<const T> Pm{s, nb, 1}, dS{dp, nb, 1};
         int64_t& done = w.written[static_cast<size_t>(j0 / P.bk)];
         const T bkv = done == 0 ? T(0) : T(1), bq0 = j0 == 0 ? T(0) : T(1);  // key block 0 starts each dQ row
@@ -340,6 +381,281 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
       }
     }
   }
+}
+
+// ---- bf16 block products (heed::set_precision(Precision::bf16)) ----
+// As CPU autocast runs attention: the six block products take bf16 operands
+// (Q, K, V and dO rounded once per task, P and dS once per block, each to
+// nearest even) with float32 accumulation; scores, the softmax statistics
+// (m, l, lse), exponentials, D_i, every accumulator and the outputs stay
+// float32. The products run on core/bf16.h's pair-packed GEMM. The blocks
+// and their order are the float32 path's, and a block computes the same
+// whichever task runs it, so results do not depend on the thread count
+// either. Block sizes are made even: the packed operands pair neighbouring
+// positions, and a block must not start inside a pair.
+
+// The bf16 forward's tasks own a key/value head (its packed K and V) and
+// a run of query blocks; with few heads the blocks are split into runs so
+// that the threads still have work to share.
+constexpr int64_t kMinTasks = 8;
+
+inline int64_t pairs(int64_t n) { return (n + 1) / 2; }
+inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// n words of v, from a 64-byte boundary (the GEMM's B rows load whole
+// cache lines).
+uint32_t* words(std::vector<uint32_t>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n + 16) v.resize(static_cast<size_t>(n + 16));
+  const auto p = reinterpret_cast<uintptr_t>(v.data());
+  return v.data() + ((64 - p % 64) % 64) / sizeof(uint32_t);
+}
+
+// A pair-packed A operand: pair p of row i at p[i * rs + p * ps].
+struct PackedA {
+  const uint32_t* p;
+  int64_t rs, ps;
+  PackedA from_row(int64_t i) const { return {p + i * rs, rs, ps}; }
+};
+
+// Words pack_a needs for a [rows, inner] operand.
+inline int64_t packed_a_size(int64_t rows, int64_t inner) { return pairs(inner) * round16(rows); }
+
+// A [rows, inner], packed the way its layout reads with unit stride: row by
+// row, or (positions unit-stride) as A^T along its rows.
+PackedA pack_a(Mat<const float> a, int64_t rows, int64_t inner, uint32_t* dst) {
+  if (a.cs == 1 || inner == 1) {
+    bf16::pack_rows(a.p, a.rs, a.cs, rows, inner, dst, pairs(inner));
+    return {dst, pairs(inner), 1};
+  }
+  bf16::pack_pairs(a.p, a.cs, a.rs, inner, rows, dst, round16(rows));
+  return {dst, 1, round16(rows)};
+}
+
+// B [inner, cols] packed along its rows; row stride round16(cols).
+void pack_b(Mat<const float> b, int64_t inner, int64_t cols, uint32_t* dst) {
+  bf16::pack_pairs(b.p, b.rs, b.cs, inner, cols, dst, round16(cols));
+}
+
+// C [M, N] (+)= alpha A B over `inner`, B packed with row stride ldb and
+// starting at the pair of its first row; band: the part a causal block needs.
+inline void mm_bf16(int64_t M, int64_t N, int64_t inner, float alpha, PackedA A, const uint32_t* B, int64_t ldb,
+                    bool accumulate, float* C, int64_t ldc, const bf16::Band& band = {}) {
+  bf16::gemm(M, N, pairs(inner), A.p, A.rs, A.ps, B, ldb, C, ldc, alpha, accumulate, band);
+}
+
+// Causal blocks skip the products of hidden scores: in the block of queries
+// from i0 and keys from j0, local query i sees local keys j < i + d with
+// d = i0 + off - j0 + 1. Products over keys (rows = queries) stop there;
+// products over queries (rows = keys) start at query j - d + 1.
+struct Bands {
+  bf16::Band cols, keys, queries;  // S and dP; P V and dS K; P^T dO and dS^T Q
+};
+Bands causal_bands(const Problem<float>& P, int64_t i0, int64_t j0) {
+  Bands b;
+  if (!P.causal) return b;
+  const int64_t d = i0 + P.off - j0 + 1;
+  b.cols.col_end = d;
+  b.keys.inner_end = d;
+  b.queries.inner_begin = 1 - d;
+  return b;
+}
+
+// Fetches row i of m (cols wide) into the cache ahead of use, when its
+// columns are unit-stride (the usual layout).
+constexpr int64_t kAheadRows = 8;
+inline void prefetch_row(Mat<const float> m, int64_t i, int64_t cols) {
+  if (m.cs != 1) return;
+  for (int64_t c = 0; c < cols; c += 16) _mm_prefetch(reinterpret_cast<const char*>(m.p + i * m.rs + c), _MM_HINT_T0);
+}
+
+// dst = alpha acc [rows, cols] (row stride cols), into a matrix of any layout.
+void store_scaled(const float* acc, int64_t rows, int64_t cols, float alpha, Mat<float> dst) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* a = acc + i * cols;
+    float* d = dst.p + i * dst.rs;
+    if (dst.cs == 1)
+      for (int64_t c = 0; c < cols; ++c) d[c] = alpha * a[c];
+    else
+      for (int64_t c = 0; c < cols; ++c) d[c * dst.cs] = alpha * a[c];
+  }
+}
+
+// Per-thread scratch of the bf16 path.
+struct Bf16Scratch {
+  std::vector<uint32_t> qa, pa, kt, kb, vb, vt, qb, ga, gb, pb, dsb, dsa;
+  std::vector<float> dk, dv, dq;
+};
+Bf16Scratch& bf16_scratch() {
+  thread_local Bf16Scratch s;
+  return s;
+}
+
+// softmax_row for the bf16 forward: the block's probabilities go straight
+// into their bf16 pairs (dst, ceil(nb / 2) words; zeros where causal hides a
+// key) instead of back into srow; l sums the unrounded float32 values.
+HEED_BF16 void softmax_row_bf16(const Problem<float>& P, int64_t i, int64_t j0, int64_t nb, const float* srow,
+                                float& m, float& l, float* acc, uint32_t* dst) {
+  using namespace bf16::simd;
+  const int64_t vis = visible_keys(P, i, j0, nb);
+  const float mx = row_max(srow, vis, m);
+  const float corr = ex(m - mx);  // as in softmax_row
+  const __m512 shift = _mm512_set1_ps(mx);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nb; j += 32) {
+    const __mmask16 m0 = first(vis - j), m1 = first(vis - j - 16);
+    const __m512 e0 = _mm512_maskz_mov_ps(m0, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, srow + j), shift)));
+    const __m512 e1 = _mm512_maskz_mov_ps(m1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, srow + j + 16), shift)));
+    sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
+    _mm512_mask_storeu_epi32(dst + j / 2, first((std::min<int64_t>(32, nb - j) + 1) / 2), pair_run(e0, e1));
+  }
+  l = l * corr + _mm512_reduce_add_ps(sum);
+  m = mx;
+  if (corr != 1.0f && j0 > 0)
+    for (int64_t c = 0; c < P.E; ++c) acc[c] *= corr;
+}
+
+// The bf16 backward's elementwise work on a [bq, nb] block (queries from
+// i0, keys from j0), fused with the packing of the three operands it feeds:
+// p_ij = e^(s_ij - lse_i) (0 where causal hides a key) and dS_ij = p_ij
+// (dP_ij - D_i) in float32, rounded into pb (P's rows paired: P^T for dV),
+// dsb (dS's rows paired: dS^T for dK), both with row stride ldb, and dsa (dS
+// row by row, stride lda: for dQ). lse and D start at query i0.
+HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq, int64_t j0, int64_t nb,
+                                const float* s, const float* dp, const float* lse, const float* D, uint32_t* pb,
+                                uint32_t* dsb, int64_t ldb, uint32_t* dsa, int64_t lda) {
+  using namespace bf16::simd;
+  for (int64_t i = 0; i < bq; i += 2) {
+    const bool two = i + 1 < bq;  // an odd last row pairs with zeros
+    const int64_t vis0 = visible_keys(P, i0 + i, j0, nb), vis1 = two ? visible_keys(P, i0 + i + 1, j0, nb) : 0;
+    const __m512 lse0 = _mm512_set1_ps(lse[i]), lse1 = _mm512_set1_ps(two ? lse[i + 1] : 0.0f);
+    const __m512 D0 = _mm512_set1_ps(D[i]), D1 = _mm512_set1_ps(two ? D[i + 1] : 0.0f);
+    const float *s0 = s + i * nb, *s1 = s0 + nb, *dp0 = dp + i * nb, *dp1 = dp0 + nb;
+    for (int64_t j = 0; j < nb; j += 32) {
+      __m512i ds0[2], ds1[2];  // dS of rows i and i + 1, rounded (round_hi)
+      for (int hf = 0; hf < 2; ++hf) {
+        const int64_t c = j + 16 * hf;
+        const __mmask16 v0 = first(vis0 - c), v1 = first(vis1 - c), in0 = first(nb - c);
+        const __m512 p0 = _mm512_maskz_mov_ps(v0, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v0, s0 + c), lse0)));
+        const __m512 p1 = _mm512_maskz_mov_ps(v1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v1, s1 + c), lse1)));
+        // dS is zero where p is (a hidden key, or beyond nb), and dP is read
+        // only where visible (the banded product leaves the rest unwritten).
+        ds0[hf] = round_hi(_mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(v0, dp0 + c), D0)));
+        ds1[hf] = round_hi(_mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(v1, dp1 + c), D1)));
+        _mm512_mask_storeu_epi32(pb + i / 2 * ldb + c, in0, pair_lanes(p0, p1));
+        _mm512_mask_storeu_epi32(dsb + i / 2 * ldb + c, in0, pair_lanes_rounded(ds0[hf], ds1[hf]));
+      }
+      const __mmask16 words = first((std::min<int64_t>(32, nb - j) + 1) / 2);
+      _mm512_mask_storeu_epi32(dsa + i * lda + j / 2, words, pair_run_rounded(ds0[0], ds0[1]));
+      if (two) _mm512_mask_storeu_epi32(dsa + (i + 1) * lda + j / 2, words, pair_run_rounded(ds1[0], ds1[1]));
+    }
+  }
+}
+
+// One block of queries [i0, i1) of head (n, h), given its key/value head's
+// K^T and V packed (kt: row stride ldk; vb: row stride ldv).
+void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk, const uint32_t* vb, int64_t ldv,
+                        int64_t n, int64_t h, int64_t i0, int64_t i1, Heads<float> o, float* lse) {
+  const int64_t bq = i1 - i0, E = P.E, K = P.K;
+  Scratch<float>& w = scratch<float>();
+  w.fit(P.bq, P.bk, E, P.T_);
+  Bf16Scratch& x = bf16_scratch();
+  const PackedA Q = pack_a(P.q.at(n, h).from_row(i0), bq, K, words(x.qa, packed_a_size(bq, K)));
+  const int64_t ldp = pairs(P.bk);
+  uint32_t* pa = words(x.pa, bq * ldp);  // P rounded, row by row
+  float *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data(), *s = w.s.data();
+  start_rows(w, bq, E);
+  const int64_t jend = P.key_end(i1);
+  for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
+    const int64_t nb = std::min(P.bk, jend - j0);
+    const Bands band = causal_bands(P, i0, j0);
+    mm_bf16(bq, nb, K, P.scale, Q, kt + j0, ldk, false, s, nb, band.cols);  // S = scale Q K^T
+    for (int64_t i = 0; i < bq; ++i)
+      softmax_row_bf16(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E, pa + i * ldp);
+    mm_bf16(bq, E, nb, 1.0f, {pa, ldp, 1}, vb + j0 / 2 * ldv, ldv, true, acc, E, band.keys);  // acc += P V
+  }
+  finish_rows(P, n, h, i0, bq, w, o, lse);
+}
+
+// The bf16 forward of query blocks [b0, b1) of every query head of
+// key/value head (n, g): K^T and V are packed once, for the keys those
+// blocks see, into this thread's scratch, where they stay in cache for all
+// of them.
+void forward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, int64_t b0, int64_t b1, Heads<float> o,
+                        float* lse) {
+  const int64_t r = P.H / P.G, keys = P.key_end(std::min(P.T_, b1 * P.bq)), ldk = round16(keys), ldv = round16(P.E);
+  Bf16Scratch& x = bf16_scratch();
+  uint32_t* kt = words(x.kt, pairs(P.K) * ldk);
+  uint32_t* vb = words(x.vb, pairs(keys) * ldv);
+  pack_b(P.k.at(n, g).t(), P.K, keys, kt);
+  pack_b(P.v.at(n, g), keys, P.E, vb);
+  for (int64_t h = g * r; h < (g + 1) * r; ++h)
+    for (int64_t b = b0; b < b1; ++b)
+      forward_block_bf16(P, kt, ldk, vb, ldv, n, h, b * P.bq, std::min(P.T_, (b + 1) * P.bq), o, lse);
+}
+
+// The bf16 backward of one (n, g), in the order of backward_group. dK, dV
+// and each query block's dQ sum in float32 scratch and are written out once
+// (scale applied there).
+void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<const float> o, const float* lse,
+                         Heads<const float> go, Heads<float> dq, Heads<float> dk, Heads<float> dv) {
+  const int64_t r = P.H / P.G, E = P.E, K = P.K, S = P.S, T = P.T_;
+  Scratch<float>& w = scratch<float>();
+  w.fit(P.bq, P.bk, E, T);
+  Bf16Scratch& x = bf16_scratch();
+  float *s = w.s.data(), *dp = w.dp.data();
+  const Mat<const float> Kh = P.k.at(n, g), V = P.v.at(n, g);
+  // K^T and V^T (B of S and dP), K (B of dQ).
+  const int64_t ld_s = round16(S), ld_k = round16(K), ld_e = round16(E);
+  uint32_t* kt = words(x.kt, pairs(K) * ld_s);
+  uint32_t* vt = words(x.vt, pairs(E) * ld_s);
+  uint32_t* kb = words(x.kb, pairs(S) * ld_k);
+  pack_b(Kh.t(), K, S, kt);
+  pack_b(V.t(), E, S, vt);
+  pack_b(Kh, S, K, kb);
+  x.dk.assign(static_cast<size_t>(S * K), 0.0f);
+  x.dv.assign(static_cast<size_t>(S * E), 0.0f);
+  if (static_cast<int64_t>(x.dq.size()) < P.bq * K) x.dq.resize(static_cast<size_t>(P.bq * K));
+  float *dK = x.dk.data(), *dV = x.dv.data(), *dQ = x.dq.data();
+  const int64_t ld_b = round16(P.bk), ld_a = pairs(P.bk);
+  uint32_t* pb = words(x.pb, pairs(P.bq) * ld_b);   // P^T's pairs (A of dV)
+  uint32_t* dsb = words(x.dsb, pairs(P.bq) * ld_b);  // dS^T's pairs (A of dK)
+  uint32_t* dsa = words(x.dsa, P.bq * ld_a);          // dS row by row (A of dQ)
+  for (int64_t h = g * r; h < (g + 1) * r; ++h) {
+    const Mat<const float> Qh = P.q.at(n, h), O = o.at(n, h), GO = go.at(n, h);
+    const float* lse_h = lse + (n * P.H + h) * T;
+    float* D = w.d.data();  // D_i = dO_i . o_i
+    for (int64_t i = 0; i < T; ++i) {
+      if (i + kAheadRows < T) {  // o is seldom in cache yet
+        prefetch_row(O, i + kAheadRows, E);
+        prefetch_row(GO, i + kAheadRows, E);
+      }
+      D[i] = dot(GO.p + i * GO.rs, GO.cs, O.p + i * O.rs, O.cs, E);
+    }
+    // Q and dO both ways: A of S and dP, B of dK and dV.
+    const PackedA Qa = pack_a(Qh, T, K, words(x.qa, packed_a_size(T, K)));
+    const PackedA Ga = pack_a(GO, T, E, words(x.ga, packed_a_size(T, E)));
+    uint32_t* qb = words(x.qb, pairs(T) * ld_k);
+    uint32_t* gb = words(x.gb, pairs(T) * ld_e);
+    pack_b(Qh, T, K, qb);
+    pack_b(GO, T, E, gb);
+    for (int64_t i0 = 0; i0 < T; i0 += P.bq) {
+      const int64_t i1 = std::min(T, i0 + P.bq), bq = i1 - i0, jend = P.key_end(i1);
+      for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
+        const int64_t nb = std::min(P.bk, jend - j0);
+        const Bands band = causal_bands(P, i0, j0);
+        mm_bf16(bq, nb, K, P.scale, Qa.from_row(i0), kt + j0, ld_s, false, s, nb, band.cols);  // S
+        mm_bf16(bq, nb, E, 1.0f, Ga.from_row(i0), vt + j0, ld_s, false, dp, nb, band.cols);   // dP = dO V^T
+        block_grads_bf16(P, i0, bq, j0, nb, s, dp, lse_h + i0, D + i0, pb, dsb, ld_b, dsa, ld_a);
+        const uint32_t *gbi = gb + i0 / 2 * ld_e, *qbi = qb + i0 / 2 * ld_k;  // from query i0's pair
+        mm_bf16(nb, E, bq, 1.0f, {pb, 1, ld_b}, gbi, ld_e, true, dV + j0 * E, E, band.queries);   // dV += P^T dO
+        mm_bf16(nb, K, bq, 1.0f, {dsb, 1, ld_b}, qbi, ld_k, true, dK + j0 * K, K, band.queries);  // dK += dS^T Q
+        mm_bf16(bq, K, nb, 1.0f, {dsa, ld_a, 1}, kb + j0 / 2 * ld_k, ld_k, j0 > 0, dQ, K, band.keys);  // dQ += dS K
+      }
+      store_scaled(dQ, bq, K, P.scale, dq.at(n, h).from_row(i0));
+    }
+  }
+  store_scaled(dK, S, K, P.scale, dk.at(n, g));
+  store_scaled(dV, S, E, 1.0f, dv.at(n, g));
 }
 
 // Runs f(0 .. tasks-1), in parallel when worth it. Not `omp parallel if
@@ -396,6 +712,19 @@ Problem<T> problem(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
   return P;
 }
 
+// Whether float32 attention runs its block products in bf16 (set_precision).
+// set_precision refuses bf16 on a CPU without it; the check of the CPU here
+// only keeps the AVX512-BF16 code unreachable elsewhere.
+bool bf16_products(const Tensor& q) {
+  return q.dtype() == DType::f32 && precision() == Precision::bf16 && bf16::supported();
+}
+
+// The bf16 path's blocks: even sizes (see "bf16 block products").
+void even_blocks(Problem<float>& P) {
+  P.bq += P.bq % 2;
+  P.bk += P.bk % 2;
+}
+
 }  // namespace
 
 AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
@@ -427,7 +756,25 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
       forward_block(P, n, h, b * P.bq, std::min(T, (b + 1) * P.bq), o, lse);
     });
   };
+  auto run_bf16 = [&] {
+    Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k);
+    even_blocks(P);
+    const Heads<float> o = heads<float>(r.out, r.out.data<float>());
+    float* lse = r.lse.data<float>();
+    // Tasks: (n, g, a run of query blocks), at least kMinTasks of them when
+    // there are enough blocks. Results do not depend on the split: every
+    // query block computes the same whichever task runs it.
+    const int64_t G = P.G, nqb = (T + P.bq - 1) / P.bq;
+    const int64_t runs = std::clamp<int64_t>((kMinTasks + N * G - 1) / (N * G), 1, nqb), per = (nqb + runs - 1) / runs;
+    const double work = static_cast<double>(N * H) * static_cast<double>(T) * static_cast<double>(P.S) *
+                        static_cast<double>(P.K + E);
+    for_tasks(N * G * runs, work > kParallelGrain, [&](int64_t t) {
+      const int64_t n = t / (G * runs), g = (t / runs) % G, b0 = (t % runs) * per;
+      if (b0 < nqb) forward_group_bf16(P, n, g, b0, std::min(nqb, b0 + per), o, lse);
+    });
+  };
   if (q.dtype() == DType::f64) run(double{});
+  else if (bf16_products(q)) run_bf16();
   else run(float{});
   return r;
 }
@@ -463,7 +810,17 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
     const T_* pl = l.data<T_>();
     for_tasks(N * G, true, [&](int64_t t) { backward_group(P, t / G, t % G, ho, pl, hgo, dq, dk, dv); });
   };
+  auto run_bf16 = [&] {
+    Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k);
+    even_blocks(P);
+    const Heads<const float> ho = heads<float>(o), hgo = heads<float>(go);
+    const Heads<float> dq = heads<float>(r.dq, r.dq.data<float>()), dk = heads<float>(r.dk, r.dk.data<float>()),
+                       dv = heads<float>(r.dv, r.dv.data<float>());
+    const float* pl = l.data<float>();
+    for_tasks(N * G, true, [&](int64_t t) { backward_group_bf16(P, t / G, t % G, ho, pl, hgo, dq, dk, dv); });
+  };
   if (q.dtype() == DType::f64) run(double{});
+  else if (bf16_products(q)) run_bf16();
   else run(float{});
   return r;
 }

@@ -5,13 +5,13 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <vector>
 
+#include "core/bf16.h"  // to_bf16
 #include "core/conv_winograd.h"
 #include "core/dnnl_context.h"
 #include "core/error.h"
@@ -192,15 +192,6 @@ Slabs gemm_slabs(int64_t M, int64_t N, int64_t K) {
 // kBf16MinFlops stay float32 (rounding the operands costs more than bf16 saves).
 std::atomic<bool> g_bf16{false};
 constexpr int64_t kBf16MinFlops = int64_t{1} << 20;
-
-// float32 -> bfloat16, rounding to nearest even (NaNs stay NaNs); written out
-// rather than with AVX512-BF16's conversion so the bits are the same on any CPU.
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
-}
 
 // dst[r * dld + c] = bf16(src[r * ld + c]) for rows [r0, r1), columns [c0, c1).
 void pack_bf16(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1, uint16_t* dst,

@@ -178,7 +178,10 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
 // of G, query head h reads key/value head h / (H / G)). Causal: query i sees
 // keys j <= i + S - T. Block sizes 0 take the default (128, causal 64). Results are laid
 // out like the input they belong to: channels-first (positions unit-stride)
-// when it is, else contiguous.
+// when it is, else contiguous. Under set_precision(Precision::bf16), float32
+// attention runs its block products with bf16 operands and float32
+// accumulation (odd block sizes are then rounded up to even); results stay
+// independent of the thread count.
 struct AttentionOut {
   Tensor out;  // [N, T, H, E], laid out like q
   Tensor lse;  // [N, H, T] log-sum-exp of each query's scores, for backward

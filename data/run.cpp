@@ -150,8 +150,9 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
       .integer("stop-after", &stop_after_, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0)
       .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024)
       .text("precision", &precision_,
-            "f32, or bf16: matrix products with bfloat16 operands and float32 accumulation, everything else "
-            "(weights, optimiser, checkpoints) float32; needs a CPU with AVX512-BF16 or AMX")
+            "f32, or bf16: matrix products (attention's included) with bfloat16 operands and float32 "
+            "accumulation, everything else (weights, optimiser, checkpoints) float32; needs a CPU with "
+            "AVX512-BF16 or AMX")
       .text("init-from", &init_from_,
             "start the model from the weights in this .safetensors file (heed export writes one; so can PyTorch)");
   if (!args_.parse(argv)) return false;

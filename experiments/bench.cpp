@@ -741,7 +741,8 @@ int run_bench(const std::vector<std::string>& args) {
     Workload w = make_workload(n);
     for (Precision p : precisions) {
       // The toy models' products are convolutions, which stay float32 (bf16
-      // covers matrix products): their bf16 row would repeat the float32 one.
+      // covers matrix products and attention's blocks; toy-attention's one
+      // small attention layer would hardly move its row): no bf16 row.
       if (p == Precision::bf16 && n.rfind("toy", 0) == 0) continue;
       set_precision(p);
       const std::string row = p == Precision::bf16 ? n + " bf16" : n;
@@ -778,8 +779,9 @@ int run_bench(const std::vector<std::string>& args) {
                "toy models' rates are effective ones and can exceed the peak (--conv direct for the direct path).\n");
   const bool any_bf16 = std::any_of(rows.begin(), rows.end(), [](const std::string& r) { return r.find(" bf16") != std::string::npos; });
   if (any_bf16)
-    fmt::print("\n% peak of a bf16 row is of the bf16 GEMM peak. bf16 rows: matrix products with bf16 operands and\n"
-               "float32 accumulation; everything else float32 (PyTorch: torch.autocast(\"cpu\", torch.bfloat16)).\n");
+    fmt::print("\n% peak of a bf16 row is of the bf16 GEMM peak. bf16 rows: matrix products and attention's block\n"
+               "products with bf16 operands and float32 accumulation; everything else float32 (PyTorch:\n"
+               "torch.autocast(\"cpu\", torch.bfloat16)).\n");
   if (any_bf16) {
     fmt::print("\nbf16 against float32 (heed, medians):\n");
     for (const auto& n : kWorkloads)

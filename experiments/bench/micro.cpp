@@ -44,6 +44,7 @@
 #include "core/conv_winograd.h"  // winograd_conv1d_applies: which shapes get a _direct twin
 #include "core/kernels.h"
 #include "core/random.h"
+#include "core/runtime.h"
 #include "core/tensor.h"
 
 namespace {
@@ -402,7 +403,7 @@ void hadamard_benchmarks() {
 }
 
 const char* kUsage =
-    "usage: heed_microbench [--threads N] [Google Benchmark flags]\n"
+    "usage: heed_microbench [--threads N] [--precision f32|bf16] [Google Benchmark flags]\n"
     "       (heed bench --micro [the same arguments])\n"
     "\n"
     "Per-kernel micro-benchmarks of heed's backend (core/kernels.h) at the shapes of the\n"
@@ -414,6 +415,8 @@ const char* kUsage =
     "bytes = minimum memory traffic per second, for the memory-bound kernels.\n"
     "\n"
     "  --threads N   threads for every backend (OpenMP, OpenBLAS, oneDNN); default 2\n"
+    "  --precision P f32 (default) or bf16: float32 products with bf16 operands, as\n"
+    "                heed::set_precision (the Linear matmuls and attention's block products)\n"
     "\n"
     "For example:\n"
     "  --benchmark_filter='attention'          only the attention benchmarks (a regex)\n"
@@ -428,10 +431,19 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   int threads = 2;
+  std::string precision = "f32";
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     std::string value;
+    if (a == "--precision" || a.rfind("--precision=", 0) == 0) {
+      if (a == "--precision" && i + 1 >= argc) {
+        std::fprintf(stderr, "heed_microbench: --precision expects f32 or bf16\n");
+        return 2;
+      }
+      precision = a == "--precision" ? argv[++i] : a.substr(std::strlen("--precision="));
+      continue;
+    }
     if (a == "--threads") {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "heed_microbench: --threads expects a value\n");
@@ -464,7 +476,14 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
 
   heed::set_num_threads(threads);
+  try {
+    heed::set_precision(heed::parse_precision(precision));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "heed_microbench: %s\n", e.what());
+    return 2;
+  }
   benchmark::AddCustomContext("heed threads", std::to_string(heed::num_threads()));
+  benchmark::AddCustomContext("heed precision", heed::precision_name(heed::precision()));
   benchmark::AddCustomContext("heed backends", heed::backend_info());
   conv1d_benchmarks();
   matmul_benchmarks();

@@ -1,0 +1,76 @@
+// core/bf16.h: bfloat16 rounding and a small bf16 GEMM for the bf16 paths of
+// core/ (internal). bfloat16 is the upper half of a float32: 8 significant
+// bits, float32's exponent range.
+//
+// The GEMM works on "pair-packed" operands, the layout AVX512-BF16's
+// vdpbf16ps reads: a uint32 holds two bf16 values that are neighbours along
+// the inner (summed) dimension, the even one in the low half. For
+// C [M, N] = A [M, K] B [K, N], with P = ceil(K / 2) pairs:
+//   B is packed along its rows:  b[p * ldb + j] = (B[2p][j], B[2p+1][j])
+//   A is read by pair: a[i * ars + p * aps] = (A[i][2p], A[i][2p+1]), so A
+//   packs either way round: row by row (ars = ld, aps = 1) or as the
+//   B-style packing of A^T (ars = 1, aps = ld).
+// An odd K is padded with a zero, which both operands must hold (0 x inf
+// would be NaN).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace heed::kernel {
+
+// float32 -> bfloat16, rounding to nearest even (NaNs stay NaNs); written out
+// rather than with AVX512-BF16's conversion so the bits are the same on any
+// CPU (the vector packers below round the same way).
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+inline float from_bf16(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+namespace bf16 {
+
+// True when this CPU runs AVX512-BF16 (vdpbf16ps): the functions below may
+// only be called then.
+bool supported();
+
+// Packs a float32 matrix src [rows, cols] (element (r, c) at src[r * rs + c * cs])
+// along its rows, as a B operand: dst[p * ld + c] = (src(2p, c), src(2p+1, c))
+// for p < ceil(rows / 2), c < ld (ld >= cols; zeros beyond cols and for the
+// missing row of an odd count).
+void pack_pairs(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, uint32_t* dst, int64_t ld);
+
+// Packs src [rows, cols] row by row: dst[r * ld + q] = (src(r, 2q), src(r, 2q+1))
+// for q < ceil(cols / 2) (a zero after the last column of an odd count).
+void pack_rows(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, uint32_t* dst, int64_t ld);
+
+// The part of a product a triangular (causal) block needs: row i of C only
+// in its columns j < i + col_end (the others are left unwritten), and row i
+// of A zero outside the inner indices [i + inner_begin, i + inner_end), so
+// the pairs that only meet those zeros are skipped. The defaults: all of it.
+struct Band {
+  static constexpr int64_t kAll = INT64_MAX / 4;
+  int64_t col_end = kAll, inner_begin = -kAll, inner_end = kAll;
+};
+
+// C [M, N] = alpha A B (+ C when accumulate), with A and B pair-packed as
+// above over P pairs; C is float32 with unit column stride. Every element is
+// one float32 sum over the pairs in ascending order (bf16 products are
+// exact in float32; each addition rounds to nearest even, and bf16 and
+// float32 denormals count as zero), computed the same way wherever the tile
+// boundaries fall: no result depends on how a caller splits the work. A
+// band skips only zero products: the values are those of the whole product.
+// ldb a multiple of 16 and b 64-byte aligned are fastest.
+void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b,
+          int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band = {});
+
+}  // namespace bf16
+}  // namespace heed::kernel
