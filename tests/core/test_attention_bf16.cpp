@@ -57,6 +57,7 @@ struct Case {
   int64_t bq = 0, bk = 0;  // 0: the kernel's default
   double scale = 0;        // 0: 1 / sqrt(K)
   bool channels_first = false;
+  bool padded = false;  // rows wider than the heads (views of a wider tensor, as a fused projection gives)
 };
 
 // The exact values and each element's error bound, in logical order
@@ -178,9 +179,16 @@ Reference reference(const Case& c, double scale, const std::vector<double>& q, c
 }
 
 // A float32 [N, L, heads, W] tensor holding vals (logical order), stored
-// contiguously or channels-first (positions unit-stride: [N, heads, W, L]
-// permuted).
-Tensor make(const std::vector<double>& vals, int64_t N, int64_t L, int64_t heads, int64_t W, bool channels_first) {
+// contiguously, channels-first (positions unit-stride: [N, heads, W, L]
+// permuted) or padded (a view of [N, L, heads, W + 3]).
+Tensor make(const std::vector<double>& vals, int64_t N, int64_t L, int64_t heads, int64_t W, bool channels_first,
+            bool padded) {
+  if (padded) {
+    std::vector<double> wide(static_cast<size_t>(N * L * heads * (W + 3)), 1e30);  // the padding must go unread
+    for (int64_t r = 0; r < N * L * heads; ++r)
+      for (int64_t w = 0; w < W; ++w) wide[static_cast<size_t>(r * (W + 3) + w)] = vals[static_cast<size_t>(r * W + w)];
+    return kernel::narrow(kernel::to_dtype(Tensor::from_f64(wide, {N, L, heads, W + 3}), DType::f32), 3, 0, W);
+  }
   if (!channels_first) return kernel::to_dtype(Tensor::from_f64(vals, {N, L, heads, W}), DType::f32);
   std::vector<double> cf(vals.size());
   for (int64_t n = 0; n < N; ++n)
@@ -222,14 +230,16 @@ double max_abs(const std::vector<double>& v) {
 
 void check_case(const Case& c) {
   INFO("N=" << c.N << " T=" << c.T << " S=" << c.S << " H=" << c.H << " G=" << c.G << " K=" << c.K << " E=" << c.E
-            << " causal=" << c.causal << " blocks=" << c.bq << "," << c.bk << " channels_first=" << c.channels_first);
+            << " causal=" << c.causal << " blocks=" << c.bq << "," << c.bk << " channels_first=" << c.channels_first
+            << " padded=" << c.padded);
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(double(c.K));
   const auto qv = rounded(test::det_values(c.N * c.T * c.H * c.K, 11, -1.5, 1.5));
   const auto kv = rounded(test::det_values(c.N * c.S * c.G * c.K, 12, -1.5, 1.5));
   const auto vv = rounded(test::det_values(c.N * c.S * c.G * c.E, 13, -1.5, 1.5));
   const auto gv = rounded(test::det_values(c.N * c.T * c.H * c.E, 14, -1, 1));
-  const Tensor q = make(qv, c.N, c.T, c.H, c.K, c.channels_first), k = make(kv, c.N, c.S, c.G, c.K, c.channels_first),
-               v = make(vv, c.N, c.S, c.G, c.E, c.channels_first), go = make(gv, c.N, c.T, c.H, c.E, c.channels_first);
+  const bool cf = c.channels_first, pad = c.padded;
+  const Tensor q = make(qv, c.N, c.T, c.H, c.K, cf, pad), k = make(kv, c.N, c.S, c.G, c.K, cf, pad),
+               v = make(vv, c.N, c.S, c.G, c.E, cf, pad), go = make(gv, c.N, c.T, c.H, c.E, cf, pad);
   const Reference R = reference(c, scale, qv, kv, vv, gv);
   // The exact values are the float64 kernel's; the reference above, which
   // supplies the bounds, must agree with it.
@@ -303,6 +313,8 @@ TEST_CASE("bf16 attention: output and gradients within the bf16 bound of float64
       // Channels-first inputs (positions unit-stride), GQA, causal.
       {2, 37, 37, 4, 2, 24, 20, true, 16, 16, 0, true},
       {1, 50, 77, 2, 1, 33, 17, false, 0, 0, 0, true},
+      // Rows wider than the heads (q, k, v and the output gradient as views).
+      {2, 37, 37, 4, 2, 24, 20, true, 16, 16, 0, false, true},
       // Widths of 1 and 3, one query seeing 9 keys, blocks of 1 (made 2).
       {2, 1, 9, 2, 1, 1, 3, false, 1, 1},
       {2, 5, 9, 2, 2, 3, 1, true, 1, 1},
