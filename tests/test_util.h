@@ -104,4 +104,20 @@ inline std::string slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+// The float32 product precision for one scope, put back after it.
+struct PrecisionScope {
+  Precision before = precision();
+  explicit PrecisionScope(Precision p) { set_precision(p); }
+  ~PrecisionScope() { set_precision(before); }
+};
+
+// The thread count as it was before the scope, put back after it.
+struct ThreadScope {
+  int before = num_threads();
+  ~ThreadScope() { set_num_threads(before); }
+};
+
+// Whether this CPU runs bf16 natively (else set_precision(bf16) throws).
+inline bool bf16_here() { return bf16_unsupported_reason().empty(); }
+
 }  // namespace heed::test

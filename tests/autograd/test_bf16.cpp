@@ -14,21 +14,11 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::bf16_here;
+using test::PrecisionScope;
+using test::ThreadScope;
 
 namespace {
-
-struct PrecisionScope {
-  Precision before = precision();
-  explicit PrecisionScope(Precision p) { set_precision(p); }
-  ~PrecisionScope() { set_precision(before); }
-};
-
-struct ThreadScope {
-  int before = num_threads();
-  ~ThreadScope() { set_num_threads(before); }
-};
-
-bool bf16_here() { return bf16_unsupported_reason().empty(); }
 
 double unit_bound(int64_t K) { return std::ldexp(1.0, -8) + std::ldexp(1.0, -18) + double(K) * std::ldexp(1.0, -23); }
 
