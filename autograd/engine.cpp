@@ -221,8 +221,13 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
       auto leaf = n->leaf.lock();
       if (leaf && g.defined()) {
         if (!leaf->grad) {
-          // Own the storage: g may alias another tensor (add passes g through).
-          leaf->grad = kernel::clone(g).impl_ptr();
+          // Own the storage: g may alias another tensor (add passes g through)
+          // and is then copied; a g nothing else holds (a fresh product, the
+          // usual weight gradient) becomes .grad as it is.
+          const std::shared_ptr<TensorImpl>& gimpl = g.impl_ptr();
+          const bool sole = gimpl.use_count() == 1 && gimpl->storage.use_count() == 1 && gimpl->offset == 0 &&
+                            !gimpl->grad_fn && !gimpl->requires_grad && g.is_contiguous();
+          leaf->grad = sole ? gimpl : kernel::clone(g).impl_ptr();
         } else {
           kernel::add_(Tensor(leaf->grad), g);
         }

@@ -3,12 +3,14 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "core/bf16.h"  // to_bf16
@@ -85,11 +87,11 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
 // that split cuts the inner dimension K differently for 1 and 2 threads,
 // which changes the last bits. heed splits the work itself (gemm_split).
 void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, const void* A, int64_t lda, const void* B,
-               int64_t ldb, float* C, int64_t ldc, float beta) {
+               int64_t ldb, float* C, int64_t ldc, float beta, const float* bias = nullptr) {
   using dnnl::memory;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool, bool>;
   struct Entry {
-    memory::desc a, b, c, scratch;
+    memory::desc a, b, c, bias, scratch;
     dnnl::matmul prim;
   };
   static std::mutex mu;
@@ -98,7 +100,7 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, con
   std::shared_ptr<Entry> e;
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto& slot = cache[Key{M, N, K, lda, ldb, ldc, ta, tb, acc, bf16}];
+    auto& slot = cache[Key{M, N, K, lda, ldb, ldc, ta, tb, acc, bf16, bias != nullptr}];
     if (!slot) {
       auto entry = std::make_shared<Entry>();
       const auto in = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
@@ -106,6 +108,8 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, con
       entry->a = memory::desc({M, K}, in, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
       entry->b = memory::desc({K, N}, in, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
       entry->c = memory::desc({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
+      // A bias row is added in the kernel's epilogue, to each row of C.
+      if (bias) entry->bias = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
       dnnl::primitive_attr attr;
       // Threads run primitives side by side: each brings its own scratchpad
       // (oneDNN's library-managed one is shared).
@@ -120,7 +124,9 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, con
       omp_set_num_threads(1);
       try {
         auto& eng = detail::dnnl_engine();
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr, eng);
+        dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(entry->a, entry->b, entry->bias, entry->c)
+                                             : dnnl::matmul::desc(entry->a, entry->b, entry->c),
+                                        attr, eng);
         entry->scratch = pd.scratchpad_desc();
         entry->prim = dnnl::matmul(pd);
       } catch (...) {
@@ -135,23 +141,31 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, con
   thread_local std::vector<char> scratch;  // grows to the largest scratchpad this thread needed
   if (scratch.size() < e->scratch.get_size()) scratch.resize(e->scratch.get_size());
   auto& eng = detail::dnnl_engine();
-  detail::dnnl_run_here(e->prim, {{DNNL_ARG_SRC, memory(e->a, eng, const_cast<void*>(A))},
-                                  {DNNL_ARG_WEIGHTS, memory(e->b, eng, const_cast<void*>(B))},
-                                  {DNNL_ARG_DST, memory(e->c, eng, C)},
-                                  {DNNL_ARG_SCRATCHPAD, memory(e->scratch, eng, scratch.data())}});
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(e->a, eng, const_cast<void*>(A))},
+                                       {DNNL_ARG_WEIGHTS, memory(e->b, eng, const_cast<void*>(B))},
+                                       {DNNL_ARG_DST, memory(e->c, eng, C)},
+                                       {DNNL_ARG_SCRATCHPAD, memory(e->scratch, eng, scratch.data())}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(e->bias, eng, const_cast<float*>(bias)));
+  detail::dnnl_run_here(e->prim, args);
 }
 
 // One single-threaded GEMM on the calling thread: oneDNN's matmul for float32
 // products from 1 MFLOP (faster than OpenBLAS there), OpenBLAS otherwise
 // (heed keeps OpenBLAS at one thread: set_num_threads).
+// With a bias (beta 0), C = op(A) op(B) + bias on every row: in oneDNN's
+// epilogue, or written into C first for OpenBLAS to accumulate onto.
 template <class T>
 void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-              T* C, int64_t ldc, T beta) {
+              T* C, int64_t ldc, T beta, const T* bias = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
     if (2 * M * N * K >= (int64_t{1} << 20) && (beta == 0.0f || beta == 1.0f)) {
-      dnnl_gemm(ta, tb, M, N, K, false, A, lda, B, ldb, C, ldc, beta);
+      dnnl_gemm(ta, tb, M, N, K, false, A, lda, B, ldb, C, ldc, beta, bias);
       return;
     }
+  }
+  if (bias) {
+    for (int64_t r = 0; r < M; ++r) std::copy(bias, bias + N, C + r * ldc);
+    beta = T(1);
   }
   gemm<T>(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
 }
@@ -235,7 +249,7 @@ void for_slabs(const Slabs& s, const Slab& fn, const Before& before = nullptr) {
 // float32. The cut into slabs is the float32 one, so the numbers do not
 // depend on the thread count either.
 void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                     int64_t ldb, float* C, int64_t ldc, float beta) {
+                     int64_t ldb, float* C, int64_t ldc, float beta, const float* bias) {
   const Slabs s = gemm_slabs(M, N, K);
   // Packed operands keep the stored orientation, without padding.
   const int64_t pla = ta ? M : K, plb = tb ? K : N;
@@ -256,12 +270,14 @@ void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const fl
       hi = std::min(hi, M);
       if (ta) pack_bf16(A, lda, 0, K, lo, hi, pa, pla);
       else pack_bf16(A, lda, lo, hi, 0, K, pa, pla);
-      dnnl_gemm(ta, tb, hi - lo, N, K, true, ta ? pa + lo : pa + lo * pla, pla, pb, plb, C + lo * ldc, ldc, beta);
+      dnnl_gemm(ta, tb, hi - lo, N, K, true, ta ? pa + lo : pa + lo * pla, pla, pb, plb, C + lo * ldc, ldc, beta,
+                bias);
     } else {
       hi = std::min(hi, N);
       if (tb) pack_bf16(B, ldb, lo, hi, 0, K, pb, plb);
       else pack_bf16(B, ldb, 0, K, lo, hi, pb, plb);
-      dnnl_gemm(ta, tb, M, hi - lo, K, true, pa, pla, tb ? pb + lo * plb : pb + lo, plb, C + lo, ldc, beta);
+      dnnl_gemm(ta, tb, M, hi - lo, K, true, pa, pla, tb ? pb + lo * plb : pb + lo, plb, C + lo, ldc, beta,
+                bias ? bias + lo : nullptr);
     }
   };
   for_slabs(s, slab, shared);
@@ -269,13 +285,14 @@ void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const fl
 
 // C = op(A) op(B) (+ C when beta = 1), split over heed's threads in slabs
 // (gemm_slabs), each slab one single-threaded call. Inside an active parallel
-// region the slabs run one after the other on the calling thread.
+// region the slabs run one after the other on the calling thread. A bias
+// (contiguous, N long; beta 0) is added to every row of C.
 template <class T>
 void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
-                int64_t ldb, T* C, int64_t ldc, T beta = T(0)) {
+                int64_t ldb, T* C, int64_t ldc, T beta = T(0), const T* bias = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
     if (g_bf16.load(std::memory_order_relaxed) && 2 * M * N * K >= kBf16MinFlops && (beta == 0.0f || beta == 1.0f)) {
-      gemm_split_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
+      gemm_split_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias);
       return;
     }
   }
@@ -283,36 +300,35 @@ void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
   auto slab = [&](int64_t lo, int64_t hi) {
     if (s.by_rows) {
       hi = std::min(hi, M);
-      gemm_one<T>(ta, tb, hi - lo, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc, beta);
+      gemm_one<T>(ta, tb, hi - lo, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc, beta, bias);
     } else {
       hi = std::min(hi, N);
-      gemm_one<T>(ta, tb, M, hi - lo, K, A, lda, tb ? B + lo * ldb : B + lo, ldb, C + lo, ldc, beta);
+      gemm_one<T>(ta, tb, M, hi - lo, K, A, lda, tb ? B + lo * ldb : B + lo, ldb, C + lo, ldc, beta,
+                  bias ? bias + lo : nullptr);
     }
   };
   for_slabs(s, slab);
 }
 
-// y [R, O] = x [R, I] w[O, I]^T (+ b): the bias is written into y first and
-// the GEMM accumulates onto it (beta = 1), which also spares OpenBLAS its
-// separate pass zeroing y for beta = 0.
+// y [R, O] = x [R, I] w[O, I]^T (+ b): the bias goes with the GEMM, slab by
+// slab (oneDNN adds it in its epilogue; before OpenBLAS it is written into
+// the slab, which the GEMM then accumulates onto), never in a pass of its own.
 template <class T>
 void linear_impl(const Tensor& x2, const Tensor& w, const Tensor& b, const Tensor& y) {
   const int64_t R = x2.size(0), I = x2.size(1), O = w.size(0);
   T* py = y.data<T>();
-  if (b.defined()) {
-    const T* pb = b.data<T>();
-    const int64_t bs = b.stride(0);
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t o = 0; o < O; ++o) py[r * O + o] = pb[o * bs];
-  }
   if (R == 0 || O == 0) return;
+  const Tensor bc = b.defined() ? contiguous(b) : Tensor();
   if (I == 0) {
-    if (!b.defined()) fill_(y, 0.0);
+    if (!bc.defined()) fill_(y, 0.0);
+    else
+      for (int64_t r = 0; r < R; ++r) std::copy(bc.data<T>(), bc.data<T>() + O, py + r * O);
     return;
   }
   BlasMat mx = blas_layout(R, I, x2.stride(0), x2.stride(1));
   BlasMat mw = blas_layout(I, O, w.stride(1), w.stride(0));  // w^T as [I, O]
-  gemm_split<T>(mx.trans, mw.trans, R, O, I, x2.data<T>(), mx.ld, w.data<T>(), mw.ld, py, O, b.defined() ? T(1) : T(0));
+  gemm_split<T>(mx.trans, mw.trans, R, O, I, x2.data<T>(), mx.ld, w.data<T>(), mw.ld, py, O, T(0),
+                bc.defined() ? bc.data<T>() : nullptr);
 }
 
 template <class T>
