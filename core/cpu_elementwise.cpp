@@ -249,7 +249,7 @@ inline T apply_unary_grad(Unary op, T s, T g) {
     case Unary::gelu_erf:
       if constexpr (std::is_same_v<T, float>)
         return g * (0.5f * (1.0f + fast::erf(s * static_cast<float>(kInvSqrt2))) +
-                    s * static_cast<float>(kInvSqrt2Pi) * fast::exp(-0.5f * s * s));
+                    s * static_cast<float>(kInvSqrt2Pi) * fast::exp_softmax(-0.5f * s * s));
       else
         return g * (T(0.5) * (T(1) + std::erf(s * T(kInvSqrt2))) + s * T(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s));
     // d/dx x sig(x) = sig(x) (1 + x (1 - sig(x))), with sig(x) recomputed from x.

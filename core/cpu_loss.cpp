@@ -6,11 +6,18 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fast_math.h"
 #include "core/iter.h"
 #include "core/kernels.h"
+#include "core/lanes.h"
 
 namespace heed::kernel {
 namespace {
+
+// e^x for x <= 0 (a logit minus its row's maximum or log-sum-exp): float32
+// on fast::exp_softmax, so the loops vectorise; libm for double.
+inline float ex(float x) { return fast::exp_softmax(x); }
+inline double ex(double x) { return std::exp(x); }
 
 template <class T>
 void ce_forward(const Tensor& logits, const int64_t* pt, int64_t ignore_index, int64_t count, CrossEntropyResult& res) {
@@ -22,10 +29,16 @@ void ce_forward(const Tensor& logits, const int64_t* pt, int64_t ignore_index, i
   for (int64_t r = 0; r < R; ++r) {
     const T* x = px + r * V;
     T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
     for (int64_t v = 0; v < V; ++v) m = std::max(m, x[v]);
-    double z = 0;
-    for (int64_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(x[v] - m));
-    double lse = static_cast<double>(m) + std::log(z);
+    // The denominator as kLanes partial sums (core/lanes.h): terms in (0, 1],
+    // one of them exactly 1.
+    T zl[kLanes] = {};
+    int64_t v0 = 0;
+    for (; v0 + kLanes <= V; v0 += kLanes)
+      for (int l = 0; l < kLanes; ++l) zl[l] += ex(x[v0 + l] - m);
+    for (int64_t v = v0; v < V; ++v) zl[v - v0] += ex(x[v] - m);
+    const double lse = static_cast<double>(m) + std::log(static_cast<double>(lanes_sum(zl)));
     pl[r] = static_cast<T>(lse);
     if (pt[r] != ignore_index) row_loss[r] = lse - static_cast<double>(x[pt[r]]);
   }
@@ -51,7 +64,8 @@ void ce_backward(const Tensor& logits, const int64_t* pt, const Tensor& lse, int
       continue;
     }
     const T* x = px + r * V;
-    for (int64_t v = 0; v < V; ++v) d[v] = std::exp(x[v] - pl[r]) * scale;
+    const T l = pl[r];
+    for (int64_t v = 0; v < V; ++v) d[v] = ex(x[v] - l) * scale;
     d[pt[r]] -= scale;
   }
 }

@@ -13,7 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/bf16.h"  // to_bf16
+#include "core/bf16.h"
+#include "core/bf16_simd.h"
 #include "core/conv_winograd.h"
 #include "core/dnnl_context.h"
 #include "core/error.h"
@@ -182,9 +183,9 @@ struct Slabs {
   int64_t size = 0, count = 1;
 };
 
-Slabs gemm_slabs(int64_t M, int64_t N, int64_t K) {
+Slabs gemm_slabs(int64_t M, int64_t N, int64_t K, bool rows_first = false) {
   Slabs s;
-  s.by_rows = M >= N;
+  s.by_rows = M >= N || (rows_first && M >= 64);
   const int64_t total = s.by_rows ? M : N;
   const double flops = 2.0 * double(M) * double(N) * double(K);
   // Below 1 MFLOP one call does it all. Above, an even number of slabs (two
@@ -207,13 +208,45 @@ Slabs gemm_slabs(int64_t M, int64_t N, int64_t K) {
 std::atomic<bool> g_bf16{false};
 constexpr int64_t kBf16MinFlops = int64_t{1} << 20;
 
-// dst[r * dld + c] = bf16(src[r * ld + c]) for rows [r0, r1), columns [c0, c1).
-void pack_bf16(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1, uint16_t* dst,
-               int64_t dld) {
+// dst[r * dld + c] = bf16(src[r * ld + c]) for rows [r0, r1), columns [c0,
+// c1), 16 at a time, rounded as to_bf16 (core/bf16.h) rounds. Only called
+// where the CPU has AVX512-BF16 (set_precision refuses bf16 elsewhere).
+HEED_BF16 void pack_bf16(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1, uint16_t* dst,
+                         int64_t dld) {
+  namespace v = bf16::simd;
   for (int64_t r = r0; r < r1; ++r) {
     const float* s = src + r * ld;
     uint16_t* d = dst + r * dld;
-    for (int64_t c = c0; c < c1; ++c) d[c] = to_bf16(s[c]);
+    for (int64_t c = c0; c < c1; c += 16) {
+      const __mmask16 m = v::first(c1 - c);
+      const __m512i h = _mm512_srli_epi32(v::round_hi(_mm512_maskz_loadu_ps(m, s + c)), 16);
+      _mm256_mask_storeu_epi16(d + c, m, _mm512_cvtepi32_epi16(h));
+    }
+  }
+}
+
+// dst[c * dld + r] = bf16(src[r * ld + c]) for rows [r0, r1), columns
+// [c0, c1): the transposed pack, in 16 x 16 tiles (16 rows rounded into a
+// tile on the stack, then written out by columns), so that both the reads
+// and the writes stay within a few cache lines.
+HEED_BF16 void pack_bf16_t(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                           uint16_t* dst, int64_t dld) {
+  namespace v = bf16::simd;
+  alignas(64) uint16_t tile[16][16];
+  for (int64_t rb = r0; rb < r1; rb += 16) {
+    const int64_t nr = std::min<int64_t>(16, r1 - rb);
+    for (int64_t cb = c0; cb < c1; cb += 16) {
+      const int64_t nc = std::min<int64_t>(16, c1 - cb);
+      const __mmask16 m = v::first(nc);
+      for (int64_t i = 0; i < nr; ++i) {
+        const __m512i h = _mm512_srli_epi32(v::round_hi(_mm512_maskz_loadu_ps(m, src + (rb + i) * ld + cb)), 16);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tile[i]), _mm512_cvtepi32_epi16(h));
+      }
+      for (int64_t j = 0; j < nc; ++j) {
+        uint16_t* d = dst + (cb + j) * dld + rb;
+        for (int64_t i = 0; i < nr; ++i) d[i] = tile[i][j];
+      }
+    }
   }
 }
 
@@ -247,12 +280,17 @@ void for_slabs(const Slabs& s, const Slab& fn, const Before& before = nullptr) {
 // threads first, each slab's own rows or columns by the slab), then oneDNN's
 // bf16 matmul with float32 accumulation and output, slab by slab as in
 // float32. The cut into slabs is the float32 one, so the numbers do not
-// depend on the thread count either.
+// depend on the thread count either. A transposed A (a weight gradient's
+// x^T g) is packed untransposed, [M, K]: for a transposed bf16 source
+// oneDNN 2.6 leaves its brgemm kernels for gemm:jit at half their speed
+// (measured on GPT-256's weight gradients: 158 against ~330 GFLOP/s).
 void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                      int64_t ldb, float* C, int64_t ldc, float beta, const float* bias) {
-  const Slabs s = gemm_slabs(M, N, K);
-  // Packed operands keep the stored orientation, without padding.
-  const int64_t pla = ta ? M : K, plb = tb ? K : N;
+  // Rows first: oneDNN 2.6 runs a column slab of N = 128 on its long K
+  // (GPT-256's fc2 weight gradient, 256 x 3072 x 128) with gemm:jit too.
+  const Slabs s = gemm_slabs(M, N, K, true);
+  // Packed operands, without padding: A as [M, K], B in its stored orientation.
+  const int64_t pla = K, plb = tb ? K : N;
   thread_local std::vector<uint16_t> bufa, bufb;
   if (bufa.size() < size_t(M * K)) bufa.resize(size_t(M * K));
   if (bufb.size() < size_t(K * N)) bufb.resize(size_t(K * N));
@@ -263,21 +301,26 @@ void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const fl
   auto shared = [&](int t, int nt) {
     const float* src = s.by_rows ? B : A;
     const int64_t rows = s.by_rows ? rb : ra, cols = s.by_rows ? cb : ca, ld = s.by_rows ? ldb : lda;
-    pack_bf16(src, ld, rows * t / nt, rows * (t + 1) / nt, 0, cols, s.by_rows ? pb : pa, s.by_rows ? plb : pla);
+    if (!s.by_rows && ta) pack_bf16_t(src, ld, rows * t / nt, rows * (t + 1) / nt, 0, cols, pa, pla);
+    else pack_bf16(src, ld, rows * t / nt, rows * (t + 1) / nt, 0, cols, s.by_rows ? pb : pa, s.by_rows ? plb : pla);
   };
   auto slab = [&](int64_t lo, int64_t hi) {
     if (s.by_rows) {
       hi = std::min(hi, M);
-      if (ta) pack_bf16(A, lda, 0, K, lo, hi, pa, pla);
+      if (ta) pack_bf16_t(A, lda, 0, K, lo, hi, pa, pla);
       else pack_bf16(A, lda, lo, hi, 0, K, pa, pla);
-      dnnl_gemm(ta, tb, hi - lo, N, K, true, ta ? pa + lo : pa + lo * pla, pla, pb, plb, C + lo * ldc, ldc, beta,
+      dnnl_gemm(false, tb, hi - lo, N, K, true, pa + lo * pla, pla, pb, plb, C + lo * ldc, ldc, beta,
                 bias);
     } else {
       hi = std::min(hi, N);
-      if (tb) pack_bf16(B, ldb, lo, hi, 0, K, pb, plb);
-      else pack_bf16(B, ldb, 0, K, lo, hi, pb, plb);
-      dnnl_gemm(ta, tb, M, hi - lo, K, true, pa, pla, tb ? pb + lo * plb : pb + lo, plb, C + lo, ldc, beta,
-                bias ? bias + lo : nullptr);
+      // Each slab's columns of B packed on their own, [K, hi - lo] (or
+      // [hi - lo, K] transposed): oneDNN's bf16 brgemm also turns a B with
+      // wider rows than the slab over to gemm:jit.
+      uint16_t* pbs = pb + lo * K;
+      const int64_t w = hi - lo;
+      if (tb) pack_bf16(B, ldb, lo, hi, 0, K, pbs - lo * K, K);
+      else pack_bf16(B, ldb, 0, K, lo, hi, pbs - lo, w);
+      dnnl_gemm(false, tb, M, w, K, true, pa, pla, pbs, tb ? K : w, C + lo, ldc, beta, bias ? bias + lo : nullptr);
     }
   };
   for_slabs(s, slab, shared);
