@@ -25,7 +25,8 @@ namespace {
 // asynchronous signals for good (the main thread takes them, as usual in
 // threaded programs), and any other thread blocks them while it runs a
 // oneDNN primitive; a signal that arrives meanwhile waits for the end of
-// the call. Synchronous faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
+// the call. oneDNN's brgemm matmuls keep a normal stack and skip the two
+// system calls (heed's float32 and bf16 products run on them). Synchronous faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
 // SIGSYS) stay unblocked: blocking them would only hide a crash's cause.
 sigset_t async_signals() {
   sigset_t s;
@@ -101,12 +102,25 @@ void dnnl_run(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memo
   });
 }
 
-void dnnl_run_here(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args) {
+namespace {
+dnnl::stream& here_stream() {
   thread_local dnnl::stream stream{ctx().eng};
+  return stream;
+}
+}  // namespace
+
+void dnnl_run_here(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args) {
   without_signals([&] {
-    p.execute(stream, args);
-    stream.wait();
+    p.execute(here_stream(), args);
+    here_stream().wait();
   });
 }
+
+void dnnl_run_here_unshielded(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args) {
+  p.execute(here_stream(), args);
+  here_stream().wait();
+}
+
+bool dnnl_needs_shield(const std::string& impl) { return impl.rfind("brg:", 0) != 0; }
 
 }  // namespace heed::kernel::detail
