@@ -96,61 +96,95 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, con
     dnnl::matmul prim;
     bool shield = true;  // not a brgemm kernel: run with the signals blocked (core/dnnl_context.cpp)
   };
+  // Each thread's own view of the primitives it ran: the entry and memory
+  // objects bound to it, whose data handles are repointed per call (creating
+  // four or five memory objects and an argument map per call cost more than
+  // a small product's slab).
+  struct Bound {
+    std::shared_ptr<Entry> e;
+    memory a, b, c, bias, scratch;
+    std::unordered_map<int, memory> args;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      size_t h = 0;
+      std::apply([&](const auto&... v) { ((h = h * 1000003u ^ std::hash<int64_t>()(int64_t(v))), ...); }, k);
+      return h;
+    }
+  };
   static std::mutex mu;
   static std::map<Key, std::shared_ptr<Entry>> cache;
+  thread_local std::unordered_map<Key, Bound, KeyHash> bound;
   const bool acc = beta != 0.0f;
-  std::shared_ptr<Entry> e;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto& slot = cache[Key{M, N, K, lda, ldb, ldc, ta, tb, acc, bf16, bias != nullptr}];
-    if (!slot) {
-      auto entry = std::make_shared<Entry>();
-      const auto in = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-      // Row-major strides; a transposed operand is the stored matrix read by columns.
-      entry->a = memory::desc({M, K}, in, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
-      entry->b = memory::desc({K, N}, in, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-      entry->c = memory::desc({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
-      // A bias row is added in the kernel's epilogue, to each row of C.
-      if (bias) entry->bias = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
-      dnnl::primitive_attr attr;
-      // Threads run primitives side by side: each brings its own scratchpad
-      // (oneDNN's library-managed one is shared).
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      if (acc) {
-        dnnl::post_ops po;
-        po.append_sum(1.0f);  // C += A B
-        attr.set_post_ops(po);
-      }
-      // oneDNN (OpenMP runtime) reads the thread count of the creating thread.
-      const int threads = omp_get_max_threads();
-      omp_set_num_threads(1);
-      try {
-        auto& eng = detail::dnnl_engine();
-        dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(entry->a, entry->b, entry->bias, entry->c)
-                                             : dnnl::matmul::desc(entry->a, entry->b, entry->c),
-                                        attr, eng);
-        entry->scratch = pd.scratchpad_desc();
-        entry->shield = detail::dnnl_needs_shield(pd.impl_info_str());
-        entry->prim = dnnl::matmul(pd);
-      } catch (...) {
+  const Key key{M, N, K, lda, ldb, ldc, ta, tb, acc, bf16, bias != nullptr};
+  auto it = bound.find(key);
+  if (it == bound.end()) {
+    std::shared_ptr<Entry> e;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto& slot = cache[key];
+      if (!slot) {
+        auto entry = std::make_shared<Entry>();
+        const auto in = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+        // Row-major strides; a transposed operand is the stored matrix read by columns.
+        entry->a = memory::desc({M, K}, in, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+        entry->b = memory::desc({K, N}, in, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+        entry->c = memory::desc({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
+        // A bias row is added in the kernel's epilogue, to each row of C.
+        if (bias) entry->bias = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
+        dnnl::primitive_attr attr;
+        // Threads run primitives side by side: each brings its own scratchpad
+        // (oneDNN's library-managed one is shared).
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        if (acc) {
+          dnnl::post_ops po;
+          po.append_sum(1.0f);  // C += A B
+          attr.set_post_ops(po);
+        }
+        // oneDNN (OpenMP runtime) reads the thread count of the creating thread.
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        try {
+          auto& eng = detail::dnnl_engine();
+          dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(entry->a, entry->b, entry->bias, entry->c)
+                                               : dnnl::matmul::desc(entry->a, entry->b, entry->c),
+                                          attr, eng);
+          entry->scratch = pd.scratchpad_desc();
+          entry->shield = detail::dnnl_needs_shield(pd.impl_info_str());
+          entry->prim = dnnl::matmul(pd);
+        } catch (...) {
+          omp_set_num_threads(threads);
+          throw;
+        }
         omp_set_num_threads(threads);
-        throw;
+        slot = entry;
       }
-      omp_set_num_threads(threads);
-      slot = entry;
+      e = slot;
     }
-    e = slot;
+    auto& eng = detail::dnnl_engine();
+    Bound nb;
+    nb.e = e;
+    nb.a = memory(e->a, eng, DNNL_MEMORY_NONE);
+    nb.b = memory(e->b, eng, DNNL_MEMORY_NONE);
+    nb.c = memory(e->c, eng, DNNL_MEMORY_NONE);
+    nb.scratch = memory(e->scratch, eng, DNNL_MEMORY_NONE);
+    nb.args = {{DNNL_ARG_SRC, nb.a}, {DNNL_ARG_WEIGHTS, nb.b}, {DNNL_ARG_DST, nb.c}, {DNNL_ARG_SCRATCHPAD, nb.scratch}};
+    if (bias) {
+      nb.bias = memory(e->bias, eng, DNNL_MEMORY_NONE);
+      nb.args.emplace(DNNL_ARG_BIAS, nb.bias);
+    }
+    it = bound.emplace(key, std::move(nb)).first;
   }
+  Bound& b = it->second;
   thread_local std::vector<char> scratch;  // grows to the largest scratchpad this thread needed
-  if (scratch.size() < e->scratch.get_size()) scratch.resize(e->scratch.get_size());
-  auto& eng = detail::dnnl_engine();
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(e->a, eng, const_cast<void*>(A))},
-                                       {DNNL_ARG_WEIGHTS, memory(e->b, eng, const_cast<void*>(B))},
-                                       {DNNL_ARG_DST, memory(e->c, eng, C)},
-                                       {DNNL_ARG_SCRATCHPAD, memory(e->scratch, eng, scratch.data())}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(e->bias, eng, const_cast<float*>(bias)));
-  if (e->shield) detail::dnnl_run_here(e->prim, args);
-  else detail::dnnl_run_here_unshielded(e->prim, args);
+  if (scratch.size() < b.e->scratch.get_size()) scratch.resize(b.e->scratch.get_size());
+  b.a.set_data_handle(const_cast<void*>(A));
+  b.b.set_data_handle(const_cast<void*>(B));
+  b.c.set_data_handle(C);
+  b.scratch.set_data_handle(scratch.data());
+  if (bias) b.bias.set_data_handle(const_cast<float*>(bias));
+  if (b.e->shield) detail::dnnl_run_here(b.e->prim, b.args);
+  else detail::dnnl_run_here_unshielded(b.e->prim, b.args);
 }
 
 // One single-threaded GEMM on the calling thread: oneDNN's matmul for float32

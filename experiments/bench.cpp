@@ -220,12 +220,15 @@ std::map<std::string, double> run_torch(int64_t threads, int64_t steps, const st
                                         const std::string& precision = "f32") {
   std::string script = std::string(HEED_SOURCE_DIR) + "/experiments/bench/torch_peer.py";
   // On heed's capped instruction set, PyTorch is capped alike: its own
-  // kernels (ATen) and its oneDNN.
+  // kernels (ATen), its oneDNN and OpenBLAS (which both read the cap when
+  // they load; the AVX2 pass starts heed with the same OPENBLAS_CORETYPE).
   const CpuIsa isa = cpu_isa();
   const std::string env = isa == cpu_isa_max() ? ""
                           : isa == CpuIsa::avx2
                               ? "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 "
-                              : "ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41 ";
+                                "OPENBLAS_CORETYPE=Haswell "
+                              : "ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41 "
+                                "OPENBLAS_CORETYPE=Prescott ";
   std::string cmd = fmt::format("{}/usr/bin/python3 '{}' --threads {} --steps {} --precision {}{} 2>&1", env, script,
                                 threads, steps, precision, only.empty() ? "" : " --only " + only);
   FILE* p = popen(cmd.c_str(), "r");
@@ -649,7 +652,9 @@ int run_bench(const std::vector<std::string>& args) {
             "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (oneDNN), to compare the two")
       .text("isa", &isa,
             "cap the instruction set of heed's kernels and oneDNN's: baseline, avx2 or avx512 (default: the best "
-            "this CPU has, or HEED_CPU_ISA), e.g. avx2 to time an AVX2-only CPU's code")
+            "this CPU has, or HEED_CPU_ISA), e.g. avx2 to time an AVX2-only CPU's code (OpenBLAS picks its "
+            "kernels when it loads: cap it with OPENBLAS_CORETYPE=Haswell in the environment, as --compare's "
+            "AVX2 pass does)")
       .flag("attention-memory", &attention_memory,
             "instead: attention time and peak memory against T, fused and plain")
       .integer("max-t", &max_t, "--attention-memory: the longest sequence (T doubles from 256)", 256, 1 << 20)
@@ -812,8 +817,11 @@ int run_bench(const std::vector<std::string>& args) {
     for (const char* n : {"toy-cnn", "toy-attention", "gpt-128"})
       if (chosen(n)) want.push_back(n);
     if (!want.empty()) {
+      // OpenBLAS picks its kernels when it loads: capped through the
+      // environment of the child (heed's attention blocks and small products
+      // run on it), as PyTorch's is.
       const std::string cmd = fmt::format(
-          "'{}' bench --compare --isa avx2 --precision f32 --threads {} --steps {} --warmup {} --rounds {} "
+          "OPENBLAS_CORETYPE=Haswell '{}' bench --compare --isa avx2 --precision f32 --threads {} --steps {} --warmup {} --rounds {} "
           "--conv {} --only {} 2>&1",
           std::filesystem::read_symlink("/proc/self/exe").string(), threads, steps, warmup, rounds, conv,
           fmt::join(want, ","));
