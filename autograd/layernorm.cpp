@@ -1,5 +1,5 @@
 // autograd/layernorm.cpp: layer normalisation over the last dim (Ba, Kiros,
-// Hinton 2016), as one op on the fused kernels in core/dnnl_layernorm.cpp.
+// Hinton 2016), as one op on the fused kernels in core/cpu_layernorm.cpp.
 //
 //   y = (x - mean) / sqrt(var + eps) * w + b   (statistics over the last dim)
 // Forward saves x, w and each row's mean and var; backward produces dL/dx,
