@@ -25,6 +25,7 @@
 #include "core/iter.h"
 #include "core/dnnl_context.h"
 #include "core/conv_single.h"
+#include "core/runtime.h"
 #include "core/conv_winograd.h"
 #include "core/kernels.h"
 
@@ -242,6 +243,25 @@ Tensor empty_ncl(int64_t N, int64_t C, int64_t L, bool cl, DType dtype) {
   if (!cl) return Tensor::empty({N, C, L}, dtype);
   return permute(Tensor::empty({N, L, C}, dtype), {0, 2, 1});
 }
+
+// ---- pointwise (kernel size 1) convolutions in bf16, channels-last ----
+// A kernel-1 convolution of a channels-last x (stored [N, L, C]) is a
+// product over the channels: y [N L, O] = x [N L, C] w[O, C]^T + b, and its
+// gradients are the Linear layer's. Under set_precision(bf16) they run on
+// heed's GEMM (gemm_split: bf16 operands, float32 accumulation, slabs
+// independent of the thread count, the bias in the epilogue), as the Linear
+// layers do. In float32 they stay on oneDNN's convolution, which is as fast
+// here (heed bench --micro, K1_nwc) and whose rounding the documented
+// float32 results were measured with.
+bool pointwise_applies(const Tensor& x, int64_t K, const Conv1dGeom& g) {
+  return x.dtype() == DType::f32 && precision() == Precision::bf16 && K == 1 && g.stride == 1 && g.padding == 0 &&
+         conv1d_channels_last(x);
+}
+// [N, C, L] channels-last <-> its rows [N L, C] (views, no copy).
+Tensor cl_rows(const Tensor& t) { return reshape(permute(t, {0, 2, 1}), {t.size(0) * t.size(2), t.size(1)}); }
+Tensor cl_from_rows(const Tensor& rows, int64_t N, int64_t L) {
+  return permute(reshape(rows, {N, L, rows.size(1)}), {0, 2, 1});
+}
 }  // namespace
 
 Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv1dGeom& g, bool relu) {
@@ -260,6 +280,10 @@ Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
     return y;
   }
   check_dtype(x, DType::f32, "conv1d");
+  if (pointwise_applies(x, K, g)) {
+    Tensor y = cl_from_rows(linear(cl_rows(x), reshape(w, {O, C}), b), N, L);
+    return relu ? unary(Unary::relu, y) : y;
+  }
   if (single_channel_conv_applies(x.dtype(), O, g)) return single_channel_conv1d_forward(x, w, b, g.padding);
   if (winograd_conv1d_applies(x.dtype(), C, O, K, g, cl)) return winograd_conv1d_forward(x, w, b, g.padding, relu);
   Tensor y = empty_ncl(N, O, conv1d_out_length(L, K, g), cl, x.dtype());
@@ -292,6 +316,8 @@ Tensor conv1d_backward_data(const Tensor& gy_in, const Tensor& w0, const Shape& 
   // channel); otherwise both contiguous, and dx is permuted into the asked layout.
   const bool cl = f32 && channels_last && conv1d_channels_last(gy0);
   Tensor gy = cl ? gy0 : contiguous(gy0);
+  if (cl && pointwise_applies(gy, w.size(2), g))  // pointwise in bf16: dx = dy w
+    return cl_from_rows(matmul(cl_rows(gy), reshape(w, {w.size(0), w.size(1)})), xs[0], xs[2]);
   if (winograd_conv1d_applies(gy.dtype(), xs[1], w.size(0), w.size(2), g, cl))
     return winograd_conv1d_backward_data(gy, Tensor(), w, xs[2], g.padding);
   if (!f32) {
@@ -325,6 +351,11 @@ Tensor conv1d_backward_weights(const Tensor& gy_in, const Tensor& x0, const Shap
   // Channels-last when both x and gy are; else both contiguous.
   const bool cl = gy0.dtype() == DType::f32 && conv1d_channels_last(x0) && conv1d_channels_last(gy0);
   Tensor gy = cl ? gy0 : contiguous(gy0), x = cl ? x0 : contiguous(x0);
+  if (cl && pointwise_applies(x, ws[2], g)) {  // pointwise in bf16: dw = dy^T x, db = column sums of dy
+    const Tensor gy2 = cl_rows(gy);
+    if (gb) *gb = sum(gy2, {0}, false);
+    return reshape(matmul(transpose(gy2, 0, 1), cl_rows(x)), ws);
+  }
   if (winograd_conv1d_applies(gy.dtype(), ws[1], ws[0], ws[2], g, cl))
     return winograd_conv1d_backward_weights(gy, Tensor(), x, g.padding, gb);
   const bool f64 = gy.dtype() == DType::f64;  // the loop accumulates; oneDNN writes every element

@@ -165,3 +165,40 @@ TEST_CASE("bf16 products are bit-identical on 1 and 2 threads; products below 1 
   auto small32 = matmul(a, b).to_vector<float>();
   CHECK(std::memcmp(small16.data(), small32.data(), small16.size() * sizeof(float)) == 0);
 }
+
+TEST_CASE("bf16 pointwise convolutions (kernel 1, channels-last): forward and gradients within the bf16 bound") {
+  if (!bf16_here()) {
+    MESSAGE("skipped the bf16 convolutions: ", bf16_unsupported_reason());
+    return;
+  }
+  // The toy attention model's q/k/v layers: conv1d(64 -> 64, kernel 1) on
+  // channels-last activations [N, C, T] (stored [N, T, C]); a product over the
+  // channels, so the Linear layer's bound applies with K = C (forward, dx)
+  // and K = N T (dw).
+  const int64_t N = 8, C = 64, T = 50, O = 48;
+  Tensor xs = kernel::contiguous(kernel::permute(test::det_tensor({N, C, T}, 21, -1, 1), {0, 2, 1}));
+  Tensor x = kernel::permute(xs, {0, 2, 1}).set_requires_grad();
+  REQUIRE(kernel::conv1d_channels_last(x));
+  Tensor w = test::det_tensor({O, C, 1}, 22, -0.3, 0.3).set_requires_grad();
+  Tensor b = test::det_tensor({O}, 23, -1, 1).set_requires_grad();
+  Tensor r = test::det_tensor({N, O, T}, 24, -1, 1);
+  Tensor y;
+  {
+    PrecisionScope s(Precision::bf16);
+    y = conv1d(x, w, b);
+    backward(sum(mul(y, r)));
+  }
+  CHECK(kernel::conv1d_channels_last(y));
+  // In float64, as products over rows [N T, .]: y = x W^T + b, dx = r W, dW = r^T x.
+  auto rows = [](const Tensor& t) {  // [N, C, T] -> [N T, C]
+    return reshape(kernel::contiguous(kernel::permute(f64(t), {0, 2, 1})), {t.size(0) * t.size(2), t.size(1)});
+  };
+  const Tensor x2 = rows(x), r2 = rows(r), w2 = reshape(f64(w), {O, C});
+  const Tensor y_exact = matmul(x2, transpose(w2, 0, 1)) + f64(b);
+  CHECK(worst_in_bounds(rows(y) - f64(b), y_exact - f64(b), matmul(abs(x2), transpose(abs(w2), 0, 1)), C) <= 1.0);
+  CHECK(max_rel(rows(y), y_exact) > 1e-4);  // bf16 ran, not float32
+  CHECK(worst_in_bounds(rows(x.grad()), matmul(r2, w2), matmul(abs(r2), abs(w2)), O) <= 1.0);
+  CHECK(worst_in_bounds(reshape(w.grad(), {O, C}), matmul(transpose(r2, 0, 1), x2),
+                        matmul(transpose(abs(r2), 0, 1), abs(x2)), N * T) <= 1.0);
+  CHECK(max_rel(b.grad(), sum(r2, {0})) < 1e-6);
+}

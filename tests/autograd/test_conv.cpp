@@ -75,6 +75,7 @@ TEST_CASE("conv1d: channels-last activations give the same numbers as contiguous
     compare({2, 4, 21, 5, 3, 3, 2, 1, false}, cl);
     compare({2, 4, 20, 5, 3, 1, 2, 2, true}, cl);
     compare({2, 6, 10, 7, 1, 1, 0, 1, false}, cl);
+    compare({4, 64, 100, 64, 1, 1, 0, 1, true}, cl);
     compare({3, 8, 30, 1, 5, 1, 2, 1, true}, cl);
     compare({2, 5, 30, 1, 3, 2, 1, 1, false}, cl);
   }
