@@ -31,14 +31,27 @@ void ce_forward(const Tensor& logits, const int64_t* pt, int64_t ignore_index, i
     T m = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : m)
     for (int64_t v = 0; v < V; ++v) m = std::max(m, x[v]);
-    // The denominator as kLanes partial sums (core/lanes.h): terms in (0, 1],
-    // one of them exactly 1.
-    T zl[kLanes] = {};
+    // The denominator z = c + rest: the c logits equal to the maximum give
+    // exactly 1 each, and rest sums the others, as kLanes partial sums
+    // (core/lanes.h). lse = m + log c + log1p(rest / c) then keeps its
+    // precision where the loss is small (a confident, right prediction: lse
+    // just above the target's logit), where a float sum of all the terms
+    // would round away most of it.
+    T zl[kLanes] = {}, cl[kLanes] = {};
     int64_t v0 = 0;
     for (; v0 + kLanes <= V; v0 += kLanes)
-      for (int l = 0; l < kLanes; ++l) zl[l] += ex(x[v0 + l] - m);
-    for (int64_t v = v0; v < V; ++v) zl[v - v0] += ex(x[v] - m);
-    const double lse = static_cast<double>(m) + std::log(static_cast<double>(lanes_sum(zl)));
+      for (int l = 0; l < kLanes; ++l) {
+        const T e = ex(x[v0 + l] - m), top = x[v0 + l] == m ? T(1) : T(0);
+        zl[l] += e - top * e;  // e, or 0 for a maximum (a select: the loop stays branch-free)
+        cl[l] += top;
+      }
+    for (int64_t v = v0; v < V; ++v) {
+      const T e = ex(x[v] - m), top = x[v] == m ? T(1) : T(0);
+      zl[v - v0] += e - top * e;
+      cl[v - v0] += top;
+    }
+    const double c = static_cast<double>(lanes_sum(cl)), rest = static_cast<double>(lanes_sum(zl));
+    const double lse = static_cast<double>(m) + std::log(c) + std::log1p(rest / c);
     pl[r] = static_cast<T>(lse);
     if (pt[r] != ignore_index) row_loss[r] = lse - static_cast<double>(x[pt[r]]);
   }
