@@ -58,11 +58,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
       "linear", y, {x, w, b},
       [xs = w.requires_grad() ? autograd::saved(x) : Tensor(), ws = autograd::saved(w)](const Tensor& g,
                                                                                        autograd::Grads& gi) {
-        const int64_t O = ws.size(0), I = ws.size(1);
-        if (gi.needs(0)) gi.set(0, k::matmul(g, ws));
-        Tensor g2 = k::reshape(g, {-1, O});
-        if (gi.needs(1)) gi.set(1, k::matmul(k::transpose(g2, 0, 1), k::reshape(xs, {-1, I})));
-        if (gi.needs(2)) gi.set(2, k::sum(g2, {0}, false));
+        const int64_t O = ws.size(0);
+        if (gi.needs(0) || gi.needs(1)) {
+          k::LinearGrads d = k::linear_backward(g, xs, ws, gi.needs(0), gi.needs(1));
+          if (gi.needs(0)) gi.set(0, d.x);
+          if (gi.needs(1)) gi.set(1, d.w);
+        }
+        if (gi.needs(2)) gi.set(2, k::sum(k::reshape(g, {-1, O}), {0}, false));
       });
 }
 

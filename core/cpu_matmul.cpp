@@ -328,8 +328,12 @@ void for_slabs(const Slabs& s, const Slab& fn, const Before& before = nullptr) {
 // x^T g) is packed untransposed, [M, K]: for a transposed bf16 source
 // oneDNN 2.6 leaves its brgemm kernels for gemm:jit at half their speed
 // (measured on GPT-256's weight gradients: 158 against ~330 GFLOP/s).
+// packed_a / packed_b: the operand already rounded and packed as this
+// function would (A [M, K]; B in its stored orientation, whole), which it
+// then reads instead of packing A or B again (B only in a cut by rows).
 void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                     int64_t ldb, float* C, int64_t ldc, float beta, const float* bias) {
+                     int64_t ldb, float* C, int64_t ldc, float beta, const float* bias,
+                     const uint16_t* packed_a = nullptr, const uint16_t* packed_b = nullptr) {
   // Rows first: oneDNN 2.6 runs a column slab of N = 128 on its long K
   // (GPT-256's fc2 weight gradient, 256 x 3072 x 128) with gemm:jit too.
   const Slabs s = gemm_slabs(M, N, K, true);
@@ -338,11 +342,13 @@ void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const fl
   thread_local std::vector<uint16_t> bufa, bufb;
   if (bufa.size() < size_t(M * K)) bufa.resize(size_t(M * K));
   if (bufb.size() < size_t(K * N)) bufb.resize(size_t(K * N));
-  uint16_t* pa = bufa.data();
-  uint16_t* pb = bufb.data();
+  uint16_t* pa = packed_a ? const_cast<uint16_t*>(packed_a) : bufa.data();
+  if (!s.by_rows) packed_b = nullptr;  // column slabs pack their own columns of B
+  uint16_t* pb = packed_b ? const_cast<uint16_t*>(packed_b) : bufb.data();
   // The stored [rows, cols] of each operand.
   const int64_t ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
   auto shared = [&](int t, int nt) {
+    if (s.by_rows ? packed_b != nullptr : packed_a != nullptr) return;
     const float* src = s.by_rows ? B : A;
     const int64_t rows = s.by_rows ? rb : ra, cols = s.by_rows ? cb : ca, ld = s.by_rows ? ldb : lda;
     if (!s.by_rows && ta) pack_bf16_t(src, ld, rows * t / nt, rows * (t + 1) / nt, 0, cols, pa, pla);
@@ -351,8 +357,12 @@ void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const fl
   auto slab = [&](int64_t lo, int64_t hi) {
     if (s.by_rows) {
       hi = std::min(hi, M);
-      if (ta) pack_bf16_t(A, lda, 0, K, lo, hi, pa, pla);
-      else pack_bf16(A, lda, lo, hi, 0, K, pa, pla);
+      if (packed_a) {
+      } else if (ta) {
+        pack_bf16_t(A, lda, 0, K, lo, hi, pa, pla);
+      } else {
+        pack_bf16(A, lda, lo, hi, 0, K, pa, pla);
+      }
       dnnl_gemm(false, tb, hi - lo, N, K, true, pa + lo * pla, pla, pb, plb, C + lo * ldc, ldc, beta,
                 bias);
     } else {
@@ -536,6 +546,49 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 // ---- runtime ----
+LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w) {
+  const int64_t O = w.size(0), I = w.size(1);
+  Tensor g2 = reshape(g, {-1, O});
+  const int64_t R = g2.size(0);
+  LinearGrads r;
+  const bool bf16 = need_w && g_bf16.load(std::memory_order_relaxed) && g.dtype() == DType::f32 &&
+                    w.dtype() == DType::f32 && x.dtype() == DType::f32 && 2 * R * O * I >= kBf16MinFlops;
+  if (!bf16) {
+    if (need_x) r.x = matmul(g, w);
+    if (need_w) r.w = matmul(transpose(g2, 0, 1), reshape(x, {-1, I}));
+    return r;
+  }
+  // bf16: dY is rounded and packed once, [R, O], for both products: dX = dY W
+  // reads it as its A, and dW^T = x^T dY as its B (then dW is dW^T
+  // transposed, a small copy). Packing it a second time, transposed, for
+  // dW = dY^T x was a tenth of a GPT's bf16 step.
+  g2 = contiguous(g2);
+  Tensor x2 = reshape(x, {-1, I});
+  if (!blas_layout(R, I, x2.stride(0), x2.stride(1)).ok) x2 = contiguous(x2);
+  const BlasMat mx = blas_layout(R, I, x2.stride(0), x2.stride(1));
+  Tensor wc = contiguous(w);
+  thread_local std::vector<uint16_t> gbuf;
+  if (gbuf.size() < size_t(R * O)) gbuf.resize(size_t(R * O));
+  uint16_t* gb = gbuf.data();
+  const float* pg = g2.data<float>();
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(64, R / 16));
+#pragma omp parallel for schedule(static) if (R * O > kParallelGrain)
+  for (int64_t c = 0; c < chunks; ++c) pack_bf16(pg, O, R * c / chunks, R * (c + 1) / chunks, 0, O, gb, O);
+  if (need_x) {
+    Shape xs = g.shape();
+    xs.back() = I;
+    r.x = Tensor::empty(xs, DType::f32);
+    gemm_split_bf16(false, false, R, I, O, pg, O, wc.data<float>(), I, r.x.data<float>(), I, 0.0f, nullptr, gb);
+  }
+  // dW^T [I, O] = x^T [I, R] dY [R, O]: x is A, read transposed (or as
+  // stored, for a transposed x view).
+  Tensor wt = Tensor::empty({I, O}, DType::f32);
+  gemm_split_bf16(!mx.trans, false, I, O, R, x2.data<float>(), mx.ld, pg, O, wt.data<float>(), O, 0.0f, nullptr,
+                  nullptr, gb);
+  r.w = contiguous(transpose(wt, 0, 1));
+  return r;
+}
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_defined(x, "linear");
   check_defined(w, "linear");

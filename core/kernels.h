@@ -101,6 +101,13 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // x [.., I] w[O, I]^T + b (b [O] or undefined) -> [.., O], as one GEMM over
 // all leading dims with the bias as its starting value.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+// The gradients of y = linear(x, w, b) for dL/dy = g: dx = g w (x's shape)
+// and dw = g^T x ([O, I], leading dims folded into rows), each when asked.
+// Under set_precision(bf16) g is rounded and packed once for both products.
+struct LinearGrads {
+  Tensor x, w;
+};
+LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w);
 
 // ---- 1-D convolution ----
 // x [N, C, T], w [O, C, K], b [O] (optional) -> y [N, O, T'] with

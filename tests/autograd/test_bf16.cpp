@@ -8,8 +8,10 @@
 // lies within (2^-8 + 2^-18 + K 2^-23) (|A| |B|)_ij of the exact one: the
 // bound these tests check, against float64, for the forward products and for
 // the gradients of matmul and linear (each gradient is itself one product).
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "test_util.h"
 
@@ -158,6 +160,24 @@ TEST_CASE("bf16 products are bit-identical on 1 and 2 threads; products below 1 
     set_num_threads(2);
     auto two = matmul(a, b).to_vector<float>();
     CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  }
+  // The Linear backward (dY packed once for dX and dW): GPT-256's fc1 and fc2
+  // shapes and an odd one whose weight gradient is cut by columns.
+  for (auto [R, I, O] : {std::array<int64_t, 3>{3072, 256, 1024}, {3072, 1024, 256}, {700, 40, 300}}) {
+    Tensor x = test::det_tensor({R, I}, 17, -1, 1), w = test::det_tensor({O, I}, 18, -0.3, 0.3);
+    Tensor g = test::det_tensor({R, O}, 19, -1, 1);
+    std::vector<std::vector<float>> got;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      kernel::LinearGrads d = kernel::linear_backward(g, x, w, true, true);
+      got.push_back(d.x.to_vector<float>());
+      got.push_back(d.w.to_vector<float>());
+    }
+    INFO("linear backward R=" << R << " I=" << I << " O=" << O);
+    for (int k : {0, 1}) {
+      REQUIRE(got[k].size() == got[k + 2].size());
+      CHECK(std::memcmp(got[k].data(), got[k + 2].data(), got[k].size() * sizeof(float)) == 0);
+    }
   }
   Tensor a = test::det_tensor({32, 64}, 15, -1, 1), b = test::det_tensor({64, 64}, 16, -1, 1);  // 262k FLOPs
   auto small16 = matmul(a, b).to_vector<float>();
