@@ -65,16 +65,15 @@ void without_signals(const Fn& fn) {
     fn();
     return;
   }
-  const sigset_t all = async_signals();
-  sigset_t old;
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  try {
-    fn();
-  } catch (...) {
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    throw;
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  struct Blocked {  // the thread's mask as it was, put back however fn ends
+    sigset_t old;
+    Blocked() {
+      const sigset_t all = async_signals();
+      pthread_sigmask(SIG_BLOCK, &all, &old);
+    }
+    ~Blocked() { pthread_sigmask(SIG_SETMASK, &old, nullptr); }
+  } blocked;
+  fn();
 }
 
 struct Context {
