@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/kernels.h"
+#include "core/threads.h"
 
 extern "C" {
 // OpenBLAS extensions (declared in its cblas.h on most builds; repeated here
@@ -618,9 +619,11 @@ void set_num_threads(int n) {
   if (n < 1) fail("set_num_threads: expected a thread count >= 1, got {}", n);
   kernel::openblas_single_threaded();
   omp_set_num_threads(n);  // oneDNN uses OpenMP, so this covers it
+  detail::pace_set_cap(n);
 }
 
-int num_threads() { return omp_get_max_threads(); }
+// The count asked for; regions may open with fewer while the cores are busy.
+int num_threads() { return detail::pace_cap(); }
 
 std::string bf16_unsupported_reason() {
   kernel::apply_isa_settings();  // HEED_CPU_ISA first: asking oneDNN its ISA fixes oneDNN's cap

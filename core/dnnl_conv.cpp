@@ -15,11 +15,13 @@
 //   and back by reorder primitives built once and cached with the convolution.
 #include <dnnl.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "core/iter.h"
@@ -28,6 +30,7 @@
 #include "core/runtime.h"
 #include "core/conv_winograd.h"
 #include "core/kernels.h"
+#include "core/threads.h"
 
 namespace heed::kernel {
 
@@ -103,7 +106,8 @@ void ref_backward(const Tensor& gy, const Tensor& x, const Tensor& w, const Conv
 using dnnl::memory;
 // Shape, geometry, bias, whether the activations are channels-last, and
 // whether a ReLU is fused into the forward primitive.
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
+// And the thread count oneDNN builds them for.
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, int>;
 
 // One argument of a primitive: heed's plain layout, the layout the
 // primitive chose, and the reorders between them when they differ.
@@ -147,6 +151,7 @@ struct ConvPrims {
   Arg f_src, f_wei, f_dst;         // forward
   Arg d_ddst, d_wei, d_dsrc;       // backward data
   Arg w_src, w_ddst, w_dwei;       // backward weights
+  memory::desc w_scratch;          // its scratchpad, when built for one thread
 };
 
 struct PrimitiveCache {
@@ -166,14 +171,20 @@ PrimitiveCache& primitive_cache() {
 // take them as they are and only the weights are reordered.
 // relu: the forward primitive applies max(0, .) as a post-op (the backward
 // primitives do not depend on it).
+// threads: the count oneDNN builds them for: heed's (num_threads), or 1 for
+// primitives heed's threads run side by side (their backward-weights
+// primitive then takes a scratchpad per call).
 std::shared_ptr<ConvPrims> prims_for(int64_t N, int64_t C, int64_t L, int64_t O, int64_t K, const Conv1dGeom& g,
-                                     bool bias, bool cl, bool relu = false) {
+                                     bool bias, bool cl, bool relu = false, int threads = 0) {
+  if (threads == 0) threads = num_threads();
   PrimitiveCache& d = primitive_cache();
-  Key key{N, C, L, O, K, g.stride, g.padding, g.dilation, bias, cl, relu};
+  Key key{N, C, L, O, K, g.stride, g.padding, g.dilation, bias, cl, relu, threads};
   std::lock_guard<std::mutex> lock(d.mu);
   auto it = d.cache.find(key);
   if (it != d.cache.end()) return it->second;
 
+  // Built for that count, whatever the adaptive threads do now (core/threads.h).
+  const heed::detail::OmpThreadsFor built_for(threads);
   const int64_t Lo = conv1d_out_length(L, K, g);
   auto p = std::make_shared<ConvPrims>();
   using dt = memory::data_type;
@@ -218,8 +229,11 @@ std::shared_ptr<ConvPrims> prims_for(int64_t N, int64_t C, int64_t L, int64_t O,
                                                               pad_l, pad_r)
                    : dnnl::convolution_backward_weights::desc(alg, src_any, wei_any, dst_any, strides, dil, pad_l,
                                                               pad_r);
-  dnnl::convolution_backward_weights::primitive_desc bw_pd(bw_d, eng, fwd_pd);
+  dnnl::primitive_attr bw_attr;
+  if (threads == 1) bw_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::convolution_backward_weights::primitive_desc bw_pd(bw_d, bw_attr, eng, fwd_pd);
   p->bwd_weights = dnnl::convolution_backward_weights(bw_pd);
+  if (threads == 1) p->w_scratch = bw_pd.scratchpad_desc();
   p->w_src = Arg(p->src, bw_pd.src_desc());
   p->w_ddst = Arg(p->dst, bw_pd.diff_dst_desc());
   p->w_dwei = Arg(p->wei, bw_pd.diff_weights_desc());
@@ -365,14 +379,60 @@ Tensor conv1d_backward_weights(const Tensor& gy_in, const Tensor& x0, const Shap
     ref_backward<double>(gy, x, Tensor::empty(ws, DType::f64), g, nullptr, &gw, gb);
     return gw;
   }
-  auto p = prims_for(x.size(0), x.size(1), x.size(2), ws[0], ws[2], g, gb != nullptr, cl);
-  Tensor xb, gyb, gwb;
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p->w_src.in(x, xb)},
-                                       {DNNL_ARG_DIFF_DST, p->w_ddst.in(gy, gyb)},
-                                       {DNNL_ARG_DIFF_WEIGHTS, p->w_dwei.out(gw, gwb)}};
-  if (gb) args.emplace(DNNL_ARG_DIFF_BIAS, mem(p->bias, *gb));
-  detail::dnnl_run(p->bwd_weights, args);
-  p->w_dwei.finish(gw, gwb);
+  // The gradient sums over the batch, and oneDNN would split that sum
+  // across the threads it was built for, which changes the last bits with
+  // the thread count. heed cuts the batch into chunks by shape alone, runs
+  // each on one thread with a primitive built for one thread, and adds the
+  // chunks' partial gradients in chunk order. Channels-last activations are
+  // sliced where they lie; contiguous ones are copied channels-last first.
+  if (!cl) {
+    x = permute(contiguous(permute(x, {0, 2, 1})), {0, 2, 1});
+    gy = permute(contiguous(permute(gy, {0, 2, 1})), {0, 2, 1});
+  }
+  const int64_t N = x.size(0), wsize = ws[0] * ws[1] * ws[2];
+  // Up to 8 chunks (two threads get four each, four get two), fewer when
+  // the partial gradients would pass 16 MB.
+  const int64_t want = std::max<int64_t>(1, std::min<int64_t>({N, 8, (int64_t(4) << 20) / std::max<int64_t>(wsize, 1)}));
+  const int64_t per = (N + want - 1) / want, chunks = (N + per - 1) / per;
+  struct Chunk {
+    std::shared_ptr<ConvPrims> p;
+    Tensor x, gy, gw, gb, xb, gyb, gwb, scratch;  // *b: the primitive's layouts, when not heed's
+    std::unordered_map<int, memory> args;
+  };
+  std::vector<Chunk> cs(static_cast<size_t>(chunks));
+  for (int64_t i = 0; i < chunks; ++i) {  // primitives, buffers and reorders on this thread
+    Chunk& c = cs[static_cast<size_t>(i)];
+    const int64_t n0 = i * per, n = std::min(per, N - n0);
+    c.p = prims_for(n, x.size(1), x.size(2), ws[0], ws[2], g, gb != nullptr, true, false, 1);
+    c.x = narrow(x, 0, n0, n);
+    c.gy = narrow(gy, 0, n0, n);
+    c.gw = i == 0 ? gw : Tensor::empty(ws);
+    c.scratch = Tensor::empty({std::max<int64_t>(1, int64_t(c.p->w_scratch.get_size() / sizeof(float)))});
+    c.args = {{DNNL_ARG_SRC, c.p->w_src.in(c.x, c.xb)},
+              {DNNL_ARG_DIFF_DST, c.p->w_ddst.in(c.gy, c.gyb)},
+              {DNNL_ARG_DIFF_WEIGHTS, c.p->w_dwei.out(c.gw, c.gwb)},
+              {DNNL_ARG_SCRATCHPAD, mem(c.p->w_scratch, c.scratch)}};
+    if (gb) {
+      c.gb = i == 0 ? *gb : Tensor::empty({ws[0]});
+      c.args.emplace(DNNL_ARG_DIFF_BIAS, mem(c.p->bias, c.gb));
+    }
+  }
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const Chunk& c = cs[static_cast<size_t>(i)];
+    detail::dnnl_run_here(c.p->bwd_weights, c.args);
+  }
+  for (const Chunk& c : cs) c.p->w_dwei.finish(c.gw, c.gwb);
+  // gw (chunk 0's) += chunk 1's, then chunk 2's, ...: the same order on any thread count.
+  auto add_chunks = [&](const Tensor& total, Tensor Chunk::*part, int64_t n) {
+    float* out = total.data<float>();
+    for (int64_t i = 1; i < chunks; ++i) {
+      const float* in = (cs[static_cast<size_t>(i)].*part).data<float>();
+      for (int64_t e = 0; e < n; ++e) out[e] += in[e];
+    }
+  };
+  add_chunks(gw, &Chunk::gw, wsize);
+  if (gb) add_chunks(*gb, &Chunk::gb, ws[0]);
   return gw;
 }
 

@@ -1,6 +1,7 @@
 // core/runtime.h: the process-wide settings of heed's CPU backends.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -10,7 +11,27 @@ namespace heed {
 // shares the pool). Results do not depend on it: every kernel splits work by
 // shape, never by thread count. Throws when n < 1.
 void set_num_threads(int n);
-int num_threads();
+int num_threads();  // the count set (regions may run with fewer: below)
+// Adaptive threads (on by default): while more threads want the cores than
+// there are cores (another training, a sampler, any busy process), the
+// thread that runs heed's ops opens its parallel regions with fewer threads,
+// so that no region waits at a barrier for a thread the kernel has parked.
+// It watches its own wait for a core (the run-queue delay the kernel keeps)
+// every 50 ms of work; waiting more than 10% of the time cuts its count in
+// proportion (to 1 of 2), for 0.5 s, then it tries every thread again for
+// 50 ms (a busy try doubles the hold, up to 8 s). Alone on the machine it
+// never waits and nothing changes. Results do not change either.
+// HEED_ADAPTIVE_THREADS=0 (or off) turns it off at start-up.
+void set_adaptive_threads(bool on);
+bool adaptive_threads();
+// What the adaptive threads did on the calling thread.
+struct ThreadPacing {
+  int threads = 1;              // num_threads()
+  int active = 1;               // the count regions open with now
+  int64_t reductions = 0;       // times the count was cut for a busy machine
+  double reduced_seconds = 0;   // time spent below num_threads()
+};
+ThreadPacing thread_pacing();
 // Makes heed's waiting threads give the cores away quickly (libgomp's spin
 // count, GOMP_SPINCOUNT, 1000 instead of 300,000), so that processes sharing
 // the cores (two trainings, a sampler beside a training) each keep a fair

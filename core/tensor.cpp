@@ -9,6 +9,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/kernels.h"
+#include "core/threads.h"
 
 namespace heed {
 
@@ -78,6 +79,7 @@ void check_dtype(const Tensor& t, DType expected, const char* op) {
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   for (int64_t d : shape)
     if (d < 0) fail("empty: negative size {} in shape {}", d, shape_str(shape));
+  detail::pace_threads();  // every op's output passes here: fewer threads while the cores are busy
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
   impl->shape = shape;

@@ -9,15 +9,24 @@
 // one, and a sampler beside a training run). libgomp reads its settings once,
 // when it is loaded, before main() runs, so the only way to change them from
 // inside a program is to start it again with the variable set.
+#include <fcntl.h>
+#include <omp.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "core/kernels.h"
 #include "core/runtime.h"
+#include "core/threads.h"
 
 namespace heed {
 
@@ -50,6 +59,181 @@ void share_cores() {
   execv("/proc/self/exe", argv.data());
   // exec failed (no /proc?): carry on with libgomp's defaults.
   unsetenv("GOMP_SPINCOUNT");
+}
+
+
+// ---- pacing: fewer threads while the cores are oversubscribed ----
+//
+// A short spin is not enough when two processes each want every core: a
+// parallel region then waits, at every barrier, for a thread the kernel has
+// parked behind the other process's threads, and a 2-thread step slows down
+// 3x instead of the fair 2x (the toy attention model: 18 ms alone, 52-56 ms
+// side by side). The thread that opens heed's parallel regions measures, every
+// 50 ms of its work, how long it waited for a core (the kernel's run-queue
+// delay, /proc/thread-self/schedstat). Waiting more than a tenth of the time
+// means more runnable threads than cores: it opens its regions with fewer
+// threads (OpenMP's thread count for that thread, which oneDNN's and heed's
+// regions follow) for a hold of 0.5 s, then tries every thread again for one
+// tick; a try that finds the cores still busy doubles the hold (to 8 s), a
+// quiet one ends the pacing. Results do not change: every kernel splits its
+// work by shape, never by thread count.
+
+namespace {
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The calling thread's total time waiting for a core, in ns; -1 when the
+// kernel does not say (no schedstat).
+int64_t run_queue_wait_ns() {
+  char buf[128];
+  const int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  unsigned long long on_cpu = 0, waited = 0;
+  if (std::sscanf(buf, "%llu %llu", &on_cpu, &waited) != 2) return -1;
+  return static_cast<int64_t>(waited);
+}
+
+bool env_adaptive() {
+  const char* v = std::getenv("HEED_ADAPTIVE_THREADS");
+  if (!v) return true;
+  const std::string s(v);
+  if (s == "0" || s == "off") return false;
+  if (s == "1" || s == "on") return true;
+  fail("HEED_ADAPTIVE_THREADS: expected 0, 1, off or on, got '{}'", s);
+}
+
+std::atomic<int> g_adaptive{-1};  // -1: not read from the environment yet
+
+struct ThreadPace {
+  bool started = false;
+  bool unavailable = false;
+  detail::Pacer pacer;
+  int64_t next_tick = 0;
+};
+thread_local ThreadPace t_pace;
+
+ThreadPace& pace_state() {
+  ThreadPace& p = t_pace;
+  if (!p.started) {
+    p.started = true;
+    p.pacer.reset(omp_get_max_threads());
+  }
+  return p;
+}
+
+}  // namespace
+
+namespace detail {
+
+void Pacer::reset(int cap) {
+  cap_ = std::max(1, cap);
+  active_ = cap_;
+  have_sample_ = false;
+  hold_ = kMinHold;
+  hold_until_ = 0;
+  probing_ = false;
+}
+
+int Pacer::update(int64_t now, int64_t waited) {
+  if (!have_sample_ || now <= last_now_) {
+    have_sample_ = true;
+    last_now_ = now;
+    last_waited_ = waited;
+    return active_;
+  }
+  const double busy = double(waited - last_waited_) / double(now - last_now_);
+  if (active_ < cap_) reduced_ns_ += now - last_now_;
+  last_now_ = now;
+  last_waited_ = waited;
+  if (active_ == cap_) {
+    if (busy > kBusy && cap_ > 1) {
+      // Fewer threads in proportion to the time lost waiting; at least one.
+      active_ = std::max(1, std::min(cap_ - 1, static_cast<int>(cap_ * (1.0 - busy))));
+      if (probing_) hold_ = std::min(2 * hold_, kMaxHold);
+      hold_until_ = now + hold_;
+      ++reductions_;
+    } else if (probing_) {
+      hold_ = kMinHold;  // every thread again, and the cores are not contended
+    }
+    probing_ = false;
+  } else if (now >= hold_until_) {
+    active_ = cap_;  // try every thread again for one tick
+    probing_ = true;
+  }
+  return active_;
+}
+
+}  // namespace detail
+
+void detail::pace_threads() {
+  ThreadPace& p = t_pace;
+  const int64_t now = now_ns();
+  if (now < p.next_tick) return;
+  p.next_tick = now + kPaceTick;
+  int adaptive = g_adaptive.load(std::memory_order_relaxed);
+  if (adaptive < 0) {
+    adaptive = env_adaptive() ? 1 : 0;
+    g_adaptive.store(adaptive, std::memory_order_relaxed);
+  }
+  if (!adaptive || p.unavailable || omp_in_parallel()) return;
+  ThreadPace& s = pace_state();
+  // OpenMP's count changed behind heed's back (omp_set_num_threads): the
+  // caller's choice becomes the cap.
+  if (omp_get_max_threads() != s.pacer.active()) s.pacer.reset(omp_get_max_threads());
+  const int64_t waited = run_queue_wait_ns();
+  if (waited < 0) {
+    p.unavailable = true;
+    return;
+  }
+  const int before = s.pacer.active();
+  const int after = s.pacer.update(now, waited);
+  if (after != before) omp_set_num_threads(after);
+}
+
+void detail::pace_set_cap(int n) { pace_state().pacer.reset(n); }
+
+detail::OmpThreadsFor::OmpThreadsFor(int n) : saved_(omp_get_max_threads()) {
+  if (n != saved_) omp_set_num_threads(n);
+}
+detail::OmpThreadsFor::~OmpThreadsFor() {
+  if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+}
+
+int detail::pace_cap() { return t_pace.started ? t_pace.pacer.cap() : omp_get_max_threads(); }
+
+void set_adaptive_threads(bool on) {
+  g_adaptive.store(on ? 1 : 0, std::memory_order_relaxed);
+  if (!on && t_pace.started && t_pace.pacer.active() != t_pace.pacer.cap()) {
+    omp_set_num_threads(t_pace.pacer.cap());
+    t_pace.pacer.reset(t_pace.pacer.cap());
+  }
+}
+
+bool adaptive_threads() {
+  int a = g_adaptive.load(std::memory_order_relaxed);
+  if (a < 0) {
+    a = env_adaptive() ? 1 : 0;
+    g_adaptive.store(a, std::memory_order_relaxed);
+  }
+  return a == 1;
+}
+
+ThreadPacing thread_pacing() {
+  const ThreadPace& p = pace_state();
+  ThreadPacing r;
+  r.threads = p.pacer.cap();
+  r.active = p.pacer.active();
+  r.reductions = p.pacer.reductions();
+  r.reduced_seconds = double(p.pacer.reduced_ns()) / 1e9;
+  return r;
 }
 
 }  // namespace heed

@@ -137,3 +137,42 @@ TEST_CASE("conv1d: bad shapes are named") {
   test::check_error([&] { conv1d(Tensor::zeros({1, 3, 2}), Tensor::zeros({4, 3, 5})); },
                     {"conv1d", "too short", "length 2"});
 }
+
+TEST_CASE("conv1d: forward and both backwards give the same bits on 1 and 2 threads (the toy models' layers)") {
+  struct Restore {
+    int before = heed::num_threads();
+    ~Restore() { heed::set_num_threads(before); }
+  } restore;
+  // The toy models' convolutions, channels-last as in the models: 1 -> 64
+  // (oneDNN), 64 -> 64 5-tap (Winograd), 64 -> 64 kernel-1 (oneDNN, the
+  // attention's projections) and 64 -> 1 (one output channel).
+  // Then contiguous activations (oneDNN with its own layouts), a strided
+  // dilated layer, and a batch that does not divide into equal chunks.
+  const Geo geos[] = {{100, 1, 100, 64, 5, 1, 2, 1, true},   {100, 64, 100, 64, 5, 1, 2, 1, true},
+                      {100, 64, 100, 64, 1, 1, 0, 1, true},  {100, 64, 100, 1, 5, 1, 2, 1, true},
+                      {37, 24, 50, 40, 3, 2, 1, 2, true},    {13, 32, 40, 48, 5, 1, 2, 1, false}};
+  for (size_t gi = 0; gi < std::size(geos); ++gi) {
+    const Geo& g = geos[gi];
+    const bool cl = gi < 4;
+    INFO("C=" << g.C << " O=" << g.O << " K=" << g.K << " channels_last=" << cl);
+    std::vector<std::vector<float>> runs[2];
+    for (int threads : {1, 2}) {
+      heed::set_num_threads(threads);
+      Tensor x = test::det_tensor({g.N, g.C, g.T}, 1);
+      if (cl) x = channels_last(x);
+      Tensor w = test::det_tensor({g.O, g.C, g.K}, 2), b = g.bias ? test::det_tensor({g.O}, 3) : Tensor();
+      for (Tensor* t : {&x, &w, &b})
+        if (t->defined()) t->set_requires_grad(true);
+      Tensor y = conv1d(x, w, b, g.stride, g.padding, g.dilation);
+      Tensor gy = test::det_tensor(y.shape(), 4, -1, 1);
+      backward(y, cl ? channels_last(gy) : gy);
+      for (const Tensor& t : {y, x.grad(), w.grad(), b.defined() ? b.grad() : y})
+        runs[threads - 1].push_back(t.to_vector<float>());
+    }
+    const char* names[] = {"output", "input gradient", "weight gradient", "bias gradient"};
+    for (int i = 0; i < 4; ++i) {
+      INFO(std::string(names[i]));
+      CHECK(runs[0][i] == runs[1][i]);
+    }
+  }
+}
