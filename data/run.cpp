@@ -5,10 +5,13 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+
+#include <fmt/format.h>
 
 #include "core/dist.h"
 #include "core/error.h"
@@ -32,14 +35,28 @@ std::string heed_version() { return HEED_VERSION; }
 std::string git_commit() { return HEED_GIT_COMMIT; }
 
 std::string cpu_model() {
+  // Virtual machines often say only "AMD EPYC": the family and model tell
+  // the generation (AMD: family 25 is Zen 3 or, with AVX-512, Zen 4; 26 is Zen 5).
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto p = line.find(':');
-      if (p != std::string::npos) return line.substr(p + 2);
-    }
-  return "unknown";
+  std::string line, name = "unknown", vendor;
+  int family = -1, model = -1;
+  bool avx512 = false;
+  auto value = [](const std::string& l) {
+    const auto p = l.find(':');
+    return p == std::string::npos || p + 2 > l.size() ? std::string() : l.substr(p + 2);
+  };
+  while (std::getline(in, line)) {
+    if (line.empty()) break;  // the first processor is enough
+    if (line.rfind("model name", 0) == 0) name = value(line);
+    else if (line.rfind("vendor_id", 0) == 0) vendor = value(line);
+    else if (line.rfind("cpu family", 0) == 0) family = std::atoi(value(line).c_str());
+    else if (line.rfind("model", 0) == 0 && line.find("name") == std::string::npos) model = std::atoi(value(line).c_str());
+    else if (line.rfind("flags", 0) == 0) avx512 = line.find(" avx512f") != std::string::npos;
+  }
+  if (family < 0) return name;
+  std::string gen;
+  if (vendor == "AuthenticAMD") gen = family == 26 ? ", Zen 5" : family == 25 ? (avx512 ? ", Zen 4" : ", Zen 3") : "";
+  return fmt::format("{} (family {} model {}{})", name, family, model, gen);
 }
 
 std::string default_checkpoint_path(const std::string& out) {
