@@ -6,7 +6,8 @@ Each experiment runs a few steps twice, with --threads 1 and --threads 2,
 and every floating-point dataset of the two HDF5 logs must be equal (the
 wall-clock column of metric rows, and throughput metrics, excepted). This
 is what the README promises for --threads, and what a resume on another
-thread count relies on. Before the convolutions' weight gradients were cut
+thread count relies on. Also in bf16 where the CPU has it, and on the AVX2
+path on an AVX-512 CPU. Before the convolutions' weight gradients were cut
 by shape, shapes and timeseries parted at step 6. Debian's Python runs it
 (h5py, numpy).
 """
@@ -27,7 +28,18 @@ RUNS = [
     ("crossattn", ["--steps", "12"]),
     ("charlm", ["--steps", "12"]),
     ("copy", ["--steps", "12"]),
+    # bf16 products (where the CPU has them): slabs by shape too.
+    ("shapes", ["--train", "800", "--test", "40", "--epochs", "1", "--batch", "100", "--precision", "bf16"]),
+    ("charlm", ["--steps", "12", "--precision", "bf16"]),
 ]
+# On an AVX-512 CPU, the AVX2 code path as well (HEED_CPU_ISA caps heed's
+# kernels and oneDNN's): the toy models' convolutions and a GPT.
+with open("/proc/cpuinfo") as f:
+    AVX512 = " avx512f" in f.read()
+if AVX512 and "HEED_CPU_ISA" not in os.environ:
+    RUNS += [("shapes", ["--train", "800", "--test", "40", "--epochs", "1", "--batch", "100"], "avx2"),
+             ("charlm", ["--steps", "12"], "avx2")]
+RUNS = [r if len(r) == 3 else (*r, None) for r in RUNS]
 SKIP = ("tokens_per_second", "step_seconds", "samples_per_second")
 
 
@@ -53,12 +65,17 @@ def numbers(ds):
 
 
 failures = []
-for name, args in RUNS:
+for i, (name, args, isa) in enumerate(RUNS):
     logs = []
+    label = name + (" bf16" if "bf16" in args else "") + (f" HEED_CPU_ISA={isa}" if isa else "")
+    env = dict(os.environ, HEED_CPU_ISA=isa) if isa else None
     for threads in ("1", "2"):
-        out = os.path.join(TMP, f"{name}{threads}.h5")
+        out = os.path.join(TMP, f"{i}-{name}{threads}.h5")
         r = subprocess.run([HEED, "run", name, *args, "--threads", threads, "--out", out],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        if r.returncode != 0 and "bf16" in args and "bf16 needs a CPU with" in r.stdout:
+            print(f"{label}: not run, this CPU has no native bf16 ({r.stdout.strip().splitlines()[-1][:120]})")
+            break
         if r.returncode != 0:
             failures.append(f"{name} --threads {threads} exited {r.returncode}:\n{r.stdout[-2000:]}")
             break
@@ -74,17 +91,17 @@ for name, args in RUNS:
             if x is None:
                 continue
             if path not in b:
-                failures.append(f"{name}: {path} is in the 1-thread log only")
+                failures.append(f"{label}: {path} is in the 1-thread log only")
                 continue
             y = numbers(b[path])
             compared += 1
             if x.shape != y.shape or not np.array_equal(x, y, equal_nan=True):
                 diff = "shapes " + str(x.shape) + " vs " + str(y.shape) if x.shape != y.shape else \
                     f"max difference {np.nanmax(np.abs(x - y)):.3g}"
-                failures.append(f"{name}: {path} differs between 1 and 2 threads ({diff})")
+                failures.append(f"{label}: {path} differs between 1 and 2 threads ({diff})")
         if compared < 3:
-            failures.append(f"{name}: only {compared} datasets compared; the logs' layout changed?")
-        print(f"{name}: {compared} datasets compared")
+            failures.append(f"{label}: only {compared} datasets compared; the logs' layout changed?")
+        print(f"{label}: {compared} datasets compared")
 
 shutil.rmtree(TMP, ignore_errors=True)
 if failures:
