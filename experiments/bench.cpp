@@ -423,9 +423,10 @@ int run_data_parallel(const std::string& only, int64_t warmup, int64_t steps) {
 
 // ---- under load: processes sharing the cores ----
 //
-// `--load`: the same programs alone and side by side, once with libgomp's
-// default spin-wait and once with heed's (share_cores), each a child process
-// of this one with GOMP_SPINCOUNT set for it. The children are this program
+// `--load`: the same programs alone and side by side, with libgomp's default
+// spin-wait, heed's (share_cores) with fixed threads, and heed's with
+// adaptive threads (the default; core/runtime.h), each a child process
+// of this one with GOMP_SPINCOUNT and HEED_ADAPTIVE_THREADS set for it. The children are this program
 // in an internal mode (--load-worker): "train:<workload>" prints one line per
 // step, "sample" times generating characters from a charlm-sized GPT.
 
@@ -710,7 +711,8 @@ int run_bench(const std::vector<std::string>& args) {
       .text("dp-worker", &dp_worker, "(internal) the mpirun side of --data-parallel for this workload")
       .flag("load", &load,
             "instead: processes sharing the cores: toy-attention and gpt-128 alone and two at once, and a sampler "
-            "alone and beside a training run, with libgomp's default spin-wait and with heed's")
+            "alone and beside a training run, with libgomp's default spin-wait, heed's short spin, and heed's short spin "
+            "with adaptive threads (the default)")
       .integer("sample-chars", &sample_chars, "--load: characters the sampler generates", 1)
       .text("load-worker", &load_worker, "(internal) a child process of --load");
   if (!a.parse(args)) return 0;
