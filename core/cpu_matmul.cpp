@@ -677,10 +677,11 @@ std::string backend_info() {
                                                       ? fmt::format(" (capped; CPU has {})", heed::cpu_isa_name(heed::cpu_isa_max()))
                                                       : std::string());
   return fmt::format(
-      "OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={} isa={}; OpenMP threads={}; heed isa={}; conv1d 5-tap: "
-      "{}; float32 products: {}",
-      openblas_get_config(), mode, v->major, v->minor, v->patch, rt, kernel::onednn_isa_name(), omp_get_max_threads(),
-      isa, conv, precision() == Precision::bf16 ? "bf16 operands, float32 accumulation" : "float32");
+      "OpenBLAS [{}] threading={}; oneDNN {}.{}.{} threading={} isa={}; OpenMP threads={} (adaptive {}); heed isa={}; "
+      "conv1d 5-tap: {}; float32 products: {}",
+      openblas_get_config(), mode, v->major, v->minor, v->patch, rt, kernel::onednn_isa_name(), num_threads(),
+      adaptive_threads() ? "on" : "off", isa, conv,
+      precision() == Precision::bf16 ? "bf16 operands, float32 accumulation" : "float32");
 }
 
 }  // namespace heed

@@ -146,3 +146,22 @@ TEST_CASE("HEED_CPU_ISA is applied to heed's kernels and oneDNN's, and a bad val
   CHECK(has(r.out, "'avx3'"));
   CHECK(has(r.out, "baseline|avx2|avx512"));
 }
+
+TEST_CASE("HEED_ADAPTIVE_THREADS turns the adaptive threads off or on, and a bad value is refused naming it") {
+  Run r = run_cli("info");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(has(r.out, "(adaptive on)"));  // the default
+  r = run_cli("info", "HEED_ADAPTIVE_THREADS=0");
+  REQUIRE(r.status == 0);
+  CHECK(has(r.out, "(adaptive off)"));
+  r = run_cli("info", "HEED_ADAPTIVE_THREADS=off");
+  CHECK(has(r.out, "(adaptive off)"));
+  r = run_cli("info", "HEED_ADAPTIVE_THREADS=on");
+  CHECK(has(r.out, "(adaptive on)"));
+  r = run_cli("info", "HEED_ADAPTIVE_THREADS=maybe");
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "HEED_ADAPTIVE_THREADS"));
+  CHECK(has(r.out, "'maybe'"));
+  CHECK(has(r.out, "0, 1, off or on"));
+}
