@@ -61,7 +61,6 @@ void share_cores() {
   unsetenv("GOMP_SPINCOUNT");
 }
 
-
 // ---- pacing: fewer threads while the cores are oversubscribed ----
 //
 // A short spin is not enough when two processes each want every core: a
@@ -178,12 +177,7 @@ void detail::pace_threads() {
   const int64_t now = now_ns();
   if (now < p.next_tick) return;
   p.next_tick = now + kPaceTick;
-  int adaptive = g_adaptive.load(std::memory_order_relaxed);
-  if (adaptive < 0) {
-    adaptive = env_adaptive() ? 1 : 0;
-    g_adaptive.store(adaptive, std::memory_order_relaxed);
-  }
-  if (!adaptive || p.unavailable || omp_in_parallel()) return;
+  if (!adaptive_threads() || p.unavailable || omp_in_parallel()) return;
   ThreadPace& s = pace_state();
   // OpenMP's count changed behind heed's back (omp_set_num_threads): the
   // caller's choice becomes the cap.
@@ -219,9 +213,10 @@ void set_adaptive_threads(bool on) {
 
 bool adaptive_threads() {
   int a = g_adaptive.load(std::memory_order_relaxed);
-  if (a < 0) {
-    a = env_adaptive() ? 1 : 0;
-    g_adaptive.store(a, std::memory_order_relaxed);
+  if (a < 0) {  // first use: HEED_ADAPTIVE_THREADS, unless set_adaptive_threads came first
+    int from_env = env_adaptive() ? 1 : 0;
+    g_adaptive.compare_exchange_strong(a, from_env, std::memory_order_relaxed);
+    a = g_adaptive.load(std::memory_order_relaxed);
   }
   return a == 1;
 }
