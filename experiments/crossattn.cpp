@@ -68,7 +68,7 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
           "blocks over them first, none by default); the model draws the signal. Logs the test MSE,\n"
           "the cross-attention maps and, per layer, the attention each position inside a shape puts on\n"
           "the three tokens of that shape, against attention spread evenly.",
-          RunOptions("runs/crossattn.h5").steps(2000).checkpoint_every(500).threads(1).progress_seconds(2));
+          RunOptions("runs/crossattn.h5").steps(2000).checkpoint_every(500).progress_seconds(2));
   run.args()
       .integer("batch", &c.batch, "samples per step", 1)
       .real("lr", &c.lr, "Adam learning rate", 0.0, 1e300, true)

@@ -109,7 +109,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
           "predict the next clean value at every position. Logs both test MSEs, the attention maps, and\n"
           "how much of each query's attention falls within --window steps of the same phase in earlier\n"
           "cycles, against attention spread evenly.",
-          RunOptions("runs/timeseries.h5").steps(2000).checkpoint_every(500).threads(1).progress_seconds(2));
+          RunOptions("runs/timeseries.h5").steps(2000).checkpoint_every(500).progress_seconds(2));
   run.args()
       .choice("model", &c.model, {"attention", "cnn", "both"}, "which model(s) to train")
       .integer("batch", &c.batch, "signals per step", 1)
