@@ -62,8 +62,6 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
           "gradient it passes back, for d_k = 4 .. --dk-max, scaled and unscaled. Part 2: the copy\n"
           "task (heed run copy) with one head of width --dim, trained scaled and unscaled from the\n"
           "same weights and batches, for --seeds seeds: loss and accuracy side by side.",
-          // One thread by default: the steps are milliseconds long, and a second
-          // OpenMP thread waiting on a busy core made them several times slower.
           RunOptions("runs/scaling.h5").steps(400).checkpoint_every(100).progress_seconds(2));
   run.args()
       .integer("dk-max", &s.dk_max, "largest d_k of part 1 (powers of two from 4)", 4, 1 << 16)
