@@ -17,9 +17,9 @@ int num_threads();  // the count set (regions may run with fewer: below)
 // thread that runs heed's ops opens its parallel regions with fewer threads,
 // so that no region waits at a barrier for a thread the kernel has parked.
 // It watches its own wait for a core (the run-queue delay the kernel keeps)
-// every 50 ms of work; waiting more than 10% of the time cuts its count in
-// proportion (to 1 of 2), for 0.5 s, then it tries every thread again for
-// 50 ms (a busy try doubles the hold, up to 8 s). Alone on the machine it
+// every 50 ms of work; waiting more than 10% of the time, twice in a row,
+// cuts its count in proportion (to 1 of 2), for 0.5 s, then it tries every
+// thread again for 50 ms (a busy try doubles the hold, up to 8 s). Alone on the machine it
 // never waits and nothing changes. Results do not change either.
 // HEED_ADAPTIVE_THREADS=0 (or off) turns it off at start-up.
 void set_adaptive_threads(bool on);

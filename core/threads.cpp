@@ -74,7 +74,8 @@ void share_cores() {
 // threads (OpenMP's thread count for that thread, which oneDNN's and heed's
 // regions follow) for a hold of 0.5 s, then tries every thread again for one
 // tick; a try that finds the cores still busy doubles the hold (to 8 s), a
-// quiet one ends the pacing. Results do not change: every kernel splits its
+// quiet one ends the pacing. Two busy ticks in a row start it: a burst
+// shorter than that passes. Results do not change: every kernel splits its
 // work by shape, never by thread count.
 
 namespace {
@@ -139,6 +140,7 @@ void Pacer::reset(int cap) {
   hold_ = kMinHold;
   hold_until_ = 0;
   probing_ = false;
+  busy_ticks_ = 0;
 }
 
 int Pacer::update(int64_t now, int64_t waited) {
@@ -153,7 +155,12 @@ int Pacer::update(int64_t now, int64_t waited) {
   last_now_ = now;
   last_waited_ = waited;
   if (active_ == cap_) {
-    if (busy > kBusy && cap_ > 1) {
+    // A busy tick counts only in a row of kBusyTicks (a try counts at once):
+    // a burst of a few tens of ms (the kernel tidying up after a process
+    // that exited, say) is no reason to halve the next half second.
+    busy_ticks_ = busy > kBusy ? busy_ticks_ + 1 : 0;
+    if (busy_ticks_ >= (probing_ ? 1 : kBusyTicks) && cap_ > 1) {
+      busy_ticks_ = 0;
       // Fewer threads in proportion to the time lost waiting; at least one.
       active_ = std::max(1, std::min(cap_ - 1, static_cast<int>(cap_ * (1.0 - busy))));
       if (probing_) hold_ = std::min(2 * hold_, kMaxHold);

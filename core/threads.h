@@ -14,6 +14,7 @@ constexpr int64_t kPaceTick = 50'000'000;  // ns
 class Pacer {
  public:
   static constexpr double kBusy = 0.10;                 // waited above this share of the time: the cores are busy
+  static constexpr int kBusyTicks = 2;                  // busy ticks in a row before the count is cut
   static constexpr int64_t kMinHold = 500'000'000;      // ns with fewer threads before trying every thread again
   static constexpr int64_t kMaxHold = 8'000'000'000;    // the longest hold (it doubles on each busy try)
 
@@ -28,6 +29,7 @@ class Pacer {
  private:
   int cap_ = 1, active_ = 1;
   bool have_sample_ = false, probing_ = false;
+  int busy_ticks_ = 0;
   int64_t last_now_ = 0, last_waited_ = 0;
   int64_t hold_ = kMinHold, hold_until_ = 0;
   int64_t reductions_ = 0, reduced_ns_ = 0;

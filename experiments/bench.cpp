@@ -165,16 +165,20 @@ double peak_rss_mb() {
 struct Result {
   double median_ms = 0, items_per_s = 0, gflops = 0, rss_mb = 0;
   int64_t allocs_per_step = 0;
+  int64_t paced_steps = 0;  // measured steps that ended on fewer threads than asked (core/runtime.h)
 };
 
 Result measure(Workload& w, int64_t warmup, int64_t steps) {
   for (int64_t i = 0; i < warmup; ++i) w.step();
   alloc::reset_counters();
   std::vector<double> ms;
+  int64_t paced = 0;
   for (int64_t i = 0; i < steps; ++i) {
     Stopwatch sw;
     w.step();
     ms.push_back(1000 * sw.seconds());
+    const heed::ThreadPacing p = heed::thread_pacing();
+    if (p.active < p.threads) ++paced;
   }
   std::sort(ms.begin(), ms.end());
   Result r;
@@ -183,6 +187,7 @@ Result measure(Workload& w, int64_t warmup, int64_t steps) {
   r.gflops = w.flops / (r.median_ms / 1000) / 1e9;
   r.rss_mb = peak_rss_mb();
   r.allocs_per_step = alloc::stats().system_allocs / std::max<int64_t>(steps, 1);
+  r.paced_steps = paced;
   return r;
 }
 
@@ -785,6 +790,7 @@ int run_bench(const std::vector<std::string>& args) {
     return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
   };
   const int64_t nrounds = compare ? rounds : 1;
+  std::map<std::string, int64_t> paced_steps;  // per row, over its rounds
   for (const auto& n : kWorkloads) {
     if (!chosen(n)) continue;
     Workload w = make_workload(n);
@@ -799,6 +805,7 @@ int run_bench(const std::vector<std::string>& args) {
       rows.push_back(row);
       for (int64_t round = 0; round < nrounds; ++round) {
         Result r = measure(w, round == 0 ? warmup : 1, steps);
+        paced_steps[row] += r.paced_steps;
         heed_ms[row].push_back(r.median_ms);
         pct_peak[row].push_back(100 * r.gflops / pk);
         fmt::print("{:<19} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>9.0f} {:>12}", row, r.median_ms,
@@ -812,6 +819,9 @@ int run_bench(const std::vector<std::string>& args) {
             fmt::print("   PyTorch {:.2f} ms: heed {:.2f}x", t[n], t[n] / r.median_ms);
           }
         }
+        // The cores were busy (another process) and heed's adaptive threads
+        // ran some steps on fewer threads: this figure is not the machine's.
+        if (r.paced_steps > 0) fmt::print("   [{} of {} steps on fewer threads: the cores were busy]", r.paced_steps, steps);
         fmt::print("\n");
         std::fflush(stdout);
       }

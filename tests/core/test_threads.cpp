@@ -33,7 +33,7 @@ std::vector<int> run(Pacer& p, int64_t& now, int64_t& waited, double busy, int t
 
 }  // namespace
 
-TEST_CASE("pacing: alone nothing changes; a busy machine halves two threads, holds, tries again, backs off") {
+TEST_CASE("pacing: alone nothing changes; a short burst neither; a busy machine halves two threads, holds, tries again, backs off") {
   Pacer p;
   p.reset(2);
   int64_t now = 1000 * kMs, waited = 0;
@@ -43,7 +43,15 @@ TEST_CASE("pacing: alone nothing changes; a busy machine halves two threads, hol
   CHECK(p.reductions() == 0);
   CHECK(p.reduced_ns() == 0);
 
-  // Busy (waiting half the time): one thread at the next tick, for 0.5 s.
+  // A busy tick alone (a burst) changes nothing, nor do busy ticks that are
+  // not in a row.
+  for (int i = 0; i < 5; ++i) {
+    CHECK(run(p, now, waited, 0.5, 1).back() == 2);
+    CHECK(run(p, now, waited, 0.02, 1).back() == 2);
+  }
+  CHECK(p.reductions() == 0);
+  // Busy twice in a row (waiting half the time): one thread, for 0.5 s.
+  CHECK(run(p, now, waited, 0.5, 1).back() == 2);
   CHECK(run(p, now, waited, 0.5, 1).back() == 1);
   CHECK(p.reductions() == 1);
   auto held = run(p, now, waited, 0.0, 10);  // ticks at 50 .. 500 ms of the hold
@@ -55,7 +63,7 @@ TEST_CASE("pacing: alone nothing changes; a busy machine halves two threads, hol
   held = run(p, now, waited, 0.0, 20);
   for (int i = 0; i < 19; ++i) CHECK(held[i] == 1);
   CHECK(held[19] == 2);
-  // Doubling stops at the longest hold.
+  // Doubling stops at the longest hold (a busy try cuts at once).
   for (int i = 0; i < 10; ++i) {
     run(p, now, waited, 0.5, 1);
     while (p.active() == 1) run(p, now, waited, 0.0, 1);
@@ -73,17 +81,17 @@ TEST_CASE("pacing: the cut is in proportion to the waiting, at least one thread,
   Pacer p;
   p.reset(8);
   p.update(now, waited);
-  CHECK(run(p, now, waited, 0.5, 1).back() == 4);
+  CHECK(run(p, now, waited, 0.5, 2).back() == 4);
   p.reset(8);
   p.update(now, waited);
-  CHECK(run(p, now, waited, 0.95, 1).back() == 1);
+  CHECK(run(p, now, waited, 0.95, 2).back() == 1);
   p.reset(8);
   p.update(now, waited);
-  CHECK(run(p, now, waited, 0.11, 1).back() == 7);
+  CHECK(run(p, now, waited, 0.11, 2).back() == 7);
   const int64_t cuts = p.reductions();
   p.reset(1);
   p.update(now, waited);
-  CHECK(run(p, now, waited, 0.9, 1).back() == 1);  // one thread stays one, and that is no cut
+  CHECK(run(p, now, waited, 0.9, 3).back() == 1);  // one thread stays one, and that is no cut
   CHECK(p.reductions() == cuts);
 }
 
