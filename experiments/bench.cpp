@@ -250,6 +250,10 @@ std::map<std::string, double> run_torch(int64_t threads, int64_t steps, const st
   int rc = pclose(p);
   if (rc != 0 || out.empty())
     fail("bench: the PyTorch peer failed (is python3-torch installed? `apt-get install python3-torch`):\n{}", all);
+  // The kernel goes on tidying up after the peer's exit for a few tens of
+  // ms (measured: ~20 ms of waiting for a core in the next 50 ms); heed's
+  // next round starts after that.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   return out;
 }
 
