@@ -185,17 +185,17 @@ void detail::pace_threads() {
   if (now < p.next_tick) return;
   p.next_tick = now + kPaceTick;
   if (!adaptive_threads() || p.unavailable || omp_in_parallel()) return;
-  ThreadPace& s = pace_state();
+  pace_state();  // started: its cap is the count OpenMP has now
   // OpenMP's count changed behind heed's back (omp_set_num_threads): the
   // caller's choice becomes the cap.
-  if (omp_get_max_threads() != s.pacer.active()) s.pacer.reset(omp_get_max_threads());
+  if (omp_get_max_threads() != p.pacer.active()) p.pacer.reset(omp_get_max_threads());
   const int64_t waited = run_queue_wait_ns();
   if (waited < 0) {
     p.unavailable = true;
     return;
   }
-  const int before = s.pacer.active();
-  const int after = s.pacer.update(now, waited);
+  const int before = p.pacer.active();
+  const int after = p.pacer.update(now, waited);
   if (after != before) omp_set_num_threads(after);
 }
 

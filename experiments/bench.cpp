@@ -475,8 +475,7 @@ int run_load_worker(const std::string& what, int64_t steps) {
   return 0;
 }
 
-// A child process: this program with args, GOMP_SPINCOUNT=spin, its output
-// into a temporary file.
+// A child process: this program with args, its output into a temporary file.
 struct Child {
   pid_t pid = -1;
   std::string out_path;
@@ -599,19 +598,19 @@ int run_load(int64_t threads, int64_t sample_chars) {
   };
   std::map<std::string, double> alone_ms;
   for (const Policy& pol : policies) {
-    const std::string& spin = pol.id;
+    const std::string& id = pol.id;
     const std::string& label = pol.label;
     for (const auto& [w, steps] : trainers) {
       const std::vector<std::string> args{"--load-worker", "train:" + w, "--steps", std::to_string(steps),
                                           "--threads", th};
       auto a = spawn_self(args, pol);
       const double alone = finished_train_ms(*a);
-      alone_ms[spin + w] = alone;
+      alone_ms[id + w] = alone;
       auto p1 = spawn_self(args, pol);
       auto p2 = spawn_self(args, pol);
       const double m1 = finished_train_ms(*p1), m2 = finished_train_ms(*p2);
-      cell(w + " alone", spin, fmt::format("{:.2f} ms", alone));
-      cell(w + " x2 processes", spin,
+      cell(w + " alone", id, fmt::format("{:.2f} ms", alone));
+      cell(w + " x2 processes", id,
            fmt::format("{:.2f} / {:.2f} ms ({:.1f}x)", m1, m2, std::max(m1, m2) / alone));
       fmt::print("  {:<44} {}: alone {:.2f} ms, two at once {:.2f} and {:.2f} ms", label, w, alone, m1, m2);
       if (pol.adaptive)
@@ -647,13 +646,13 @@ int run_load(int64_t threads, int64_t sample_chars) {
     for (auto& [ns, ms] : steps)
       if (ns >= b0 && ns <= b1) during.push_back(ms);
     const double beside_s = double(b1 - b0) / 1e9;
-    cell(fmt::format("sampler {} chars alone", sample_chars), spin, fmt::format("{:.2f} s", alone_s));
-    cell(fmt::format("sampler beside toy-attention training", sample_chars), spin,
+    cell(fmt::format("sampler {} chars alone", sample_chars), id, fmt::format("{:.2f} s", alone_s));
+    cell(fmt::format("sampler beside toy-attention training", sample_chars), id,
          fmt::format("{:.2f} s ({:.1f}x)", beside_s, beside_s / alone_s));
-    cell("  the training meanwhile", spin,
+    cell("  the training meanwhile", id,
          during.empty() ? std::string("no step finished")
                         : fmt::format("{:.2f} ms ({:.1f}x)", median_of(during),
-                                      median_of(during) / alone_ms[spin + "toy-attention"]));
+                                      median_of(during) / alone_ms[id + "toy-attention"]));
     fmt::print("  {:<44} sampler: alone {:.2f} s, beside training {:.2f} s\n", label, alone_s, beside_s);
     std::fflush(stdout);
   }
