@@ -30,17 +30,41 @@ namespace heed {
 namespace autograd {
 
 // Gradients for the inputs of one node, filled by its backward closure.
+//
+// Fusing the sum: when input i feeds several ops, the engine adds their
+// gradients up as they arrive. sum_target(i) hands an op the sum so far when
+// nothing else holds it (contiguous, of input i's shape and dtype), so that
+// the op can add its own gradient into it in place, as part of its kernel
+// (the Linear layer's dX product accumulates into it, beta = 1), and report
+// that with set_summed(i, target). The result is the engine's own sum,
+// target + gradient, without the pass that forms it.
 class Grads {
  public:
-  explicit Grads(const std::vector<bool>& needed) : needed_(needed), grads_(needed.size()) {}
+  explicit Grads(const std::vector<bool>& needed) : needed_(needed), grads_(needed.size()), summed_(needed.size()) {}
   bool needs(size_t i) const { return i < needed_.size() && needed_[i]; }
   void set(size_t i, Tensor g) { grads_.at(i) = std::move(g); }
   const Tensor& get(size_t i) const { return grads_.at(i); }
   size_t size() const { return grads_.size(); }
 
+  // The gradient summed so far for input i, when an op may add into it in
+  // place; undefined otherwise (then set() as usual).
+  Tensor sum_target(size_t i) const;
+  // Input i's gradient is target (from sum_target(i)), with the op's own
+  // gradient added into it.
+  void set_summed(size_t i, Tensor target) {
+    grads_.at(i) = std::move(target);
+    summed_.at(i) = true;
+  }
+  bool summed(size_t i) const { return summed_.at(i); }
+
+  // (engine) Where the sums so far of each input live.
+  void offer_sums(std::vector<const Tensor*> sums) { sums_ = std::move(sums); }
+
  private:
   const std::vector<bool>& needed_;
   std::vector<Tensor> grads_;
+  std::vector<bool> summed_;
+  std::vector<const Tensor*> sums_;
 };
 
 using BackwardFn = std::function<void(const Tensor& grad_out, Grads& grads_in)>;

@@ -247,6 +247,15 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
     std::vector<bool> needed(n->next.size());
     for (size_t i = 0; i < n->next.size(); ++i) needed[i] = n->next[i] != nullptr;
     autograd::Grads gi(needed);
+    {
+      std::vector<const Tensor*> sums(n->next.size(), nullptr);
+      for (size_t i = 0; i < n->next.size(); ++i) {
+        if (!n->next[i]) continue;
+        auto it = pending.find(n->next[i].get());
+        if (it != pending.end()) sums[i] = &it->second;
+      }
+      gi.offer_sums(std::move(sums));
+    }
     if (g.defined() && n->backward) n->backward(g, gi);
 
     for (size_t i = 0; i < n->next.size(); ++i) {
@@ -265,8 +274,10 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
         if (autograd::is_anomaly_enabled())
           autograd::check_finite(gin, fmt::format("the gradient that {} sent to its input {}", n->name, i));
         Tensor& slot = pending[c.get()];
-        // Sum without writing into either operand: both may alias live tensors.
-        slot = slot.defined() ? kernel::binary(kernel::Binary::add, slot, gin) : gin;
+        // Sum without writing into either operand: both may alias live tensors
+        // (an op that summed into the slot itself checked that it may).
+        if (gi.summed(i)) slot = gin;
+        else slot = slot.defined() ? kernel::binary(kernel::Binary::add, slot, gin) : gin;
       }
       if (--deps[c.get()] == 0) ready.push_back(c);
     }
@@ -281,6 +292,20 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
       n->freed = true;
     }
   }
+}
+
+Tensor autograd::Grads::sum_target(size_t i) const {
+  if (i >= sums_.size() || !sums_[i] || summed_.at(i) || !needs(i)) return Tensor();
+  const Tensor& t = *sums_[i];
+  if (!t.defined()) return Tensor();
+  // Held by the engine's sum alone: no other tensor, view or saved copy sees
+  // the add. (The sum of an input always has that input's shape and dtype:
+  // every gradient summed into it was checked against them.)
+  const std::shared_ptr<TensorImpl>& impl = t.impl_ptr();
+  if (impl.use_count() != 1 || impl->storage.use_count() != 1 || impl->offset != 0 || impl->grad_fn ||
+      impl->requires_grad || !t.is_contiguous())
+    return Tensor();
+  return t;
 }
 
 Tensor detach(const Tensor& t) { return autograd::saved(t); }

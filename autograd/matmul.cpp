@@ -60,8 +60,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                                                                                        autograd::Grads& gi) {
         const int64_t O = ws.size(0);
         if (gi.needs(0) || gi.needs(1)) {
-          k::LinearGrads d = k::linear_backward(g, xs, ws, gi.needs(0), gi.needs(1));
-          if (gi.needs(0)) gi.set(0, d.x);
+          // dX goes straight into the sum of x's other gradients when it may.
+          const Tensor sum = gi.sum_target(0);
+          k::LinearGrads d = k::linear_backward(g, xs, ws, gi.needs(0), gi.needs(1), sum);
+          if (gi.needs(0)) {
+            if (sum.defined()) gi.set_summed(0, d.x);
+            else gi.set(0, d.x);
+          }
           if (gi.needs(1)) gi.set(1, d.w);
         }
         if (gi.needs(2)) gi.set(2, k::sum(k::reshape(g, {-1, O}), {0}, false));

@@ -547,15 +547,44 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 // ---- runtime ----
-LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w) {
+namespace {
+// x_sum += g2 [R, O] w [O, I]: the product matmul(g, w) makes, slab for slab,
+// with beta = 1 (each element the product's own value, then added to x_sum's).
+template <class T>
+void data_grad_into(Tensor g2, Tensor w, const Tensor& x_sum) {
+  const int64_t R = g2.size(0), O = g2.size(1), I = w.size(1);
+  if (!blas_layout(R, O, g2.stride(0), g2.stride(1)).ok) g2 = contiguous(g2);
+  if (!blas_layout(O, I, w.stride(0), w.stride(1)).ok) w = contiguous(w);
+  const BlasMat mg = blas_layout(R, O, g2.stride(0), g2.stride(1)), mw = blas_layout(O, I, w.stride(0), w.stride(1));
+  gemm_split<T>(mg.trans, mw.trans, R, I, O, g2.data<T>(), mg.ld, w.data<T>(), mw.ld, x_sum.data<T>(), I, T(1));
+}
+}  // namespace
+
+LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
+                            const Tensor& x_sum) {
   const int64_t O = w.size(0), I = w.size(1);
   Tensor g2 = reshape(g, {-1, O});
   const int64_t R = g2.size(0);
   LinearGrads r;
+  // x_sum: contiguous, x's shape and dtype (autograd::Grads::sum_target).
+  const bool into = need_x && x_sum.defined() && R > 0 && O > 0;
+  if (x_sum.defined()) {
+    Shape xs = g.shape();
+    xs.back() = I;
+    if (x_sum.shape() != xs || x_sum.dtype() != g.dtype() || !x_sum.is_contiguous())
+      fail("linear backward: the gradient sum to add dX into is {} {}, expected contiguous {} {}",
+           shape_str(x_sum.shape()), dtype_name(x_sum.dtype()), shape_str(xs), dtype_name(g.dtype()));
+  }
   const bool bf16 = need_w && g_bf16.load(std::memory_order_relaxed) && g.dtype() == DType::f32 &&
                     w.dtype() == DType::f32 && x.dtype() == DType::f32 && 2 * R * O * I >= kBf16MinFlops;
   if (!bf16) {
-    if (need_x) r.x = matmul(g, w);
+    if (into) {
+      if (g.dtype() == DType::f64) data_grad_into<double>(g2, w, x_sum);
+      else data_grad_into<float>(g2, w, x_sum);
+      r.x = x_sum;
+    } else if (need_x) {
+      r.x = matmul(g, w);
+    }
     if (need_w) r.w = matmul(transpose(g2, 0, 1), reshape(x, {-1, I}));
     return r;
   }
@@ -576,10 +605,15 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
 #pragma omp parallel for schedule(static) if (R * O > kParallelGrain)
   for (int64_t c = 0; c < chunks; ++c) pack_bf16(pg, O, R * c / chunks, R * (c + 1) / chunks, 0, O, gb, O);
   if (need_x) {
-    Shape xs = g.shape();
-    xs.back() = I;
-    r.x = Tensor::empty(xs, DType::f32);
-    gemm_split_bf16(false, false, R, I, O, pg, O, wc.data<float>(), I, r.x.data<float>(), I, 0.0f, nullptr, gb);
+    if (into) {
+      r.x = x_sum;
+    } else {
+      Shape xs = g.shape();
+      xs.back() = I;
+      r.x = Tensor::empty(xs, DType::f32);
+    }
+    gemm_split_bf16(false, false, R, I, O, pg, O, wc.data<float>(), I, r.x.data<float>(), I, into ? 1.0f : 0.0f,
+                    nullptr, gb);
   }
   // dW^T [I, O] = x^T [I, R] dY [R, O]: x is A, read transposed (or as
   // stored, for a transposed x view).

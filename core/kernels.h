@@ -107,7 +107,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 struct LinearGrads {
   Tensor x, w;
 };
-LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w);
+// With x_sum (contiguous, x's shape), dx is added into it in place (beta = 1:
+// each element x_sum + (g w), as adding the separate product would give) and
+// returned as .x: autograd's fused gradient sum (autograd::Grads::sum_target).
+LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
+                            const Tensor& x_sum = Tensor());
 
 // ---- 1-D convolution ----
 // x [N, C, T], w [O, C, K], b [O] (optional) -> y [N, O, T'] with

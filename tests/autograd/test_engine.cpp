@@ -357,3 +357,55 @@ TEST_CASE("the op profiler sums forward and backward time per op and output shap
   autograd::set_profiling(false);
   CHECK(autograd::profile_results().empty());
 }
+
+// ---- fused gradient sums (autograd::Grads::sum_target) ----
+namespace {
+// h feeds two Linear layers; its gradient, summed by the engine, must be the
+// bits of the two products added (one sum: the same in either order).
+void check_linear_sum(int64_t rows, int64_t in, int64_t out, uint64_t seed) {
+  Tensor h = test::det_tensor({rows, in}, seed).to(DType::f32);
+  h.set_requires_grad(true);
+  Tensor w1 = test::det_tensor({out, in}, seed + 1).to(DType::f32);
+  Tensor w2 = test::det_tensor({out, in}, seed + 2).to(DType::f32);
+  Tensor up = test::det_tensor({rows, out}, seed + 3).to(DType::f32);
+  backward(linear(h, w1) + linear(h, w2), up);
+  const Tensor expect = kernel::binary(kernel::Binary::add, kernel::matmul(up, w1), kernel::matmul(up, w2));
+  CHECK(h.grad().to_vector<float>() == expect.to_vector<float>());
+  CHECK(up.to_vector<double>() == test::det_tensor({rows, out}, seed + 3).to(DType::f32).to_vector<double>());
+}
+}  // namespace
+
+TEST_CASE("a Linear adds its input gradient into the sum so far with the bits of a separate add") {
+  check_linear_sum(96, 128, 128, 11);  // 3 MFLOP: oneDNN's product, beta = 1
+  check_linear_sum(7, 5, 3, 12);       // tiny: OpenBLAS's
+  if (test::bf16_here()) {
+    set_precision(Precision::bf16);
+    try {
+      check_linear_sum(96, 128, 128, 13);
+    } catch (...) {
+      set_precision(Precision::f32);
+      throw;
+    }
+    set_precision(Precision::f32);
+  }
+}
+
+TEST_CASE("a gradient sum that another tensor sees is never written into") {
+  // add passes `up` itself to h's sum; the Linear must not add into it.
+  Tensor h = test::det_tensor({32, 64}, 21).to(DType::f32);
+  h.set_requires_grad(true);
+  Tensor w = test::det_tensor({64, 64}, 22).to(DType::f32);
+  Tensor up = test::det_tensor({32, 64}, 23).to(DType::f32);
+  const std::vector<float> up0 = up.to_vector<float>();
+  backward(h + linear(h, w), up);
+  CHECK(up.to_vector<float>() == up0);
+  const Tensor expect = kernel::binary(kernel::Binary::add, up, kernel::matmul(up, w));
+  CHECK(h.grad().to_vector<float>() == expect.to_vector<float>());
+  // A leaf's .grad from an earlier backward is not a sum in flight either.
+  const std::vector<float> g1 = h.grad().to_vector<float>();
+  backward(linear(h, w) + linear(h, w), up);
+  const Tensor d = kernel::matmul(up, w);
+  const Tensor expect2 = kernel::binary(kernel::Binary::add, Tensor::from_f64(std::vector<double>(g1.begin(), g1.end()), {32, 64}).to(DType::f32),
+                                        kernel::binary(kernel::Binary::add, d, d));
+  CHECK(h.grad().to_vector<float>() == expect2.to_vector<float>());
+}
