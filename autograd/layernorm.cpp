@@ -26,8 +26,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
       "layer_norm", r.y, {x, weight, bias},
       [xs = autograd::saved(x), ws = autograd::saved(w), mean = r.mean, var = r.var, eps](const Tensor& g,
                                                                                          autograd::Grads& gi) {
-        k::LayerNormGrads gr = k::layer_norm_backward(g, xs, ws, mean, var, eps);
-        if (gi.needs(0)) gi.set(0, gr.x);
+        // dx goes straight into the sum of x's other gradients (the residual
+        // stream's) when it may.
+        const Tensor sum = gi.sum_target(0);
+        k::LayerNormGrads gr = k::layer_norm_backward(g, xs, ws, mean, var, eps, sum);
+        if (gi.needs(0)) {
+          if (sum.defined()) gi.set_summed(0, gr.x);
+          else gi.set(0, gr.x);
+        }
         if (gi.needs(1)) gi.set(1, gr.w);
         if (gi.needs(2)) gi.set(2, gr.b);
       });

@@ -73,20 +73,26 @@ void loop_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* var, int
 // then added in block order.
 constexpr int64_t kRowBlock = 64;
 
+// gx: the input gradient, written; or, with sum, added into sum (then gx
+// is unused). A row's gradient is made in a row buffer first and added after:
+// each element is sum + gx, rounded as a separate add would round it (written
+// as one expression, the compiler could fuse rstd * (..) + sum into one FMA).
 template <class T>
 void loop_backward(const T* gy, const T* x, const T* w, const T* mean, const T* var, T* gx, T* gw, T* gb, int64_t R,
-                   int64_t D, double eps) {
+                   int64_t D, double eps, T* sum = nullptr) {
   const int64_t blocks = (R + kRowBlock - 1) / kRowBlock;
   std::vector<T> pw(static_cast<size_t>(blocks * D), T(0)), pb(static_cast<size_t>(blocks * D), T(0));  // [blocks, D]
 #pragma omp parallel for schedule(static) if (R * D > kParallelGrain)
   for (int64_t blk = 0; blk < blocks; ++blk) {
+    thread_local std::vector<T> row;
+    if (sum && static_cast<int64_t>(row.size()) < D) row.resize(static_cast<size_t>(D));
     T* pwb = pw.data() + blk * D;
     T* pbb = pb.data() + blk * D;
     const int64_t r1 = std::min(R, (blk + 1) * kRowBlock);
     for (int64_t r = blk * kRowBlock; r < r1; ++r) {
       const T* xr = x + r * D;
       const T* gr = gy + r * D;
-      T* gxr = gx + r * D;
+      T* gxr = sum ? row.data() : gx + r * D;
       const T m = mean[r];
       const T rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var[r]) + eps));
       // sum_d dn and sum_d dn * xhat, in kLanes partial sums (core/lanes.h):
@@ -115,6 +121,10 @@ void loop_backward(const T* gy, const T* x, const T* w, const T* mean, const T* 
       for (int64_t d = 0; d < D; ++d) {
         const T xhat = (xr[d] - m) * rstd;
         gxr[d] = rstd * (gr[d] * w[d] - s_dn - xhat * s_dnx);
+      }
+      if (sum) {
+        T* sr = sum + r * D;
+        for (int64_t d = 0; d < D; ++d) sr[d] += gxr[d];
       }
     }
   }
@@ -148,7 +158,7 @@ LayerNormResult layer_norm_forward(const Tensor& x0, const Tensor& w0, const Ten
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& gy0, const Tensor& x0, const Tensor& w0, const Tensor& mean0,
-                                   const Tensor& var0, double eps) {
+                                   const Tensor& var0, double eps, const Tensor& x_sum) {
   check_ln(x0, w0, w0, eps);
   check_defined(gy0, "layer_norm backward");
   if (gy0.shape() != x0.shape() || gy0.dtype() != x0.dtype())
@@ -160,15 +170,23 @@ LayerNormGrads layer_norm_backward(const Tensor& gy0, const Tensor& x0, const Te
   if (mean.shape() != Shape{R} || var.shape() != Shape{R})
     fail("layer_norm backward: expected saved statistics of shape [{}], got {} and {}", R, shape_str(mean.shape()),
          shape_str(var.shape()));
-  LayerNormGrads g{Tensor::empty(x.shape(), x.dtype()), Tensor::zeros({D}, x.dtype()), Tensor::zeros({D}, x.dtype())};
+  const bool into = x_sum.defined();
+  if (into && (x_sum.shape() != x.shape() || x_sum.dtype() != x.dtype() || !x_sum.is_contiguous()))
+    fail("layer_norm backward: the gradient sum to add dx into is {} {}, expected contiguous {} {}",
+         shape_str(x_sum.shape()), dtype_name(x_sum.dtype()), shape_str(x.shape()), dtype_name(x.dtype()));
+  LayerNormGrads g{into ? x_sum : Tensor::empty(x.shape(), x.dtype()), Tensor::zeros({D}, x.dtype()),
+                   Tensor::zeros({D}, x.dtype())};
   if (R == 0) return g;
   if (x.dtype() == DType::f64) {
+    double* gx = g.x.data<double>();
     loop_backward<double>(gy.data<double>(), x.data<double>(), w.data<double>(), mean.data<double>(),
-                          var.data<double>(), g.x.data<double>(), g.w.data<double>(), g.b.data<double>(), R, D, eps);
+                          var.data<double>(), gx, g.w.data<double>(), g.b.data<double>(), R, D, eps,
+                          into ? gx : nullptr);
     return g;
   }
-  loop_backward<float>(gy.data<float>(), x.data<float>(), w.data<float>(), mean.data<float>(), var.data<float>(),
-                       g.x.data<float>(), g.w.data<float>(), g.b.data<float>(), R, D, eps);
+  float* gx = g.x.data<float>();
+  loop_backward<float>(gy.data<float>(), x.data<float>(), w.data<float>(), mean.data<float>(), var.data<float>(), gx,
+                       g.w.data<float>(), g.b.data<float>(), R, D, eps, into ? gx : nullptr);
   return g;
 }
 

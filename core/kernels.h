@@ -171,8 +171,11 @@ struct LayerNormGrads {
   Tensor b;  // dL/db [D]
 };
 // All three gradients from gy [.., D] and what the forward saved.
+// With x_sum (contiguous, x's shape and dtype), dL/dx is added into it in
+// place, row by row as each row's gradient is made (each element x_sum + dx,
+// as adding the separate gradient would give), and returned as .x.
 LayerNormGrads layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                   const Tensor& var, double eps);
+                                   const Tensor& var, double eps, const Tensor& x_sum = Tensor());
 
 // ---- softmax family (over one dim) ----
 Tensor softmax(const Tensor& x, int64_t dim);

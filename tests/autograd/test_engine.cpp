@@ -409,3 +409,19 @@ TEST_CASE("a gradient sum that another tensor sees is never written into") {
                                         kernel::binary(kernel::Binary::add, d, d));
   CHECK(h.grad().to_vector<float>() == expect2.to_vector<float>());
 }
+
+TEST_CASE("LayerNorm adds its input gradient into the sum so far with the bits of a separate add") {
+  for (const int64_t D : {128, 37}) {
+    Tensor h = test::det_tensor({64, D}, 31).to(DType::f32);
+    h.set_requires_grad(true);
+    Tensor w = test::det_tensor({D}, 32).to(DType::f32), b = test::det_tensor({D}, 33).to(DType::f32);
+    Tensor up = test::det_tensor({64, D}, 34).to(DType::f32);
+    // The residual stream's pattern: h reaches the output through the norm
+    // and around it.
+    backward(layer_norm(h, w, b, 1e-5) + h * 2.0, up);
+    kernel::LayerNormResult f = kernel::layer_norm_forward(h, w, b, 1e-5);
+    kernel::LayerNormGrads gr = kernel::layer_norm_backward(up, h, w, f.mean, f.var, 1e-5);
+    const Tensor expect = kernel::binary(kernel::Binary::add, kernel::binary_scalar(kernel::Binary::mul, up, 2.0), gr.x);
+    CHECK(h.grad().to_vector<float>() == expect.to_vector<float>());
+  }
+}
