@@ -108,6 +108,14 @@ Tensor pow(const Tensor& a, double e) {
 
 // ---- unary activations: one helper, the kernel knows each derivative ----
 static Tensor unary_op(Unary op, const Tensor& a) {
+  // The GELUs make f'(x) in the forward pass, where it shares the erf or tanh
+  // with f(x), and keep it in place of x (the same memory): the backward is
+  // then one multiply instead of a second erf and an exp per element.
+  if (k::unary_has_derivative_pass(op) && a.requires_grad() && autograd::is_grad_enabled()) {
+    Tensor d;
+    Tensor y = k::unary_with_derivative(op, a, d);
+    return record(k::unary_name(op), y, {a}, [d](const Tensor& g, Grads& gi) { gi.set(0, kmul(g, d)); });
+  }
   Tensor y = k::unary(op, a);
   Tensor keep = k::unary_backward_uses_output(op) ? saved(y) : saved(a);
   return record(k::unary_name(op), y, {a},

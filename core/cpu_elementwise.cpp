@@ -197,6 +197,40 @@ constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kInvSqrt2 = 0.7071067811865476;
 constexpr double kInvSqrt2Pi = 0.3989422804014327;   // 1/sqrt(2 pi)
 
+// The GELUs from their shared part: erf(x / sqrt 2) (exact) or tanh(u) (the
+// tanh form), so that f and f' computed together share it and each has the
+// bits it has alone.
+template <class T>
+inline T gelu_erf_arg(T x) {
+  if constexpr (std::is_same_v<T, float>) return fast::erf(x * static_cast<float>(kInvSqrt2));
+  else return std::erf(x * T(kInvSqrt2));
+}
+template <class T>
+inline T gelu_erf_from(T x, T e) {
+  if constexpr (std::is_same_v<T, float>) return 0.5f * x * (1.0f + e);
+  else return T(0.5) * x * (T(1) + e);
+}
+template <class T>
+inline T gelu_erf_derivative_from(T s, T e) {
+  if constexpr (std::is_same_v<T, float>)
+    return 0.5f * (1.0f + e) + s * static_cast<float>(kInvSqrt2Pi) * fast::exp_softmax(-0.5f * s * s);
+  else
+    return T(0.5) * (T(1) + e) + s * T(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s);
+}
+template <class T>
+inline T gelu_tanh_arg(T x) {
+  return std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
+}
+template <class T>
+inline T gelu_tanh_from(T x, T t) {
+  return T(0.5) * x * (T(1) + t);
+}
+template <class T>
+inline T gelu_tanh_derivative_from(T s, T t) {
+  T du = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * s * s);
+  return T(0.5) * (T(1) + t) + T(0.5) * s * (T(1) - t * t) * du;
+}
+
 template <class T>
 inline T apply_unary(Unary op, T x) {
   switch (op) {
@@ -208,12 +242,9 @@ inline T apply_unary(Unary op, T x) {
     case Unary::sigmoid: return T(1) / (T(1) + std::exp(-x));
     case Unary::relu: return x > T(0) ? x : T(0);
     // GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in sec. 2)
-    case Unary::gelu_tanh:
-      return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
+    case Unary::gelu_tanh: return gelu_tanh_from(x, gelu_tanh_arg(x));
     // GELU, exact: x * Phi(x)
-    case Unary::gelu_erf:
-      if constexpr (std::is_same_v<T, float>) return 0.5f * x * (1.0f + fast::erf(x * static_cast<float>(kInvSqrt2)));
-      else return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+    case Unary::gelu_erf: return gelu_erf_from(x, gelu_erf_arg(x));
     // SiLU (Elfwing et al. 2017; Ramachandran et al.'s swish): x sigmoid(x) =
     // x / (1 + e^-x). float32 on fast::exp so the loop vectorises; below
     // x = -88.7 e^-x is inf and y the limit, -0.
@@ -229,6 +260,18 @@ inline T apply_unary(Unary op, T x) {
   return x;
 }
 
+// f'(x) of the ops whose backward is g * f'(x) and whose forward can make
+// f'(x) in the same pass (unary_with_derivative): the GELUs. apply_unary_grad
+// multiplies g by this very value, so g * f'(x) from either has the same bits.
+template <class T>
+inline T apply_unary_derivative(Unary op, T s) {
+  switch (op) {
+    case Unary::gelu_tanh: return gelu_tanh_derivative_from(s, gelu_tanh_arg(s));
+    case Unary::gelu_erf: return gelu_erf_derivative_from(s, gelu_erf_arg(s));
+    default: return T(0);
+  }
+}
+
 // f'(.) times g, from saved = y (uses_output) or x.
 template <class T>
 inline T apply_unary_grad(Unary op, T s, T g) {
@@ -240,18 +283,8 @@ inline T apply_unary_grad(Unary op, T s, T g) {
     case Unary::tanh: return g * (T(1) - s * s);
     case Unary::sigmoid: return g * s * (T(1) - s);
     case Unary::relu: return s > T(0) ? g : T(0);
-    case Unary::gelu_tanh: {
-      T u = T(kSqrt2OverPi) * (s + T(0.044715) * s * s * s);
-      T t = std::tanh(u);
-      T du = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * s * s);
-      return g * (T(0.5) * (T(1) + t) + T(0.5) * s * (T(1) - t * t) * du);
-    }
-    case Unary::gelu_erf:
-      if constexpr (std::is_same_v<T, float>)
-        return g * (0.5f * (1.0f + fast::erf(s * static_cast<float>(kInvSqrt2))) +
-                    s * static_cast<float>(kInvSqrt2Pi) * fast::exp_softmax(-0.5f * s * s));
-      else
-        return g * (T(0.5) * (T(1) + std::erf(s * T(kInvSqrt2))) + s * T(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s));
+    case Unary::gelu_tanh:
+    case Unary::gelu_erf: return g * apply_unary_derivative<T>(op, s);
     // d/dx x sig(x) = sig(x) (1 + x (1 - sig(x))), with sig(x) recomputed from x.
     case Unary::silu: {
       T sg;
@@ -276,6 +309,30 @@ void unary_loop(T* o, const T* x, const int64_t* off, int64_t n, const int64_t* 
     for (int64_t i = 0; i < n; ++i) o[i] = apply_unary<T>(OP, x[i]);
   else
     for (int64_t i = 0; i < n; ++i) o[i * st[0]] = apply_unary<T>(OP, x[i * st[1]]);
+}
+
+// y = f(x) and d = f'(x) together (the GELUs: one erf or tanh for both).
+template <class T, Unary OP>
+void unary_derivative_loop(T* o, T* d, const T* x, const int64_t* off, int64_t n, const int64_t* st) {
+  o += off[0];
+  d += off[1];
+  x += off[2];
+  static_assert(OP == Unary::gelu_erf || OP == Unary::gelu_tanh);
+  auto both = [](T v, T& y, T& dy) {
+    if constexpr (OP == Unary::gelu_erf) {
+      const T e = gelu_erf_arg(v);
+      y = gelu_erf_from(v, e);
+      dy = gelu_erf_derivative_from(v, e);
+    } else {
+      const T t = gelu_tanh_arg(v);
+      y = gelu_tanh_from(v, t);
+      dy = gelu_tanh_derivative_from(v, t);
+    }
+  };
+  if (st[0] == 1 && st[1] == 1 && st[2] == 1)
+    for (int64_t i = 0; i < n; ++i) both(x[i], o[i], d[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) both(x[i * st[2]], o[i * st[0]], d[i * st[1]]);
 }
 
 template <class T, Unary OP>
@@ -340,6 +397,36 @@ Tensor unary(Unary op, const Tensor& x) {
   if (out.numel() == 0) return out;
   auto it = detail::make_iter<2>(x.shape(), {&out.strides(), &x.strides()});
   HEED_DISPATCH_FLOAT(x.dtype(), name, unary_typed<T>(op, out, x, it));
+  return out;
+}
+
+bool unary_has_derivative_pass(Unary op) { return op == Unary::gelu_erf || op == Unary::gelu_tanh; }
+
+Tensor unary_with_derivative(Unary op, const Tensor& x, Tensor& derivative) {
+  const char* name = unary_name(op);
+  check_defined(x, name);
+  if (!unary_has_derivative_pass(op)) fail("{}: no derivative pass for this op (unary_has_derivative_pass)", name);
+  Tensor out = empty_like_dense(x);
+  derivative = empty_like_dense(x);
+  if (out.numel() == 0) return out;
+  auto it = detail::make_iter<3>(x.shape(), {&out.strides(), &derivative.strides(), &x.strides()});
+  auto typed = [&](auto zero) {
+    using T = decltype(zero);
+    T* o = out.data<T>();
+    T* d = derivative.data<T>();
+    const T* px = x.data<T>();
+    if (op == Unary::gelu_erf)
+      detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {
+        unary_derivative_loop<T, Unary::gelu_erf>(o, d, px, off, n, st);
+      });
+    else
+      detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {
+        unary_derivative_loop<T, Unary::gelu_tanh>(o, d, px, off, n, st);
+      });
+  };
+  if (x.dtype() == DType::f64) typed(double{});
+  else if (x.dtype() == DType::f32) typed(float{});
+  else fail("{}: expected a floating-point tensor, got {}", name, dtype_name(x.dtype()));
   return out;
 }
 

@@ -69,6 +69,11 @@ void scale_(const Tensor& dst, double s);
 enum class Unary { neg, exp, log, sqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, silu, abs, square, reciprocal, sin, cos };
 const char* unary_name(Unary op);
 Tensor unary(Unary op, const Tensor& x);
+// y = f(x) and, from the same pass, derivative = f'(x), for the ops whose
+// f'(x) shares f's work (the GELUs: one erf or tanh for both). The backward is
+// then g * f'(x), one multiply, with the bits of unary_backward(op, x, g).
+bool unary_has_derivative_pass(Unary op);
+Tensor unary_with_derivative(Unary op, const Tensor& x, Tensor& derivative);
 // Whether unary_backward wants the op's output y (true) or its input x (false):
 // exp, tanh, sigmoid, sqrt, reciprocal read y; the rest read x.
 bool unary_backward_uses_output(Unary op);

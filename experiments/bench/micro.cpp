@@ -351,6 +351,18 @@ void activation_benchmarks() {
         for (auto _ : st) benchmark::DoNotOptimize(k::unary_backward(op, x, g));
         count_bytes(st, kF32 * 3 * n);
       });
+      if (!k::unary_has_derivative_pass(op)) continue;
+      // What training runs (autograd): f(x) and f'(x) in one pass, then g f'(x).
+      add(fmt::format("{}_forward_with_derivative/{}", name, shape), label, [R, F, n, op](benchmark::State& st) {
+        Tensor x = rnd({R, F}, 1), d;
+        for (auto _ : st) benchmark::DoNotOptimize(k::unary_with_derivative(op, x, d));
+        count_bytes(st, kF32 * 3 * n);
+      });
+      add(fmt::format("{}_backward_from_derivative/{}", name, shape), label, [R, F, n](benchmark::State& st) {
+        Tensor d = rnd({R, F}, 1), g = rnd({R, F}, 2);
+        for (auto _ : st) benchmark::DoNotOptimize(k::binary(k::Binary::mul, g, d));
+        count_bytes(st, kF32 * 3 * n);
+      });
     }
   }
 }

@@ -68,3 +68,24 @@ TEST_CASE("activation(x, a) matches finite differences for every activation (flo
     CHECK(r.ok);
   }
 }
+
+TEST_CASE("the GELUs' training path (f and f' in one pass, then g f') has the bits of the plain kernels") {
+  // Values across the erf's and the exponential's ranges, tails included.
+  Tensor x = test::det_tensor({64, 129}, 41, -9.0, 9.0).to(DType::f32);
+  Tensor g = test::det_tensor({64, 129}, 42).to(DType::f32);
+  for (const auto op : {kernel::Unary::gelu_erf, kernel::Unary::gelu_tanh}) {
+    CAPTURE(kernel::unary_name(op));
+    Tensor d;
+    const Tensor y = kernel::unary_with_derivative(op, x, d);
+    CHECK(y.to_vector<float>() == kernel::unary(op, x).to_vector<float>());
+    CHECK(kernel::binary(kernel::Binary::mul, g, d).to_vector<float>() ==
+          kernel::unary_backward(op, x, g).to_vector<float>());
+    // Through autograd: the gradient is g f'(x).
+    Tensor xl = kernel::clone(x);
+    xl.set_requires_grad(true);
+    backward(op == kernel::Unary::gelu_erf ? gelu(xl) : gelu(xl, GeluApprox::tanh), g);
+    CHECK(xl.grad().to_vector<float>() == kernel::unary_backward(op, x, g).to_vector<float>());
+  }
+  CHECK_THROWS_WITH_AS([&] { Tensor d; kernel::unary_with_derivative(kernel::Unary::relu, x, d); }(),
+                       doctest::Contains("no derivative pass"), Error);
+}
