@@ -13,7 +13,9 @@
 // one thread, so results do not depend on the thread count.
 #include "optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "core/kernels.h"
@@ -33,9 +35,9 @@ struct AdamConsts {
   bool l2, decoupled;
 };
 
+// Elements [0, n) of one parameter, on the calling thread.
 template <class T>
-void adam_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamConsts<T> c) {
-#pragma omp parallel for schedule(static) if (n > kernel::kParallelGrain)
+void adam_range(T* p, const T* g, T* m, T* v, int64_t n, const AdamConsts<T>& c) {
   for (int64_t i = 0; i < n; ++i) {
     T pi = p[i];
     T gi = g[i];
@@ -53,6 +55,17 @@ void adam_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamConsts<T> c)
   }
 }
 
+template <class T>
+void adam_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamConsts<T> c) {
+  constexpr int64_t kChunk = 4096;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > kernel::kParallelGrain)
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t a = k * kChunk, b = std::min(n, a + kChunk);
+    adam_range(p + a, g + a, m + a, v + a, b - a, c);
+  }
+}
+
 AdamOptions as_adamw(const AdamWOptions& w) {
   return AdamOptions()
       .lr(w.lr_)
@@ -63,14 +76,13 @@ AdamOptions as_adamw(const AdamWOptions& w) {
 }
 
 template <class T>
-void adam_dispatch(const AdamOptions& o, double lr, int64_t t, const Tensor& p, const Tensor& g, const Tensor& m,
-                   const Tensor& v) {
+AdamConsts<T> adam_consts(const AdamOptions& o, double lr, int64_t t) {
   // In double, as PyTorch's Python floats: beta ** step, lr / bc1, bc2 ** 0.5.
   double step = static_cast<double>(t);
   double bias_correction1 = 1.0 - std::pow(o.beta1_, step);
   double bias_correction2 = 1.0 - std::pow(o.beta2_, step);
   bool wd = o.weight_decay_ != 0;
-  AdamConsts<T> c{static_cast<T>(o.beta1_),
+  return AdamConsts<T>{static_cast<T>(o.beta1_),
                   static_cast<T>(1.0 - o.beta1_),
                   static_cast<T>(o.beta2_),
                   static_cast<T>(1.0 - o.beta2_),
@@ -81,7 +93,12 @@ void adam_dispatch(const AdamOptions& o, double lr, int64_t t, const Tensor& p, 
                   static_cast<T>(o.eps_),
                   wd && !o.decoupled_weight_decay_,
                   wd && o.decoupled_weight_decay_};
-  adam_update<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(), c);
+}
+
+template <class T>
+void adam_dispatch(const AdamOptions& o, double lr, int64_t t, const Tensor& p, const Tensor& g, const Tensor& m,
+                   const Tensor& v) {
+  adam_update<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(), adam_consts<T>(o, lr, t));
 }
 
 }  // namespace
@@ -103,6 +120,46 @@ void Adam::update(size_t i, const Tensor& p, const Tensor& g) {
     adam_dispatch<float>(options_, lr(), param_step(i), p, g, m, v);
   else
     adam_dispatch<double>(options_, lr(), param_step(i), p, g, m, v);
+}
+
+// Every float32 parameter in one parallel region: their elements cut into
+// chunks of kChunk (each parameter's own, never two parameters in one),
+// shared out statically. The model's many small tensors (biases, LayerNorm,
+// 128 x 128 projections) each fell below the grain of a region of their own
+// and ran on one thread. Each element is computed as update() computes it,
+// so the numbers do not change. float64 parameters go one by one.
+void Adam::update_all(const std::vector<size_t>& with_grad) {
+  constexpr int64_t kChunk = 4096;
+  struct Piece {
+    float *p, *m, *v;
+    const float* g;
+    int64_t n;
+    size_t job;
+  };
+  std::vector<AdamConsts<float>> consts;
+  std::vector<Piece> pieces;
+  int64_t total = 0;
+  for (size_t i : with_grad) {
+    const Tensor& p = param(i);
+    if (p.dtype() != DType::f32) {
+      update(i, p, p.grad());
+      continue;
+    }
+    const Tensor g = p.grad();
+    const Tensor &m = param_state(i, "exp_avg"), &v = param_state(i, "exp_avg_sq");
+    consts.push_back(adam_consts<float>(options_, lr(), param_step(i)));
+    const int64_t n = p.numel();
+    for (int64_t a = 0; a < n; a += kChunk)
+      pieces.push_back({p.data<float>() + a, m.data<float>() + a, v.data<float>() + a, g.data<float>() + a,
+                        std::min(kChunk, n - a), consts.size() - 1});
+    total += n;
+  }
+  const int64_t np = static_cast<int64_t>(pieces.size());
+#pragma omp parallel for schedule(static) if (total > kernel::kParallelGrain)
+  for (int64_t k = 0; k < np; ++k) {
+    const Piece& q = pieces[static_cast<size_t>(k)];
+    adam_range(q.p, q.g, q.m, q.v, q.n, consts[q.job]);
+  }
 }
 
 AdamW::AdamW(NamedParams params, const AdamWOptions& o) : Adam(std::move(params), as_adamw(o)) {}

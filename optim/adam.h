@@ -55,6 +55,7 @@ class Adam : public Optimizer {
 
  protected:
   void update(size_t i, const Tensor& p, const Tensor& g) override;
+  void update_all(const std::vector<size_t>& with_grad) override;
 
  private:
   AdamOptions options_;

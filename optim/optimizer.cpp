@@ -110,13 +110,17 @@ void Optimizer::step() {
              type_, name, dtype_name(p.dtype()), key, dtype_name(s.dtype()));
   }
   ++step_count_;
+  std::vector<size_t> with_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i].second;
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
+    if (!params_[i].second.grad().defined()) continue;
     ++param_state(i, kStep).data<int64_t>()[0];
-    update(i, p, g);
+    with_grad.push_back(i);
   }
+  update_all(with_grad);
+}
+
+void Optimizer::update_all(const std::vector<size_t>& with_grad) {
+  for (size_t i : with_grad) update(i, params_[i].second, params_[i].second.grad());
 }
 
 std::map<std::string, Tensor> Optimizer::state_dict() const {

@@ -92,6 +92,12 @@ class Optimizer : public Stateful {
   // contiguous; checked by step()). Runs under NoGradGuard. The parameter's
   // own "step" has already been incremented.
   virtual void update(size_t i, const Tensor& p, const Tensor& g) = 0;
+  // Updates every parameter listed (those with a gradient, in order; their
+  // "step" already incremented). By default update() one after the other;
+  // an optimiser may run them as one pass (Adam: one parallel region over
+  // all their elements instead of one per parameter).
+  virtual void update_all(const std::vector<size_t>& with_grad);
+  const Tensor& param(size_t i) const { return params_.at(i).second; }
 
   // Parameter i's state tensor called key (e.g. "exp_avg").
   const Tensor& param_state(size_t i, const std::string& key) const;

@@ -219,3 +219,45 @@ TEST_CASE("optim: Adam refuses invalid options naming them") {
   test::check_error([] { AdamW(quad::make_params(), AdamWOptions().eps(-1e-8)); }, {"AdamW", "epsilon"});
   test::check_error([] { AdamW(quad::make_params(), AdamWOptions().weight_decay(-0.1)); }, {"AdamW", "weight_decay"});
 }
+
+namespace {
+// Adam updating one parameter at a time, as every optimiser does by default.
+struct AdamOneByOne : Adam {
+  using Adam::Adam;
+  void update_all(const std::vector<size_t>& with_grad) override { optim::Optimizer::update_all(with_grad); }
+};
+}  // namespace
+
+TEST_CASE("optim: Adam's one pass over every parameter gives the bits of updating them one by one") {
+  // Sizes around the 4096-element chunks and the parallel grain, a float64
+  // parameter among them, and one without a gradient.
+  const std::vector<Shape> shapes = {{5}, {4096}, {4097}, {128, 128}, {3, 7}, {300, 130}, {2}};
+  auto make = [&](uint64_t seed) {
+    NamedParams ps;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor p = test::det_tensor(shapes[i], seed + i).to(i == 4 ? DType::f64 : DType::f32);
+      p.set_requires_grad(true);
+      ps.emplace_back("p" + std::to_string(i), p);
+    }
+    return ps;
+  };
+  NamedParams a = make(50), b = make(50);
+  const AdamWOptions o = AdamWOptions(1e-2).weight_decay(0.1);
+  AdamW fused(a, o);
+  AdamOneByOne plain(b, AdamOptions(1e-2).weight_decay(0.1).decoupled_weight_decay(true));
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (i == 6) continue;  // no gradient: left alone
+      const Tensor g = test::det_tensor(shapes[i], 100 + step * 10 + i).to(a[i].second.dtype());
+      a[i].second.set_grad(kernel::clone(g));
+      b[i].second.set_grad(kernel::clone(g));
+    }
+    fused.step();
+    plain.step();
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a[i].second.to_vector<double>() == b[i].second.to_vector<double>());
+  }
+  CHECK(a[6].second.to_vector<double>() == make(50)[6].second.to_vector<double>());
+}
