@@ -57,6 +57,12 @@ class Grads {
   }
   bool summed(size_t i) const { return summed_.at(i); }
 
+  // True when the closure runs for the last time (backward without
+  // retain_graph): the tensors it saved are then dropped after this call, and
+  // one nothing else holds (autograd::sole_owner) may be overwritten in place.
+  bool last_run() const { return last_run_; }
+  void set_last_run(bool last) { last_run_ = last; }
+
   // (engine) Where the sums so far of each input live.
   void offer_sums(std::vector<const Tensor*> sums) { sums_ = std::move(sums); }
 
@@ -65,7 +71,12 @@ class Grads {
   std::vector<Tensor> grads_;
   std::vector<bool> summed_;
   std::vector<const Tensor*> sums_;
+  bool last_run_ = false;
 };
+
+// t's data is reachable through t alone: no other tensor, view or graph
+// shares its storage (the caller's own copies aside: `extra` of them).
+bool sole_owner(const Tensor& t, long extra = 0);
 
 using BackwardFn = std::function<void(const Tensor& grad_out, Grads& grads_in)>;
 

@@ -114,7 +114,16 @@ static Tensor unary_op(Unary op, const Tensor& a) {
   if (k::unary_has_derivative_pass(op) && a.requires_grad() && autograd::is_grad_enabled()) {
     Tensor d;
     Tensor y = k::unary_with_derivative(op, a, d);
-    return record(k::unary_name(op), y, {a}, [d](const Tensor& g, Grads& gi) { gi.set(0, kmul(g, d)); });
+    // On its last run the closure multiplies g into d, which it alone holds
+    // (g * d and d * g are the same product): no new [.., F] tensor.
+    return record(k::unary_name(op), y, {a}, [d](const Tensor& g, Grads& gi) {
+      if (gi.last_run() && autograd::sole_owner(d) && g.shape() == d.shape()) {
+        k::mul_(d, g);
+        gi.set(0, d);
+      } else {
+        gi.set(0, kmul(g, d));
+      }
+    });
   }
   Tensor y = k::unary(op, a);
   Tensor keep = k::unary_backward_uses_output(op) ? saved(y) : saved(a);

@@ -255,6 +255,7 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
         if (it != pending.end()) sums[i] = &it->second;
       }
       gi.offer_sums(std::move(sums));
+      gi.set_last_run(!retain_graph);
     }
     if (g.defined() && n->backward) n->backward(g, gi);
 
@@ -301,11 +302,14 @@ Tensor autograd::Grads::sum_target(size_t i) const {
   // Held by the engine's sum alone: no other tensor, view or saved copy sees
   // the add. (The sum of an input always has that input's shape and dtype:
   // every gradient summed into it was checked against them.)
-  const std::shared_ptr<TensorImpl>& impl = t.impl_ptr();
-  if (impl.use_count() != 1 || impl->storage.use_count() != 1 || impl->offset != 0 || impl->grad_fn ||
-      impl->requires_grad || !t.is_contiguous())
-    return Tensor();
+  if (!sole_owner(t) || t.impl_ptr()->offset != 0 || !t.is_contiguous()) return Tensor();
   return t;
+}
+
+bool autograd::sole_owner(const Tensor& t, long extra) {
+  if (!t.defined()) return false;
+  const std::shared_ptr<TensorImpl>& impl = t.impl_ptr();
+  return impl.use_count() == 1 + extra && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->requires_grad;
 }
 
 Tensor detach(const Tensor& t) { return autograd::saved(t); }

@@ -177,6 +177,31 @@ void add_(const Tensor& dst, const Tensor& src, double alpha) {
   });
 }
 
+void mul_(const Tensor& dst, const Tensor& src) {
+  check_defined(dst, "mul_");
+  check_defined(src, "mul_");
+  check_same_dtype(dst, src, "mul_");
+  Shape b = broadcast_shapes(dst.shape(), src.shape(), "mul_");
+  if (b != dst.shape())
+    fail("mul_: source shape {} does not broadcast to destination shape {}", shape_str(src.shape()),
+         shape_str(dst.shape()));
+  if (dst.numel() == 0) return;
+  Shape ss = detail::broadcast_strides(src, dst.shape());
+  auto it = detail::make_iter<2>(dst.shape(), {&dst.strides(), &ss});
+  HEED_DISPATCH_ALL(dst.dtype(), "mul_", {
+    T* d = dst.data<T>();
+    const T* s = src.data<T>();
+    detail::run(it, [&](const int64_t* off, int64_t n, const int64_t* st) {
+      T* dp = d + off[0];
+      const T* sp = s + off[1];
+      if (st[0] == 1 && st[1] == 1)
+        for (int64_t i = 0; i < n; ++i) dp[i] *= sp[i];
+      else
+        for (int64_t i = 0; i < n; ++i) dp[i * st[0]] *= sp[i * st[1]];
+    });
+  });
+}
+
 void scale_(const Tensor& dst, double s) {
   check_defined(dst, "scale_");
   if (dst.numel() == 0) return;

@@ -65,6 +65,9 @@ Tensor binary_scalar(Binary op, const Tensor& a, double s, bool scalar_first = f
 void add_(const Tensor& dst, const Tensor& src, double alpha = 1.0);
 // dst *= s
 void scale_(const Tensor& dst, double s);
+// dst *= src, element by element (src broadcast to dst): the bits of
+// binary(mul, dst, src) written over dst.
+void mul_(const Tensor& dst, const Tensor& src);
 
 enum class Unary { neg, exp, log, sqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, silu, abs, square, reciprocal, sin, cos };
 const char* unary_name(Unary op);

@@ -89,3 +89,17 @@ TEST_CASE("the GELUs' training path (f and f' in one pass, then g f') has the bi
   CHECK_THROWS_WITH_AS([&] { Tensor d; kernel::unary_with_derivative(kernel::Unary::relu, x, d); }(),
                        doctest::Contains("no derivative pass"), Error);
 }
+
+TEST_CASE("GELU's backward multiplies into its saved derivative only on its last run") {
+  Tensor x = test::det_tensor({16, 33}, 43, -3.0, 3.0).to(DType::f32);
+  x.set_requires_grad(true);
+  Tensor g = test::det_tensor({16, 33}, 44).to(DType::f32);
+  const std::vector<float> once = kernel::unary_backward(kernel::Unary::gelu_erf, x, g).to_vector<float>();
+  Tensor y = gelu(x);
+  backward(y, g, /*retain_graph=*/true);  // keeps f'(x) for the second run
+  CHECK(x.grad().to_vector<float>() == once);
+  x.zero_grad();
+  backward(y, g);  // the last run: may reuse f'(x)'s memory
+  CHECK(x.grad().to_vector<float>() == once);
+  CHECK(g.to_vector<float>() == test::det_tensor({16, 33}, 44).to(DType::f32).to_vector<float>());
+}
