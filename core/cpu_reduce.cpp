@@ -93,7 +93,12 @@ void reduce_into(const Tensor& x, const Plan& p, const Tensor& out) {
     if (s < nout) red_outer = false;
   if (R == Red::sum && kept_contig && red_outer && nout > 1 && rshape.size() == 1) {
     const int64_t rs = rstrides[0];
-    const int64_t chunk = 4096;
+    // Column blocks, each summed over every row in order by one thread (so
+    // the numbers never depend on the cut): at least four when the work is
+    // worth sharing (a bias gradient's 128 or 512 columns were one block, on
+    // one thread).
+    int64_t chunk = 4096;
+    if (nout * nred > kParallelGrain) chunk = std::clamp<int64_t>((nout / 4 + 15) / 16 * 16, 32, 4096);
 #pragma omp parallel for schedule(static) if (nout * nred > kParallelGrain)
     for (int64_t c0 = 0; c0 < nout; c0 += chunk) {
       int64_t c1 = std::min(nout, c0 + chunk);

@@ -334,6 +334,20 @@ void cross_entropy_benchmarks() {
   }
 }
 
+void bias_grad_benchmarks() {
+  // A Linear layer's bias gradient: its output gradient summed over the rows.
+  for (auto [label, R, O] : {std::tuple{"gpt-128 projections", int64_t{768}, int64_t{128}},
+                             {"gpt-128 fc1", 768, 512},
+                             {"gpt-256 projections", 3072, 256},
+                             {"gpt-256 fc1", 3072, 1024}}) {
+    add(fmt::format("bias_grad_sum/R{}_O{}", R, O), label, [R, O](benchmark::State& st) {
+      Tensor g = rnd({R, O}, 1);
+      for (auto _ : st) benchmark::DoNotOptimize(k::sum(g, {0}, false));
+      count_bytes(st, kF32 * static_cast<double>(R * O + O));
+    });
+  }
+}
+
 void activation_benchmarks() {
   // The feed-forward hidden layer [R, 4 D]: exact (erf) GELU, the default, and SiLU.
   for (auto [name, op] : {std::pair{"gelu", k::Unary::gelu_erf}, {"silu", k::Unary::silu}}) {
@@ -504,6 +518,7 @@ int main(int argc, char** argv) {
   softmax_benchmarks();
   cross_entropy_benchmarks();
   activation_benchmarks();
+  bias_grad_benchmarks();
   hadamard_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -69,3 +69,24 @@ TEST_CASE("share_cores: the test program was restarted once with libgomp's short
   heed::share_cores();  // a second call returns: no second restart
   CHECK(true);
 }
+
+TEST_CASE("a sum over rows (a bias gradient) is each column added row by row in double, on any thread count") {
+  ThreadCount keep;
+  for (const int64_t cols : {int64_t{130}, int64_t{512}, int64_t{7}}) {
+    const int64_t rows = 768;
+    Tensor x = test::det_tensor({rows, cols}, 61).to(DType::f32);
+    const std::vector<float> xv = x.to_vector<float>();
+    std::vector<float> expect(static_cast<size_t>(cols));
+    for (int64_t c = 0; c < cols; ++c) {
+      double s = 0;
+      for (int64_t r = 0; r < rows; ++r) s += static_cast<double>(xv[static_cast<size_t>(r * cols + c)]);
+      expect[static_cast<size_t>(c)] = static_cast<float>(s);
+    }
+    for (int threads : {1, 2}) {
+      CAPTURE(cols);
+      CAPTURE(threads);
+      set_num_threads(threads);
+      CHECK(kernel::sum(x, {0}, false).to_vector<float>() == expect);
+    }
+  }
+}
