@@ -275,21 +275,44 @@ HEED_BF16 void pack_bf16(const float* src, int64_t ld, int64_t r0, int64_t r1, i
 HEED_BF16 void pack_bf16_t(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                            uint16_t* dst, int64_t dld) {
   namespace v = bf16::simd;
-  alignas(64) uint16_t tile[16][16];  // written two rows (64 bytes) at a time
+  // 16 x 16 tiles transposed in registers (three rounds of unpacks and
+  // shuffles), then each column rounded and stored as one destination row: a
+  // tile's 256 single-word stores were most of this function's time.
   for (int64_t rb = r0; rb < r1; rb += 16) {
     const int64_t nr = std::min<int64_t>(16, r1 - rb);
+    const __mmask16 rows = v::first(nr);
     for (int64_t cb = c0; cb < c1; cb += 16) {
       const int64_t nc = std::min<int64_t>(16, c1 - cb);
       const __mmask16 m = v::first(nc);
-      for (int64_t i = 0; i < nr; i += 2) {  // two rows of the tile per permute
-        const __m512i h = v::pair_run(_mm512_maskz_loadu_ps(m, src + (rb + i) * ld + cb),
-                                      i + 1 < nr ? _mm512_maskz_loadu_ps(m, src + (rb + i + 1) * ld + cb)
-                                                 : _mm512_setzero_ps());
-        _mm512_store_si512(tile[i], h);
+      __m512 r[16], t[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + (rb + i) * ld + cb) : _mm512_setzero_ps();
+      for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
       }
-      for (int64_t j = 0; j < nc; ++j) {
-        uint16_t* d = dst + (cb + j) * dld + rb;
-        for (int64_t i = 0; i < nr; ++i) d[i] = tile[i][j];
+      for (int i = 0; i < 4; ++i) {  // r[4 i + k]: columns k, k + 4, k + 8, k + 12 of rows 4 i .. 4 i + 3
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+      }
+      for (int k = 0; k < 4; ++k) {
+        t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
+        t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xDD);
+        t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xDD);
+      }
+      for (int k = 0; k < 4; ++k) {  // r[c]: column c of the tile, all 16 rows
+        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xDD);
+        r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
+        r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xDD);
+      }
+      for (int c = 0; c < nc; c += 2) {
+        const __m512i h = v::pair_run(r[c], r[c + 1]);  // columns c and c + 1, rounded
+        _mm256_mask_storeu_epi16(dst + (cb + c) * dld + rb, rows, _mm512_castsi512_si256(h));
+        if (c + 1 < nc) _mm256_mask_storeu_epi16(dst + (cb + c + 1) * dld + rb, rows, _mm512_extracti64x4_epi64(h, 1));
       }
     }
   }

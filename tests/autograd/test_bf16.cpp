@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/bf16.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -221,4 +222,37 @@ TEST_CASE("bf16 pointwise convolutions (kernel 1, channels-last): forward and gr
   CHECK(worst_in_bounds(reshape(w.grad(), {O, C}), matmul(transpose(r2, 0, 1), x2),
                         matmul(transpose(abs(r2), 0, 1), abs(x2)), N * T) <= 1.0);
   CHECK(max_rel(b.grad(), sum(r2, {0})) < 1e-6);
+}
+
+TEST_CASE("bf16 Linear backward: the weight gradient is the float32 sum of the bf16-rounded operands' products") {
+  if (!bf16_here()) {
+    MESSAGE("skipped: ", bf16_unsupported_reason());
+    return;
+  }
+  PrecisionScope s(Precision::bf16);
+  // Odd sizes: partial 16 x 16 tiles in the transposed packing of x.
+  for (auto [R, I, O] : {std::array<int64_t, 3>{700, 40, 300}, {515, 37, 129}, {768, 128, 128}}) {
+    CAPTURE(R);
+    CAPTURE(I);
+    CAPTURE(O);
+    Tensor x = test::det_tensor({R, I}, 71, -1, 1).to(DType::f32), w = test::det_tensor({O, I}, 72).to(DType::f32);
+    Tensor g = test::det_tensor({R, O}, 73, -1, 1).to(DType::f32);
+    const std::vector<float> dw = kernel::linear_backward(g, x, w, false, true).w.to_vector<float>();
+    const std::vector<float> xv = x.to_vector<float>(), gv = g.to_vector<float>();
+    auto r16 = [](float f) { return static_cast<double>(kernel::from_bf16(kernel::to_bf16(f))); };
+    double worst = 0;
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < I; ++i) {
+        double exact = 0, mag = 0;
+        for (int64_t r = 0; r < R; ++r) {
+          const double p = r16(gv[static_cast<size_t>(r * O + o)]) * r16(xv[static_cast<size_t>(r * I + i)]);
+          exact += p;
+          mag += std::abs(p);
+        }
+        worst = std::max(worst, std::abs(dw[static_cast<size_t>(o * I + i)] - exact) / (mag + 1e-30));
+      }
+    // float32 accumulation of R products: well under R 2^-24 of their magnitudes.
+    CHECK(worst < static_cast<double>(R) * 6e-8);
+    CHECK(worst < 1e-4);
+  }
 }
