@@ -191,6 +191,28 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 // ---- copies ----
 template <class D, class S>
 static void copy_loop(const Tensor& dst, const Tensor& src) {
+  // A transposed matrix into a row-major one (e.g. a weight gradient made as
+  // its transpose): 32 x 32 tiles, each read down the source's unit-stride
+  // columns while its destination rows stay in cache. Element by element,
+  // every destination row touched the source once per cache line it spans.
+  if (dst.dim() == 2 && src.shape() == dst.shape() && dst.stride(1) == 1 && src.stride(0) == 1 &&
+      src.stride(1) >= dst.size(0) && dst.size(0) >= 32 && dst.size(1) >= 32) {
+    const int64_t R = dst.size(0), C = dst.size(1), ds = dst.stride(0), ss = src.stride(1);
+    constexpr int64_t kTile = 32;
+    D* d = dst.data<D>();
+    const S* s = src.data<S>();
+    const int64_t row_tiles = (R + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (R * C > kParallelGrain)
+    for (int64_t bi = 0; bi < row_tiles; ++bi) {
+      const int64_t r0 = bi * kTile, r1 = std::min(R, r0 + kTile);
+      for (int64_t c0 = 0; c0 < C; c0 += kTile) {
+        const int64_t c1 = std::min(C, c0 + kTile);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) d[r * ds + c] = static_cast<D>(s[r + c * ss]);
+      }
+    }
+    return;
+  }
   Shape sst = detail::broadcast_strides(src, dst.shape());
   auto it = detail::make_iter<2>(dst.shape(), {&dst.strides(), &sst});
   D* d = dst.data<D>();

@@ -348,6 +348,19 @@ void bias_grad_benchmarks() {
   }
 }
 
+void transpose_copy_benchmarks() {
+  // contiguous(transpose(m)): a bf16 weight gradient, made as dW^T, turned into dW [O, I].
+  for (auto [label, O, I] : {std::tuple{"gpt-128 projection dW", int64_t{128}, int64_t{128}},
+                             {"gpt-128 fc1 dW", 512, 128},
+                             {"gpt-256 fc1 dW", 1024, 256}}) {
+    add(fmt::format("transpose_copy/O{}_I{}", O, I), label, [O, I](benchmark::State& st) {
+      Tensor wt = rnd({I, O}, 1);
+      for (auto _ : st) benchmark::DoNotOptimize(k::contiguous(k::transpose(wt, 0, 1)));
+      count_bytes(st, kF32 * 2.0 * static_cast<double>(O * I));
+    });
+  }
+}
+
 void activation_benchmarks() {
   // The feed-forward hidden layer [R, 4 D]: exact (erf) GELU, the default, and SiLU.
   for (auto [name, op] : {std::pair{"gelu", k::Unary::gelu_erf}, {"silu", k::Unary::silu}}) {
@@ -519,6 +532,7 @@ int main(int argc, char** argv) {
   cross_entropy_benchmarks();
   activation_benchmarks();
   bias_grad_benchmarks();
+  transpose_copy_benchmarks();
   hadamard_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

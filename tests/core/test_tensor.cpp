@@ -2,6 +2,7 @@
 // core/kernels.h, against references computed independently here (naive loops
 // in double over the operands' logical values, read element by element with
 // at(), so a bug in heed's copy or view kernels cannot hide one elsewhere).
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -896,4 +897,22 @@ TEST_CASE("factories: linspace includes both ends exactly; arange steps up or do
   CHECK(Tensor::arange(1, 1).numel() == 0);
   test::check_error([] { Tensor::arange(0, 1, 0); }, {"arange", "nonzero step", "0"});
   test::check_error([] { Tensor::linspace(0, 1, -3); }, {"linspace", "n >= 0", "-3"});
+}
+
+TEST_CASE("contiguous of a transposed matrix: every element in place, tiles and their edges alike") {
+  for (auto [R, C] : {std::array<int64_t, 2>{33, 70}, {32, 32}, {128, 512}, {100, 40}, {31, 90}}) {
+    for (DType dt : {DType::f32, DType::f64, DType::i64}) {
+      CAPTURE(R);
+      CAPTURE(C);
+      Tensor m = test::det_tensor({C, R}, 81, -100, 100).to(dt);  // stored [C, R]; viewed [R, C]
+      Tensor t = kernel::contiguous(kernel::transpose(m, 0, 1));
+      REQUIRE(t.is_contiguous());
+      REQUIRE(t.shape() == Shape{R, C});
+      const std::vector<double> mv = m.to_vector<double>(), tv = t.to_vector<double>();
+      bool same = true;
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c) same &= tv[static_cast<size_t>(r * C + c)] == mv[static_cast<size_t>(c * R + r)];
+      CHECK(same);
+    }
+  }
 }
