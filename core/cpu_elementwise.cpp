@@ -147,17 +147,27 @@ Tensor binary_scalar(Binary op, const Tensor& a, double s, bool scalar_first) {
   return scalar_first ? binary(op, st, a) : binary(op, a, st);
 }
 
-void add_(const Tensor& dst, const Tensor& src, double alpha) {
-  check_defined(dst, "add_");
-  check_defined(src, "add_");
-  check_same_dtype(dst, src, "add_");
-  Shape b = broadcast_shapes(dst.shape(), src.shape(), "add_");
+namespace {
+// The iteration of an in-place dst op= src (src broadcast to dst), after
+// checking the operands; false when there is nothing to do.
+bool in_place_iter(const char* name, const Tensor& dst, const Tensor& src, detail::Iter<2>& it) {
+  check_defined(dst, name);
+  check_defined(src, name);
+  check_same_dtype(dst, src, name);
+  Shape b = broadcast_shapes(dst.shape(), src.shape(), name);
   if (b != dst.shape())
-    fail("add_: source shape {} does not broadcast to destination shape {}", shape_str(src.shape()),
+    fail("{}: source shape {} does not broadcast to destination shape {}", name, shape_str(src.shape()),
          shape_str(dst.shape()));
-  if (dst.numel() == 0) return;
+  if (dst.numel() == 0) return false;
   Shape ss = detail::broadcast_strides(src, dst.shape());
-  auto it = detail::make_iter<2>(dst.shape(), {&dst.strides(), &ss});
+  it = detail::make_iter<2>(dst.shape(), {&dst.strides(), &ss});
+  return true;
+}
+}  // namespace
+
+void add_(const Tensor& dst, const Tensor& src, double alpha) {
+  detail::Iter<2> it;
+  if (!in_place_iter("add_", dst, src, it)) return;
   HEED_DISPATCH_ALL(dst.dtype(), "add_", {
     T* d = dst.data<T>();
     const T* s = src.data<T>();
@@ -178,16 +188,8 @@ void add_(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void mul_(const Tensor& dst, const Tensor& src) {
-  check_defined(dst, "mul_");
-  check_defined(src, "mul_");
-  check_same_dtype(dst, src, "mul_");
-  Shape b = broadcast_shapes(dst.shape(), src.shape(), "mul_");
-  if (b != dst.shape())
-    fail("mul_: source shape {} does not broadcast to destination shape {}", shape_str(src.shape()),
-         shape_str(dst.shape()));
-  if (dst.numel() == 0) return;
-  Shape ss = detail::broadcast_strides(src, dst.shape());
-  auto it = detail::make_iter<2>(dst.shape(), {&dst.strides(), &ss});
+  detail::Iter<2> it;
+  if (!in_place_iter("mul_", dst, src, it)) return;
   HEED_DISPATCH_ALL(dst.dtype(), "mul_", {
     T* d = dst.data<T>();
     const T* s = src.data<T>();

@@ -237,7 +237,9 @@ TEST_CASE("optim: Adam's one pass over every parameter gives the bits of updatin
     for (size_t i = 0; i < shapes.size(); ++i) {
       Tensor p = test::det_tensor(shapes[i], seed + i).to(i == 4 ? DType::f64 : DType::f32);
       p.set_requires_grad(true);
-      ps.emplace_back("p" + std::to_string(i), p);
+      std::string name = "p";
+      name += std::to_string(i);  // ("p" + std::to_string(i) trips GCC 12's -Wrestrict false positive)
+      ps.emplace_back(name, p);
     }
     return ps;
   };
