@@ -75,8 +75,8 @@ class Grads {
 };
 
 // t's data is reachable through t alone: no other tensor, view or graph
-// shares its storage (the caller's own copies aside: `extra` of them).
-bool sole_owner(const Tensor& t, long extra = 0);
+// shares its storage.
+bool sole_owner(const Tensor& t);
 
 using BackwardFn = std::function<void(const Tensor& grad_out, Grads& grads_in)>;
 

@@ -306,10 +306,10 @@ Tensor autograd::Grads::sum_target(size_t i) const {
   return t;
 }
 
-bool autograd::sole_owner(const Tensor& t, long extra) {
+bool autograd::sole_owner(const Tensor& t) {
   if (!t.defined()) return false;
   const std::shared_ptr<TensorImpl>& impl = t.impl_ptr();
-  return impl.use_count() == 1 + extra && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->requires_grad;
+  return impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->requires_grad;
 }
 
 Tensor detach(const Tensor& t) { return autograd::saved(t); }

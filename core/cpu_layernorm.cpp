@@ -73,26 +73,27 @@ void loop_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* var, int
 // then added in block order.
 constexpr int64_t kRowBlock = 64;
 
-// gx: the input gradient, written; or, with sum, added into sum (then gx
-// is unused). A row's gradient is made in a row buffer first and added after:
-// each element is sum + gx, rounded as a separate add would round it (written
-// as one expression, the compiler could fuse rstd * (..) + sum into one FMA).
+// gx: the input gradient, written; or, with add_into, a sum the input
+// gradient is added into. Then a row's gradient is made in a row buffer first
+// and added after: each element is sum + dx, rounded as a separate add would
+// round it (written as one expression, the compiler could fuse rstd * (..) +
+// sum into one FMA).
 template <class T>
 void loop_backward(const T* gy, const T* x, const T* w, const T* mean, const T* var, T* gx, T* gw, T* gb, int64_t R,
-                   int64_t D, double eps, T* sum = nullptr) {
+                   int64_t D, double eps, bool add_into = false) {
   const int64_t blocks = (R + kRowBlock - 1) / kRowBlock;
   std::vector<T> pw(static_cast<size_t>(blocks * D), T(0)), pb(static_cast<size_t>(blocks * D), T(0));  // [blocks, D]
 #pragma omp parallel for schedule(static) if (R * D > kParallelGrain)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     thread_local std::vector<T> row;
-    if (sum && static_cast<int64_t>(row.size()) < D) row.resize(static_cast<size_t>(D));
+    if (add_into && static_cast<int64_t>(row.size()) < D) row.resize(static_cast<size_t>(D));
     T* pwb = pw.data() + blk * D;
     T* pbb = pb.data() + blk * D;
     const int64_t r1 = std::min(R, (blk + 1) * kRowBlock);
     for (int64_t r = blk * kRowBlock; r < r1; ++r) {
       const T* xr = x + r * D;
       const T* gr = gy + r * D;
-      T* gxr = sum ? row.data() : gx + r * D;
+      T* gxr = add_into ? row.data() : gx + r * D;
       const T m = mean[r];
       const T rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var[r]) + eps));
       // sum_d dn and sum_d dn * xhat, in kLanes partial sums (core/lanes.h):
@@ -122,8 +123,8 @@ void loop_backward(const T* gy, const T* x, const T* w, const T* mean, const T* 
         const T xhat = (xr[d] - m) * rstd;
         gxr[d] = rstd * (gr[d] * w[d] - s_dn - xhat * s_dnx);
       }
-      if (sum) {
-        T* sr = sum + r * D;
+      if (add_into) {
+        T* sr = gx + r * D;
         for (int64_t d = 0; d < D; ++d) sr[d] += gxr[d];
       }
     }
@@ -178,15 +179,13 @@ LayerNormGrads layer_norm_backward(const Tensor& gy0, const Tensor& x0, const Te
                    Tensor::zeros({D}, x.dtype())};
   if (R == 0) return g;
   if (x.dtype() == DType::f64) {
-    double* gx = g.x.data<double>();
     loop_backward<double>(gy.data<double>(), x.data<double>(), w.data<double>(), mean.data<double>(),
-                          var.data<double>(), gx, g.w.data<double>(), g.b.data<double>(), R, D, eps,
-                          into ? gx : nullptr);
+                          var.data<double>(), g.x.data<double>(), g.w.data<double>(), g.b.data<double>(), R, D, eps,
+                          into);
     return g;
   }
-  float* gx = g.x.data<float>();
-  loop_backward<float>(gy.data<float>(), x.data<float>(), w.data<float>(), mean.data<float>(), var.data<float>(), gx,
-                       g.w.data<float>(), g.b.data<float>(), R, D, eps, into ? gx : nullptr);
+  loop_backward<float>(gy.data<float>(), x.data<float>(), w.data<float>(), mean.data<float>(), var.data<float>(),
+                       g.x.data<float>(), g.w.data<float>(), g.b.data<float>(), R, D, eps, into);
   return g;
 }
 

@@ -35,6 +35,9 @@ struct AdamConsts {
   bool l2, decoupled;
 };
 
+// The update's unit of work: a run of one parameter's elements.
+constexpr int64_t kChunk = 4096;
+
 // Elements [0, n) of one parameter, on the calling thread.
 template <class T>
 void adam_range(T* p, const T* g, T* m, T* v, int64_t n, const AdamConsts<T>& c) {
@@ -57,7 +60,6 @@ void adam_range(T* p, const T* g, T* m, T* v, int64_t n, const AdamConsts<T>& c)
 
 template <class T>
 void adam_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamConsts<T> c) {
-  constexpr int64_t kChunk = 4096;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > kernel::kParallelGrain)
   for (int64_t k = 0; k < chunks; ++k) {
@@ -129,7 +131,6 @@ void Adam::update(size_t i, const Tensor& p, const Tensor& g) {
 // and ran on one thread. Each element is computed as update() computes it,
 // so the numbers do not change. float64 parameters go one by one.
 void Adam::update_all(const std::vector<size_t>& with_grad) {
-  constexpr int64_t kChunk = 4096;
   struct Piece {
     float *p, *m, *v;
     const float* g;

@@ -425,3 +425,17 @@ TEST_CASE("LayerNorm adds its input gradient into the sum so far with the bits o
     CHECK(h.grad().to_vector<float>() == expect.to_vector<float>());
   }
 }
+
+TEST_CASE("a gradient sum of the wrong shape or dtype is refused by the kernels, naming both") {
+  Tensor x = test::det_tensor({8, 16}, 91).to(DType::f32), w = test::det_tensor({4, 16}, 92).to(DType::f32);
+  Tensor g = test::det_tensor({8, 4}, 93).to(DType::f32);
+  check_error([&] { kernel::linear_backward(g, x, w, true, false, Tensor::zeros({8, 15}, DType::f32)); },
+              {"linear backward", "[8, 15]", "[8, 16]"});
+  check_error([&] { kernel::linear_backward(g, x, w, true, false, Tensor::zeros({8, 16}, DType::f64)); },
+              {"linear backward", "float64", "float32"});
+  Tensor ln_w = Tensor::ones({16}, DType::f32);
+  kernel::LayerNormResult f = kernel::layer_norm_forward(x, ln_w, Tensor::zeros({16}, DType::f32), 1e-5);
+  check_error(
+      [&] { kernel::layer_norm_backward(x, x, ln_w, f.mean, f.var, 1e-5, Tensor::zeros({16, 8}, DType::f32)); },
+      {"layer_norm backward", "[16, 8]", "[8, 16]"});
+}
