@@ -10,6 +10,11 @@ thread count relies on. Also in bf16 where the CPU has it, and on the AVX2
 path on an AVX-512 CPU. Before the convolutions' weight gradients were cut
 by shape, shapes and timeseries parted at step 6. Debian's Python runs it
 (h5py, numpy).
+
+With two programs, `test_thread_invariance.py OLD_HEED NEW_HEED`, it compares
+two builds instead (2 threads each, the same runs, charlm for 40 steps): a
+change meant to leave every number alone (a faster kernel, a fused pass)
+must pass it against the build before.
 """
 import os
 import shutil
@@ -20,6 +25,7 @@ import tempfile
 import h5py
 import numpy as np
 
+BUILDS = sys.argv[1:3] if len(sys.argv) > 2 else None  # [old, new]: compare two builds
 HEED = sys.argv[1]
 TMP = tempfile.mkdtemp(prefix="heed-threads-")
 RUNS = [
@@ -39,11 +45,14 @@ with open("/proc/cpuinfo") as f:
 if AVX512 and "HEED_CPU_ISA" not in os.environ:
     RUNS += [("shapes", ["--train", "800", "--test", "40", "--epochs", "1", "--batch", "100"], "avx2"),
              ("charlm", ["--steps", "12"], "avx2")]
+if BUILDS:  # a longer GPT run; the ISA runs are the thread test's
+    RUNS = [("charlm", ["--steps", "40"]) if r == ("charlm", ["--steps", "12"]) else r for r in RUNS if len(r) == 2]
 RUNS = [r if len(r) == 3 else (*r, None) for r in RUNS]
 # Under AddressSanitizer (the sanitized suite, ~6x slower) the float32 runs
 # of a convolution model and of a GPT only; the Release suite runs them all.
 if "ASAN_OPTIONS" in os.environ:
     RUNS = [r for r in RUNS if r[0] in ("shapes", "charlm") and "bf16" not in r[1] and r[2] is None]
+WHAT = f"{BUILDS[0]} and {BUILDS[1]}" if BUILDS else "1 and 2 threads"
 SKIP = ("tokens_per_second", "step_seconds", "samples_per_second")
 
 
@@ -73,15 +82,16 @@ for i, (name, args, isa) in enumerate(RUNS):
     logs = []
     label = name + (" bf16" if "bf16" in args else "") + (f" HEED_CPU_ISA={isa}" if isa else "")
     env = dict(os.environ, HEED_CPU_ISA=isa) if isa else None
-    for threads in ("1", "2"):
-        out = os.path.join(TMP, f"{i}-{name}{threads}.h5")
-        r = subprocess.run([HEED, "run", name, *args, "--threads", threads, "--out", out],
+    pairs = [("2", BUILDS[0]), ("2", BUILDS[1])] if BUILDS else [("1", HEED), ("2", HEED)]
+    for threads, program in pairs:
+        out = os.path.join(TMP, f"{i}-{name}-{len(logs)}.h5")
+        r = subprocess.run([program, "run", name, *args, "--threads", threads, "--out", out],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         if r.returncode != 0 and "bf16" in args and "bf16 needs a CPU with" in r.stdout:
             print(f"{label}: not run, this CPU has no native bf16 ({r.stdout.strip().splitlines()[-1][:120]})")
             break
         if r.returncode != 0:
-            failures.append(f"{name} --threads {threads} exited {r.returncode}:\n{r.stdout[-2000:]}")
+            failures.append(f"{program} run {name} --threads {threads} exited {r.returncode}:\n{r.stdout[-2000:]}")
             break
         logs.append(out)
     if len(logs) != 2:
@@ -95,14 +105,14 @@ for i, (name, args, isa) in enumerate(RUNS):
             if x is None:
                 continue
             if path not in b:
-                failures.append(f"{label}: {path} is in the 1-thread log only")
+                failures.append(f"{label}: {path} is in the first log only ({WHAT})")
                 continue
             y = numbers(b[path])
             compared += 1
             if x.shape != y.shape or not np.array_equal(x, y, equal_nan=True):
                 diff = "shapes " + str(x.shape) + " vs " + str(y.shape) if x.shape != y.shape else \
                     f"max difference {np.nanmax(np.abs(x - y)):.3g}"
-                failures.append(f"{label}: {path} differs between 1 and 2 threads ({diff})")
+                failures.append(f"{label}: {path} differs between {WHAT} ({diff})")
         if compared < 3:
             failures.append(f"{label}: only {compared} datasets compared; the logs' layout changed?")
         print(f"{label}: {compared} datasets compared")
@@ -111,4 +121,4 @@ shutil.rmtree(TMP, ignore_errors=True)
 if failures:
     print("FAILED:\n" + "\n".join(failures))
     sys.exit(1)
-print("every experiment logs the same bits on 1 and 2 threads")
+print(f"every experiment logs the same bits: {WHAT}")
