@@ -69,7 +69,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
           }
           if (gi.needs(1)) gi.set(1, d.w);
         }
-        if (gi.needs(2)) gi.set(2, k::sum(k::reshape(g, {-1, O}), {0}, false));
+        if (gi.needs(2)) {
+          int64_t rows = 1;  // counted, not reshape's -1: that cannot be solved when O is 0
+          for (int64_t d = 0; d + 1 < g.dim(); ++d) rows *= g.size(d);
+          gi.set(2, k::sum(k::reshape(g, {rows, O}), {0}, false));
+        }
       });
 }
 

@@ -586,8 +586,11 @@ void data_grad_into(Tensor g2, Tensor w, const Tensor& x_sum) {
 LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                             const Tensor& x_sum) {
   const int64_t O = w.size(0), I = w.size(1);
-  Tensor g2 = reshape(g, {-1, O});
-  const int64_t R = g2.size(0);
+  // Rows counted from the leading dims: reshape's -1 cannot be solved when
+  // O or I is 0.
+  int64_t R = 1;
+  for (int64_t d = 0; d + 1 < g.dim(); ++d) R *= g.size(d);
+  Tensor g2 = reshape(g, {R, O});
   LinearGrads r;
   // x_sum: contiguous, x's shape and dtype (autograd::Grads::sum_target).
   const bool into = need_x && x_sum.defined() && R > 0 && O > 0;
@@ -601,14 +604,15 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   const bool bf16 = need_w && g_bf16.load(std::memory_order_relaxed) && g.dtype() == DType::f32 &&
                     w.dtype() == DType::f32 && x.dtype() == DType::f32 && 2 * R * O * I >= kBf16MinFlops;
   if (!bf16) {
-    if (into) {
-      if (g.dtype() == DType::f64) data_grad_into<double>(g2, w, x_sum);
-      else data_grad_into<float>(g2, w, x_sum);
+    if (need_x && x_sum.defined()) {
+      // An empty product adds nothing: the sum comes back as it was.
+      if (into && g.dtype() == DType::f64) data_grad_into<double>(g2, w, x_sum);
+      else if (into) data_grad_into<float>(g2, w, x_sum);
       r.x = x_sum;
     } else if (need_x) {
       r.x = matmul(g, w);
     }
-    if (need_w) r.w = matmul(transpose(g2, 0, 1), reshape(x, {-1, I}));
+    if (need_w) r.w = matmul(transpose(g2, 0, 1), reshape(x, {R, I}));
     return r;
   }
   // bf16: dY is rounded and packed once, [R, O], for both products: dX = dY W
@@ -616,7 +620,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   // transposed, a small copy). Packing it a second time, transposed, for
   // dW = dY^T x was a tenth of a GPT's bf16 step.
   g2 = contiguous(g2);
-  Tensor x2 = reshape(x, {-1, I});
+  Tensor x2 = reshape(x, {R, I});
   if (!blas_layout(R, I, x2.stride(0), x2.stride(1)).ok) x2 = contiguous(x2);
   const BlasMat mx = blas_layout(R, I, x2.stride(0), x2.stride(1));
   Tensor wc = contiguous(w);
@@ -657,7 +661,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     fail("linear: x, weight and bias must share a floating dtype, got {}, {}, {}", dtype_name(x.dtype()),
          dtype_name(w.dtype()), b.defined() ? dtype_name(b.dtype()) : "-");
   const int64_t I = x.size(-1), O = w.size(0);
-  Tensor x2 = reshape(x, {-1, I});
+  int64_t R = 1;  // counted, not reshape's -1: that cannot be solved when I is 0
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) R *= x.size(d);
+  Tensor x2 = reshape(x, {R, I});
   if (!blas_layout(x2.size(0), I, x2.stride(0), x2.stride(1)).ok) x2 = contiguous(x2);
   Tensor wt = blas_layout(I, O, w.stride(1), w.stride(0)).ok ? w : contiguous(w);
   Shape out_shape = x.shape();

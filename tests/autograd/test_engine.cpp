@@ -439,3 +439,36 @@ TEST_CASE("a gradient sum of the wrong shape or dtype is refused by the kernels,
       [&] { kernel::layer_norm_backward(x, x, ln_w, f.mean, f.var, 1e-5, Tensor::zeros({16, 8}, DType::f32)); },
       {"layer_norm backward", "[16, 8]", "[8, 16]"});
 }
+
+TEST_CASE("a Linear with no outputs leaves the gradient sum it was handed as it was") {
+  // Its dX is all zeros: the sum of h's other gradients must come through.
+  for (int order = 0; order < 2; ++order) {
+    Tensor h = test::det_tensor({4, 3}, 95).to(DType::f32);
+    h.set_requires_grad(true);
+    Tensor w = Tensor::zeros({0, 3}, DType::f32);
+    Tensor twice = sum(h * 2.0), none = sum(linear(h, w));
+    backward(order == 0 ? twice + none : none + twice);
+    CHECK(h.grad().to_vector<float>() == std::vector<float>(12, 2.0f));
+  }
+}
+
+TEST_CASE("a Linear with no inputs or no outputs has gradients of the right, empty or zero, shapes") {
+  Tensor x = test::det_tensor({2, 5, 3}, 96).to(DType::f32);
+  x.set_requires_grad(true);
+  Tensor w0 = Tensor::zeros({0, 3}, DType::f32), b0 = Tensor::zeros({0}, DType::f32);
+  w0.set_requires_grad(true);
+  b0.set_requires_grad(true);
+  backward(sum(linear(x, w0, b0)) + sum(x));
+  CHECK(x.grad().to_vector<float>() == std::vector<float>(30, 1.0f));
+  CHECK(w0.grad().shape() == Shape{0, 3});
+  CHECK(b0.grad().shape() == Shape{0});
+  Tensor e = Tensor::zeros({2, 5, 0}, DType::f32);
+  e.set_requires_grad(true);
+  Tensor wi = test::det_tensor({4, 0}, 97).to(DType::f32), bi = test::det_tensor({4}, 98).to(DType::f32);
+  wi.set_requires_grad(true);
+  bi.set_requires_grad(true);
+  backward(sum(linear(e, wi, bi)));
+  CHECK(e.grad().shape() == Shape{2, 5, 0});
+  CHECK(wi.grad().shape() == Shape{4, 0});
+  CHECK(bi.grad().to_vector<float>() == std::vector<float>(4, 10.0f));
+}
