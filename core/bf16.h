@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/block_gemm.h"
+
 namespace heed::kernel {
 
 // float32 -> bfloat16, rounding to nearest even (NaNs stay NaNs); written out
@@ -52,14 +54,9 @@ void pack_pairs(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t 
 // for q < ceil(cols / 2) (a zero after the last column of an odd count).
 void pack_rows(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, uint32_t* dst, int64_t ld);
 
-// The part of a product a triangular (causal) block needs: row i of C only
-// in its columns j < i + col_end (the others are left unwritten), and row i
-// of A zero outside the inner indices [i + inner_begin, i + inner_end), so
-// the pairs that only meet those zeros are skipped. The defaults: all of it.
-struct Band {
-  static constexpr int64_t kAll = INT64_MAX / 4;
-  int64_t col_end = kAll, inner_begin = -kAll, inner_end = kAll;
-};
+// Bands (core/block_gemm.h) count inner indices: a band skips the pairs
+// that only meet zeros.
+using kernel::Band;
 
 // C [M, N] = alpha A B (+ C when accumulate), with A and B pair-packed as
 // above over P pairs; C is float32 with unit column stride. Every element is

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/block_gemm.h"
 #include "core/bf16_simd.h"
 #include "core/error.h"
 #include "core/fast_math.h"
@@ -439,7 +440,7 @@ void pack_b(Mat<const float> b, int64_t inner, int64_t cols, uint32_t* dst) {
 // C [M, N] (+)= alpha A B over `inner`, B packed with row stride ldb and
 // starting at the pair of its first row; band: the part a causal block needs.
 inline void mm_bf16(int64_t M, int64_t N, int64_t inner, float alpha, PackedA A, const uint32_t* B, int64_t ldb,
-                    bool accumulate, float* C, int64_t ldc, const bf16::Band& band = {}) {
+                    bool accumulate, float* C, int64_t ldc, const Band& band = {}) {
   bf16::gemm(M, N, pairs(inner), A.p, A.rs, A.ps, B, ldb, C, ldc, alpha, accumulate, band);
 }
 
@@ -448,7 +449,7 @@ inline void mm_bf16(int64_t M, int64_t N, int64_t inner, float alpha, PackedA A,
 // d = i0 + off - j0 + 1. Products over keys (rows = queries) stop there;
 // products over queries (rows = keys) start at query j - d + 1.
 struct Bands {
-  bf16::Band cols, keys, queries;  // S and dP; P V and dS K; P^T dO and dS^T Q
+  Band cols, keys, queries;  // S and dP; P V and dS K; P^T dO and dS^T Q
 };
 Bands causal_bands(const Problem<float>& P, int64_t i0, int64_t j0) {
   Bands b;
@@ -658,6 +659,129 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
   store_scaled(dV, S, E, 1.0f, dv.at(n, g));
 }
 
+// ---- float32 block products on heed's block GEMM (core/block_gemm.h) ----
+// Where heed's instruction set has the block GEMM (AVX2 or AVX-512), float32
+// attention runs its products there instead of on OpenBLAS, whose per-call
+// packing and dispatch cost as much as a block's arithmetic. The tasks,
+// blocks, bands and scratch sums are the bf16 path's; the operands stay
+// float32, A read where it lies and B too when its rows are unit-stride (K
+// and V transposed for S and dP are copied once per task). Every element is
+// a float32 sum in a fixed order whichever task or tile computes it, and the
+// same on AVX2 as on AVX-512.
+
+// B [rows, cols] of a block product: m's rows where they are unit-stride,
+// else (its columns unit-stride: every head is readable()) a transposed copy
+// in buf, row stride round16(cols).
+struct RowsB {
+  const float* p;
+  int64_t ld;
+  const float* from_row(int64_t r) const { return p + r * ld; }
+};
+RowsB rows_b(Mat<const float> m, int64_t rows, int64_t cols, std::vector<float>& buf) {
+  if (m.cs == 1 || cols == 1) return {m.p, m.rs};
+  const int64_t ld = round16(cols);
+  if (static_cast<int64_t>(buf.size()) < rows * ld) buf.resize(static_cast<size_t>(rows * ld));
+  block::transpose(m.p, m.cs, cols, rows, buf.data(), ld);
+  return {buf.data(), ld};
+}
+
+struct F32Scratch {
+  std::vector<float> kt, vt, kb, vb, qb, gb, dk, dv, dq;
+};
+F32Scratch& f32_scratch() {
+  thread_local F32Scratch s;
+  return s;
+}
+
+// dS_ij = p_ij (dP_ij - D_i) over a [bq, nb] block (queries from i0, keys
+// from j0), in place of dP, and exact zeros where causal hides a key (the
+// banded dP product leaves those unwritten).
+void score_grads_banded(const Problem<float>& P, int64_t i0, int64_t bq, int64_t j0, int64_t nb, const float* p,
+                        const float* D, float* dp) {
+  for (int64_t i = 0; i < bq; ++i) {
+    const float* pr = p + i * nb;
+    float* dr = dp + i * nb;
+    const float Di = D[i];
+    const int64_t vis = visible_keys(P, i0 + i, j0, nb);
+    for (int64_t jj = 0; jj < vis; ++jj) dr[jj] = pr[jj] * (dr[jj] - Di);
+    std::fill(dr + vis, dr + nb, 0.0f);
+  }
+}
+
+// One block of queries [i0, i1) of head (n, h), given its key/value head's
+// K^T (kt) and V (vb) as B operands.
+void forward_block_f32(const Problem<float>& P, block::GemmFn gemm, RowsB kt, RowsB vb, int64_t n, int64_t h,
+                       int64_t i0, int64_t i1, Heads<float> o, float* lse) {
+  const int64_t bq = i1 - i0, E = P.E, K = P.K;
+  Scratch<float>& w = scratch<float>();
+  w.fit(P.bq, P.bk, E, P.T_);
+  const Mat<const float> Q = P.q.at(n, h).from_row(i0);
+  float *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data(), *s = w.s.data();
+  start_rows(w, bq, E);
+  const int64_t jend = P.key_end(i1);
+  for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
+    const int64_t nb = std::min(P.bk, jend - j0);
+    const Bands band = causal_bands(P, i0, j0);
+    gemm(bq, nb, K, Q.p, Q.rs, Q.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S = scale Q K^T
+    for (int64_t i = 0; i < bq; ++i) softmax_row(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E);
+    gemm(bq, E, nb, s, nb, 1, vb.from_row(j0), vb.ld, acc, E, 1.0f, true, band.keys);  // acc += P V
+  }
+  finish_rows(P, n, h, i0, bq, w, o, lse);
+}
+
+// The forward of query blocks [b0, b1) of every query head of key/value
+// head (n, g), as forward_group_bf16.
+void forward_group_f32(const Problem<float>& P, block::GemmFn gemm, int64_t n, int64_t g, int64_t b0, int64_t b1,
+                       Heads<float> o, float* lse) {
+  const int64_t r = P.H / P.G, keys = P.key_end(std::min(P.T_, b1 * P.bq));
+  F32Scratch& x = f32_scratch();
+  const RowsB kt = rows_b(P.k.at(n, g).t(), P.K, keys, x.kt), vb = rows_b(P.v.at(n, g), keys, P.E, x.vb);
+  for (int64_t h = g * r; h < (g + 1) * r; ++h)
+    for (int64_t b = b0; b < b1; ++b)
+      forward_block_f32(P, gemm, kt, vb, n, h, b * P.bq, std::min(P.T_, (b + 1) * P.bq), o, lse);
+}
+
+// The backward of one (n, g), in the order of backward_group_bf16.
+void backward_group_f32(const Problem<float>& P, block::GemmFn gemm, int64_t n, int64_t g, Heads<const float> o,
+                        const float* lse, Heads<const float> go, Heads<float> dq, Heads<float> dk, Heads<float> dv) {
+  const int64_t r = P.H / P.G, E = P.E, K = P.K, S = P.S, T = P.T_;
+  Scratch<float>& w = scratch<float>();
+  w.fit(P.bq, P.bk, E, T);
+  F32Scratch& x = f32_scratch();
+  float *s = w.s.data(), *dp = w.dp.data();
+  const Mat<const float> Kh = P.k.at(n, g), V = P.v.at(n, g);
+  const RowsB kt = rows_b(Kh.t(), K, S, x.kt), vt = rows_b(V.t(), E, S, x.vt), kb = rows_b(Kh, S, K, x.kb);
+  x.dk.assign(static_cast<size_t>(S * K), 0.0f);
+  x.dv.assign(static_cast<size_t>(S * E), 0.0f);
+  if (static_cast<int64_t>(x.dq.size()) < P.bq * K) x.dq.resize(static_cast<size_t>(P.bq * K));
+  float *dK = x.dk.data(), *dV = x.dv.data(), *dQ = x.dq.data();
+  for (int64_t h = g * r; h < (g + 1) * r; ++h) {
+    const Mat<const float> Qh = P.q.at(n, h), O = o.at(n, h), GO = go.at(n, h);
+    const float* lse_h = lse + (n * P.H + h) * T;
+    float* D = w.d.data();  // D_i = dO_i . o_i
+    for (int64_t i = 0; i < T; ++i) D[i] = dot(GO.p + i * GO.rs, GO.cs, O.p + i * O.rs, O.cs, E);
+    const RowsB qb = rows_b(Qh, T, K, x.qb), gb = rows_b(GO, T, E, x.gb);
+    for (int64_t i0 = 0; i0 < T; i0 += P.bq) {
+      const int64_t i1 = std::min(T, i0 + P.bq), bq = i1 - i0, jend = P.key_end(i1);
+      const Mat<const float> Qb = Qh.from_row(i0), GOb = GO.from_row(i0);
+      for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
+        const int64_t nb = std::min(P.bk, jend - j0);
+        const Bands band = causal_bands(P, i0, j0);
+        gemm(bq, nb, K, Qb.p, Qb.rs, Qb.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S
+        gemm(bq, nb, E, GOb.p, GOb.rs, GOb.cs, vt.p + j0, vt.ld, dp, nb, 1.0f, false, band.cols);  // dP = dO V^T
+        probabilities(P, i0, bq, j0, nb, lse_h, s);
+        score_grads_banded(P, i0, bq, j0, nb, s, D + i0, dp);
+        gemm(nb, E, bq, s, 1, nb, gb.from_row(i0), gb.ld, dV + j0 * E, E, 1.0f, true, band.queries);   // dV += P^T dO
+        gemm(nb, K, bq, dp, 1, nb, qb.from_row(i0), qb.ld, dK + j0 * K, K, 1.0f, true, band.queries);  // dK += dS^T Q
+        gemm(bq, K, nb, dp, nb, 1, kb.from_row(j0), kb.ld, dQ, K, 1.0f, j0 > 0, band.keys);           // dQ += dS K
+      }
+      store_scaled(dQ, bq, K, P.scale, dq.at(n, h).from_row(i0));
+    }
+  }
+  store_scaled(dK, S, K, P.scale, dk.at(n, g));
+  store_scaled(dV, S, E, 1.0f, dv.at(n, g));
+}
+
 // Runs f(0 .. tasks-1), in parallel when worth it. Not `omp parallel if
 // (...)`: a false if still opens an inactive region, inside which OpenBLAS's
 // own parallel region would be a nested one (libgomp then creates and
@@ -756,9 +880,10 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
       forward_block(P, n, h, b * P.bq, std::min(T, (b + 1) * P.bq), o, lse);
     });
   };
-  auto run_bf16 = [&] {
+  // float32 with bf16 products, or on the block GEMM (gemm).
+  auto run_groups = [&](bool bf16, block::GemmFn gemm) {
     Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k);
-    even_blocks(P);
+    if (bf16) even_blocks(P);
     const Heads<float> o = heads<float>(r.out, r.out.data<float>());
     float* lse = r.lse.data<float>();
     // Tasks: (n, g, a run of query blocks), at least kMinTasks of them when
@@ -769,12 +894,15 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
     const double work = static_cast<double>(N * H) * static_cast<double>(T) * static_cast<double>(P.S) *
                         static_cast<double>(P.K + E);
     for_tasks(N * G * runs, work > kParallelGrain, [&](int64_t t) {
-      const int64_t n = t / (G * runs), g = (t / runs) % G, b0 = (t % runs) * per;
-      if (b0 < nqb) forward_group_bf16(P, n, g, b0, std::min(nqb, b0 + per), o, lse);
+      const int64_t n = t / (G * runs), g = (t / runs) % G, b0 = (t % runs) * per, b1 = std::min(nqb, b0 + per);
+      if (b0 >= nqb) return;
+      if (bf16) forward_group_bf16(P, n, g, b0, b1, o, lse);
+      else forward_group_f32(P, gemm, n, g, b0, b1, o, lse);
     });
   };
   if (q.dtype() == DType::f64) run(double{});
-  else if (bf16_products(q)) run_bf16();
+  else if (bf16_products(q)) run_groups(true, nullptr);
+  else if (const block::GemmFn gemm = block::gemm_for_isa()) run_groups(false, gemm);
   else run(float{});
   return r;
 }
@@ -810,17 +938,21 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
     const T_* pl = l.data<T_>();
     for_tasks(N * G, true, [&](int64_t t) { backward_group(P, t / G, t % G, ho, pl, hgo, dq, dk, dv); });
   };
-  auto run_bf16 = [&] {
+  auto run_groups = [&](bool bf16, block::GemmFn gemm) {
     Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k);
-    even_blocks(P);
+    if (bf16) even_blocks(P);
     const Heads<const float> ho = heads<float>(o), hgo = heads<float>(go);
     const Heads<float> dq = heads<float>(r.dq, r.dq.data<float>()), dk = heads<float>(r.dk, r.dk.data<float>()),
                        dv = heads<float>(r.dv, r.dv.data<float>());
     const float* pl = l.data<float>();
-    for_tasks(N * G, true, [&](int64_t t) { backward_group_bf16(P, t / G, t % G, ho, pl, hgo, dq, dk, dv); });
+    for_tasks(N * G, true, [&](int64_t t) {
+      if (bf16) backward_group_bf16(P, t / G, t % G, ho, pl, hgo, dq, dk, dv);
+      else backward_group_f32(P, gemm, t / G, t % G, ho, pl, hgo, dq, dk, dv);
+    });
   };
   if (q.dtype() == DType::f64) run(double{});
-  else if (bf16_products(q)) run_bf16();
+  else if (bf16_products(q)) run_groups(true, nullptr);
+  else if (const block::GemmFn gemm = block::gemm_for_isa()) run_groups(false, gemm);
   else run(float{});
   return r;
 }

@@ -107,7 +107,13 @@ TEST_CASE("fused attention equals the plain path for every block size, forward a
         compare(c, b, b, dt, false);
         compare(c, b, (b % 5) + 1, dt, false);  // query and key blocks of different sizes
       }
-  for (const Case& c : cases) compare(c, 3, 2, DType::f64, true);
+  // Views: heads' rows wider than the heads, and channels-first values
+  // (float32 copies them transposed for its block products).
+  for (const Case& c : cases)
+    for (DType dt : {DType::f64, DType::f32}) {
+      compare(c, 3, 2, dt, true);
+      compare(c, 8, 8, dt, true);
+    }
   compare(cases[1], 0, 0, DType::f32, true);  // the defaults
 }
 

@@ -1,0 +1,48 @@
+// core/block_gemm.h: a small float32 GEMM for the blocks of heed's own kernels
+// (internal to core/): fused attention's block products, where a call is a
+// 64 x 64 block or smaller and a library GEMM's per-call packing and
+// dispatch cost as much as the arithmetic.
+#pragma once
+
+#include <cstdint>
+
+#include "core/runtime.h"
+
+namespace heed::kernel {
+
+// The part of a product a triangular (causal) block needs: row i of C only
+// in its columns j < i + col_end (the others are left unwritten), and row i
+// of A zero outside the inner indices [i + inner_begin, i + inner_end), so
+// the products that only meet those zeros are skipped. The defaults: all of
+// it. (The bf16 GEMM of core/bf16.h counts inner indices, not pairs, too.)
+struct Band {
+  static constexpr int64_t kAll = INT64_MAX / 4;
+  int64_t col_end = kAll, inner_begin = -kAll, inner_end = kAll;
+};
+
+namespace block {
+
+// C [M, N] = alpha A B (+ C when accumulate) over P inner indices, with
+// A(i, p) = a[i * ars + p * aps] (any strides: A is read one element at a
+// time, so A^T is A with its strides swapped), B's rows b[p * ldb + 0 .. N)
+// and C's rows c[i * ldc + 0 .. N). Every element of C is one float32 sum of
+// its products in ascending p, each added with a fused multiply-add, from 0
+// (or from C itself when accumulate and alpha == 1; else alpha times the sum
+// is rounded, then C added): the same bits wherever the register tiles fall,
+// on either instruction set. A band skips only zero products.
+using GemmFn = void (*)(int64_t M, int64_t N, int64_t P, const float* a, int64_t ars, int64_t aps, const float* b,
+                        int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band);
+
+// The GEMM for heed's instruction set in effect (heed::cpu_isa(): AVX-512 or
+// AVX2), or null on a CPU with neither (callers then use a library GEMM).
+GemmFn gemm_for_isa();
+// The GEMM of one instruction set, null for baseline or one this CPU lacks
+// (tests compare the two).
+GemmFn gemm_for(CpuIsa isa);
+
+// dst[c * ld + r] = src[r * rs + c] for r < rows, c < cols: a B operand's
+// rows from a matrix stored the other way round.
+void transpose(const float* src, int64_t rs, int64_t rows, int64_t cols, float* dst, int64_t ld);
+
+}  // namespace block
+}  // namespace heed::kernel

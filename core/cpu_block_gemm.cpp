@@ -1,0 +1,95 @@
+// core/cpu_block_gemm.cpp: the float32 block GEMM of core/block_gemm.h, a
+// register-tiled outer product (the BLIS micro-kernel shape without its
+// packing: A is read an element at a time, in any layout, and B's rows are
+// read as they lie). Written once (core/cpu_block_gemm_simd.inc) and
+// compiled for AVX-512 and for AVX2 + FMA, chosen at run time by
+// heed::cpu_isa(); built for baseline x86-64 like the Winograd convolution
+// (CMakeLists.txt), so its AVX2 code is an AVX2 CPU's. Both widths run the
+// same float32 operations per element: the same bits on either.
+#include <algorithm>
+#include <cstdint>
+
+#include "core/block_gemm.h"
+#include "core/runtime.h"
+#include "core/simd_vec.h"
+
+namespace heed::kernel::block {
+namespace {
+
+#ifdef HEED_SIMD_X86
+struct Avx512 : simd::Avx512 {
+  static constexpr int kNR = 4;                      // 64 columns
+  static constexpr int kMaxMR[5] = {0, 16, 12, 8, 6};  // of 32 registers
+};
+struct Avx2 : simd::Avx2 {
+  static constexpr int kNR = 2;               // 16 columns
+  static constexpr int kMaxMR[3] = {0, 12, 6};  // of 16 registers
+};
+
+namespace avx512 {
+#define HEED_SIMD __attribute__((target("avx512f,fma")))
+using Vec = Avx512;
+#include "core/cpu_block_gemm_simd.inc"
+#undef HEED_SIMD
+}  // namespace avx512
+
+namespace avx2 {
+#define HEED_SIMD __attribute__((target("avx2,fma")))
+using Vec = Avx2;
+#include "core/cpu_block_gemm_simd.inc"
+#undef HEED_SIMD
+}  // namespace avx2
+#endif
+
+// dst[c * ld + r] = src[r * rs + c] for an 8 x 8 block.
+__attribute__((target("avx2"))) void transpose8(const float* src, int64_t rs, float* dst, int64_t ld) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * rs);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // Per 128-bit lane, t[2i] = (a0 b0 a1 b1), t[2i+1] = (a2 b2 a3 b3) of rows a, b = 2i, 2i+1.
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  // r[i] for i < 4 holds column i (and i + 4 in its upper lane) of rows 0-3; r[i + 4] of rows 4-7.
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+}  // namespace
+
+void transpose(const float* src, int64_t rs, int64_t rows, int64_t cols, float* dst, int64_t ld) {
+  const bool vec = heed::cpu_isa() != CpuIsa::baseline;
+  const int64_t r8 = vec ? rows / 8 * 8 : 0, c8 = vec ? cols / 8 * 8 : 0;
+  for (int64_t r = 0; r < r8; r += 8)
+    for (int64_t c = 0; c < c8; c += 8) transpose8(src + r * rs + c, rs, dst + c * ld + r, ld);
+  auto scalar = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t r = r0; r < r1; ++r) dst[c * ld + r] = src[r * rs + c];
+  };
+  scalar(0, r8, c8, cols);
+  scalar(r8, rows, 0, cols);
+}
+
+GemmFn gemm_for_isa() { return gemm_for(heed::cpu_isa()); }
+
+GemmFn gemm_for(CpuIsa isa) {
+#ifdef HEED_SIMD_X86
+  if (static_cast<int>(isa) > static_cast<int>(heed::cpu_isa_max())) return nullptr;
+  switch (isa) {
+    case CpuIsa::avx512: return avx512::gemm;
+    case CpuIsa::avx2: return avx2::gemm;
+    case CpuIsa::baseline: break;
+  }
+#endif
+  return nullptr;
+}
+
+}  // namespace heed::kernel::block

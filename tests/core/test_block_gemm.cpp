@@ -1,0 +1,148 @@
+// tests/core/test_block_gemm.cpp: the float32 block GEMM of core/block_gemm.h
+// (fused attention's block products). Its arithmetic is specified to the
+// bit: each element is the sum of its products in ascending order, each
+// added by a fused multiply-add, from 0 or from C. So every result is
+// checked for equality with that scalar loop (std::fmaf), for every tile
+// shape, A in both orientations and with strides, alpha and accumulate in
+// all four combinations, and bands; at each instruction set this CPU has,
+// which therefore agree with each other bit for bit.
+#include <cmath>
+#include <cstring>
+
+#include "core/block_gemm.h"
+#include "test_util.h"
+
+using namespace heed;
+namespace blk = heed::kernel::block;
+
+namespace {
+
+struct Isa {
+  CpuIsa isa;
+  const char* name;
+};
+
+std::vector<std::pair<const char*, blk::GemmFn>> kernels() {
+  std::vector<std::pair<const char*, blk::GemmFn>> k;
+  for (Isa i : {Isa{CpuIsa::avx2, "avx2"}, Isa{CpuIsa::avx512, "avx512"}})
+    if (blk::GemmFn f = blk::gemm_for(i.isa)) k.emplace_back(i.name, f);
+  return k;
+}
+
+// The specification, one element at a time.
+float reference(int64_t i, int64_t j, int64_t P, const float* a, int64_t ars, int64_t aps, const float* b,
+                int64_t ldb, float c, float alpha, bool accumulate) {
+  const bool from_c = accumulate && alpha == 1.0f;
+  float s = from_c ? c : 0.0f;
+  for (int64_t p = 0; p < P; ++p) s = std::fmaf(a[i * ars + p * aps], b[p * ldb + j], s);
+  if (from_c) return s;
+  if (alpha != 1.0f) s = alpha * s;
+  return accumulate ? s + c : s;
+}
+
+bool same_bits(float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0; }
+
+}  // namespace
+
+TEST_CASE("block gemm: every element is the specified float32 sum, bit for bit, at every tile shape") {
+  const auto ks = kernels();
+  if (ks.empty()) {
+    MESSAGE("no AVX2 here: the block GEMM is never called (attention uses OpenBLAS)");
+    return;
+  }
+  for (auto [name, gemm] : ks) {
+    CAPTURE(name);
+    for (int64_t M : {1, 5, 6, 7, 12, 13, 16, 17, 64}) {
+      for (int64_t N : {1, 7, 8, 15, 16, 17, 33, 64, 65, 100}) {
+        for (int64_t P : {0, 1, 31, 64}) {
+          CAPTURE(M);
+          CAPTURE(N);
+          CAPTURE(P);
+          const auto ad = test::det_values(M * P * 3 + 1, 1 + M, -1, 1), bd = test::det_values(P * (N + 9) + 1, 2 + N, -1, 1);
+          const auto cd = test::det_values(M * N, 3, -1, 1);
+          const std::vector<float> a(ad.begin(), ad.end()), b(bd.begin(), bd.end());
+          const int64_t ldb = N + 9, ldc = N + 5;
+          for (int mode = 0; mode < 8; ++mode) {
+            CAPTURE(mode);
+            const float alpha = mode % 2 == 1 ? 0.125f : 1.0f;
+            const bool acc = mode % 4 >= 2;
+            // A row-major (ars = P), transposed (aps = M), or with both strides > 1.
+            const bool a_t = mode >= 4;
+            const int64_t ars = a_t ? 1 : 3 * P, aps = a_t ? M : 3;
+            std::vector<float> c(static_cast<size_t>(M * ldc), 7.0f);
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < N; ++j) c[static_cast<size_t>(i * ldc + j)] = static_cast<float>(cd[i * N + j]);
+            const std::vector<float> before = c;
+            gemm(M, N, P, a.data(), ars, aps, b.data(), ldb, c.data(), ldc, alpha, acc, {});
+            int bad = 0, outside = 0;
+            for (int64_t i = 0; i < M; ++i) {
+              for (int64_t j = 0; j < N; ++j)
+                bad += !same_bits(c[static_cast<size_t>(i * ldc + j)],
+                                  reference(i, j, P, a.data(), ars, aps, b.data(), ldb,
+                                            before[static_cast<size_t>(i * ldc + j)], alpha, acc));
+              for (int64_t j = N; j < ldc; ++j) outside += c[static_cast<size_t>(i * ldc + j)] != 7.0f;  // untouched
+            }
+            CHECK(bad == 0);
+            CHECK(outside == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("block gemm with a band: the needed part equals the whole product's, bit for bit") {
+  // A causal block's three kinds of product: columns needed below a diagonal
+  // (scores), A zero beyond a diagonal (over keys), A zero before one (over
+  // queries). The diagonal offset d takes every position relative to the tiles.
+  const int64_t M = 64, N = 70, K = 45, ldb = 80;
+  const auto ad = test::det_values(M * K, 5, -1, 1), bd = test::det_values(K * ldb, 6, -1, 1);
+  const std::vector<float> b(bd.begin(), bd.end());
+  for (auto [name, gemm] : kernels()) {
+    CAPTURE(name);
+    for (int64_t d = -70; d <= 70; d += 7) {
+      CAPTURE(d);
+      for (int kind = 0; kind < 3; ++kind) {
+        CAPTURE(kind);
+        kernel::Band band;
+        std::vector<float> a(ad.begin(), ad.end());
+        if (kind == 0) band.col_end = d;
+        if (kind == 1) band.inner_end = d;
+        if (kind == 2) band.inner_begin = d;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t k = 0; k < K; ++k)
+            if ((kind == 1 && k >= i + d) || (kind == 2 && k < i + d)) a[static_cast<size_t>(i * K + k)] = 0.0f;
+        const auto c0 = test::det_values(M * N, 7, -1, 1);
+        for (bool acc : {false, true}) {
+          std::vector<float> whole(c0.begin(), c0.end()), banded(c0.begin(), c0.end());
+          gemm(M, N, K, a.data(), K, 1, b.data(), ldb, whole.data(), N, 1.0f, acc, {});
+          gemm(M, N, K, a.data(), K, 1, b.data(), ldb, banded.data(), N, 1.0f, acc, band);
+          int bad = 0;
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < std::min(N, i + (kind == 0 ? d : N)); ++j)
+              bad += !same_bits(whole[static_cast<size_t>(i * N + j)], banded[static_cast<size_t>(i * N + j)]);
+          CHECK(bad == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("block transpose: every size around its 8 x 8 blocks") {
+  for (int64_t rows : {1, 7, 8, 9, 16, 30}) {
+    for (int64_t cols : {1, 5, 8, 17, 64}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const int64_t rs = cols + 3, ld = rows + 2;
+      const auto sd = test::det_values(rows * rs, 9, -1, 1);
+      const std::vector<float> src(sd.begin(), sd.end());
+      std::vector<float> dst(static_cast<size_t>(cols * ld), 7.0f);
+      blk::transpose(src.data(), rs, rows, cols, dst.data(), ld);
+      int bad = 0;
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = 0; r < ld; ++r)
+          bad += dst[static_cast<size_t>(c * ld + r)] != (r < rows ? src[static_cast<size_t>(r * rs + c)] : 7.0f);
+      CHECK(bad == 0);
+    }
+  }
+}
