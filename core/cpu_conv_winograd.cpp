@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/block_gemm.h"
 #include "core/conv_winograd.h"
 #include "core/error.h"
 
@@ -81,8 +82,7 @@ constexpr float kBT[8][8] = {
     {0.0f, -64.0f, 128.0f, 80.0f, -160.0f, -16.0f, 32.0f, 0.0f},
     {0.0f, -4.0f, 0.0f, 21.0f, 0.0f, -21.0f, 0.0f, 4.0f}};
 
-constexpr int kRows = 6;        // rows of the GEMM's register block
-constexpr int64_t kChunk = 36;  // tiles per work item (a multiple of kRows)
+constexpr int64_t kChunk = 36;  // tiles per work item (six of the block GEMM's 6-row tiles)
 constexpr int64_t kGroups = 8;  // weight-gradient partial sums, fixed for determinism
 
 std::atomic<bool> g_enabled{true};
@@ -105,8 +105,6 @@ struct Tiles {
   int64_t chunks() const { return (total() + kChunk - 1) / kChunk; }
 };
 
-using MicroFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t);
-
 // One instruction set's kernels (core/cpu_conv_winograd_simd.inc).
 struct Kernels {
   const char* name;  // "AVX-512", "AVX2"
@@ -125,14 +123,14 @@ struct Kernels {
 };
 
 #ifdef HEED_WINOGRAD_X86
-// The vector traits (core/simd_vec.h) with this file's GEMM block: kNV
-// vectors per row of the register block.
+// The vector traits (core/simd_vec.h), named, with the instruction set
+// whose block GEMM (core/block_gemm.h) runs the transformed products.
 struct Avx512 : simd::Avx512 {
-  static constexpr int kNV = 4;  // GEMM block 6 x 4 vectors: 24 of 32 registers
+  static constexpr CpuIsa isa = CpuIsa::avx512;
   static constexpr const char* name = "AVX-512";
 };
 struct Avx2 : simd::Avx2 {
-  static constexpr int kNV = 2;  // GEMM block 6 x 2 vectors: 12 of 16 registers
+  static constexpr CpuIsa isa = CpuIsa::avx2;
   static constexpr const char* name = "AVX2";
 };
 
