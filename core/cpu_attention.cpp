@@ -204,10 +204,18 @@ T exp_shifted_sum(T* x, int64_t n, T c) {
       x[j + l] = e;
       a[l] += e;
     }
-  for (; j < n; ++j) {
-    x[j] = ex(x[j] - c);
-    a[0] += x[j];
-  }
+  // The tail as one more step of the same lanes (element j + l in lane l),
+  // which the compiler masks, not as a scalar loop: a causal row's visible
+  // keys seldom fill the last vector.
+  const int64_t rem = n - j;
+  if (rem > 0)
+    for (int l = 0; l < kLanes; ++l) {
+      const T e = ex((l < rem ? x[j + l] : c) - c);
+      if (l < rem) {
+        x[j + l] = e;
+        a[l] += e;
+      }
+    }
   return lanes_sum(a);
 }
 // x_j = e^(x_j - c): no reduction in the loop, so it vectorises.
