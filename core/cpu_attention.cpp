@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/attention_rows.h"
 #include "core/block_gemm.h"
 #include "core/bf16_simd.h"
 #include "core/error.h"
@@ -253,16 +254,33 @@ int64_t visible_keys(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb) {
 // from j0 (srow): srow becomes e^(s_ij - m_i') (exact zeros where causal
 // hides a key), and the row's running max m, denominator l and accumulator
 // acc [E] are brought up to date for the block's contribution.
+// The row operations: these loops, or (float32 block path) the vector row
+// kernels of core/attention_rows.h.
 template <class T>
-void softmax_row(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb, T* srow, T& m, T& l, T* acc) {
+struct LoopRows {
+  T max(const T* x, int64_t n, T init) const { return row_max(x, n, init); }
+  T exp_sum(T* x, int64_t vis, int64_t n, T c) const {
+    const T r = exp_shifted_sum(x, vis, c);
+    std::fill(x + vis, x + n, T(0));
+    return r;
+  }
+};
+struct VectorRows {
+  const rows::Kernels* k;
+  float max(const float* x, int64_t n, float init) const { return k->max(x, n, init); }
+  float exp_sum(float* x, int64_t vis, int64_t n, float c) const { return k->exp_sum(x, vis, n, c); }
+};
+
+template <class T, class Rows = LoopRows<T>>
+void softmax_row(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb, T* srow, T& m, T& l, T* acc,
+                 const Rows& rows = {}) {
   const int64_t vis = visible_keys(P, i, j0, nb);
-  const T mx = row_max(srow, vis, m);
+  const T mx = rows.max(srow, vis, m);
   // Key 0 is visible to every query and blocks go in ascending order, so
   // after the first block m is finite; a row fully hidden in a later
   // block keeps its m and adds exact zeros.
   const T corr = ex(m - mx);
-  const T rs = exp_shifted_sum(srow, vis, mx);
-  std::fill(srow + vis, srow + nb, T(0));
+  const T rs = rows.exp_sum(srow, vis, nb, mx);
   l = l * corr + rs;
   m = mx;
   // The first block finds acc zero: nothing to rescale.
@@ -693,6 +711,17 @@ RowsB rows_b(Mat<const float> m, int64_t rows, int64_t cols, std::vector<float>&
   return {buf.data(), ld};
 }
 
+// The float32 block path's kernels, for heed's instruction set.
+struct F32Kernels {
+  block::GemmFn gemm;
+  const rows::Kernels* rows;
+  static F32Kernels for_isa() {
+    const CpuIsa isa = heed::cpu_isa();
+    return {block::gemm_for(isa), rows::kernels_for(isa)};
+  }
+  explicit operator bool() const { return gemm != nullptr && rows != nullptr; }
+};
+
 struct F32Scratch {
   std::vector<float> kt, vt, kb, vb, qb, gb, dk, dv, dq;
 };
@@ -701,24 +730,9 @@ F32Scratch& f32_scratch() {
   return s;
 }
 
-// dS_ij = p_ij (dP_ij - D_i) over a [bq, nb] block (queries from i0, keys
-// from j0), in place of dP, and exact zeros where causal hides a key (the
-// banded dP product leaves those unwritten).
-void score_grads_banded(const Problem<float>& P, int64_t i0, int64_t bq, int64_t j0, int64_t nb, const float* p,
-                        const float* D, float* dp) {
-  for (int64_t i = 0; i < bq; ++i) {
-    const float* pr = p + i * nb;
-    float* dr = dp + i * nb;
-    const float Di = D[i];
-    const int64_t vis = visible_keys(P, i0 + i, j0, nb);
-    for (int64_t jj = 0; jj < vis; ++jj) dr[jj] = pr[jj] * (dr[jj] - Di);
-    std::fill(dr + vis, dr + nb, 0.0f);
-  }
-}
-
 // One block of queries [i0, i1) of head (n, h), given its key/value head's
 // K^T (kt) and V (vb) as B operands.
-void forward_block_f32(const Problem<float>& P, block::GemmFn gemm, RowsB kt, RowsB vb, int64_t n, int64_t h,
+void forward_block_f32(const Problem<float>& P, const F32Kernels& fk, RowsB kt, RowsB vb, int64_t n, int64_t h,
                        int64_t i0, int64_t i1, Heads<float> o, float* lse) {
   const int64_t bq = i1 - i0, E = P.E, K = P.K;
   Scratch<float>& w = scratch<float>();
@@ -730,27 +744,28 @@ void forward_block_f32(const Problem<float>& P, block::GemmFn gemm, RowsB kt, Ro
   for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
     const int64_t nb = std::min(P.bk, jend - j0);
     const Bands band = causal_bands(P, i0, j0);
-    gemm(bq, nb, K, Q.p, Q.rs, Q.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S = scale Q K^T
-    for (int64_t i = 0; i < bq; ++i) softmax_row(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E);
-    gemm(bq, E, nb, s, nb, 1, vb.from_row(j0), vb.ld, acc, E, 1.0f, true, band.keys);  // acc += P V
+    fk.gemm(bq, nb, K, Q.p, Q.rs, Q.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S = scale Q K^T
+    for (int64_t i = 0; i < bq; ++i)
+      softmax_row(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E, VectorRows{fk.rows});
+    fk.gemm(bq, E, nb, s, nb, 1, vb.from_row(j0), vb.ld, acc, E, 1.0f, true, band.keys);  // acc += P V
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
 }
 
 // The forward of query blocks [b0, b1) of every query head of key/value
 // head (n, g), as forward_group_bf16.
-void forward_group_f32(const Problem<float>& P, block::GemmFn gemm, int64_t n, int64_t g, int64_t b0, int64_t b1,
+void forward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n, int64_t g, int64_t b0, int64_t b1,
                        Heads<float> o, float* lse) {
   const int64_t r = P.H / P.G, keys = P.key_end(std::min(P.T_, b1 * P.bq));
   F32Scratch& x = f32_scratch();
   const RowsB kt = rows_b(P.k.at(n, g).t(), P.K, keys, x.kt), vb = rows_b(P.v.at(n, g), keys, P.E, x.vb);
   for (int64_t h = g * r; h < (g + 1) * r; ++h)
     for (int64_t b = b0; b < b1; ++b)
-      forward_block_f32(P, gemm, kt, vb, n, h, b * P.bq, std::min(P.T_, (b + 1) * P.bq), o, lse);
+      forward_block_f32(P, fk, kt, vb, n, h, b * P.bq, std::min(P.T_, (b + 1) * P.bq), o, lse);
 }
 
 // The backward of one (n, g), in the order of backward_group_bf16.
-void backward_group_f32(const Problem<float>& P, block::GemmFn gemm, int64_t n, int64_t g, Heads<const float> o,
+void backward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n, int64_t g, Heads<const float> o,
                         const float* lse, Heads<const float> go, Heads<float> dq, Heads<float> dk, Heads<float> dv) {
   const int64_t r = P.H / P.G, E = P.E, K = P.K, S = P.S, T = P.T_;
   Scratch<float>& w = scratch<float>();
@@ -775,13 +790,14 @@ void backward_group_f32(const Problem<float>& P, block::GemmFn gemm, int64_t n, 
       for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
         const int64_t nb = std::min(P.bk, jend - j0);
         const Bands band = causal_bands(P, i0, j0);
-        gemm(bq, nb, K, Qb.p, Qb.rs, Qb.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S
-        gemm(bq, nb, E, GOb.p, GOb.rs, GOb.cs, vt.p + j0, vt.ld, dp, nb, 1.0f, false, band.cols);  // dP = dO V^T
-        probabilities(P, i0, bq, j0, nb, lse_h, s);
-        score_grads_banded(P, i0, bq, j0, nb, s, D + i0, dp);
-        gemm(nb, E, bq, s, 1, nb, gb.from_row(i0), gb.ld, dV + j0 * E, E, 1.0f, true, band.queries);   // dV += P^T dO
-        gemm(nb, K, bq, dp, 1, nb, qb.from_row(i0), qb.ld, dK + j0 * K, K, 1.0f, true, band.queries);  // dK += dS^T Q
-        gemm(bq, K, nb, dp, nb, 1, kb.from_row(j0), kb.ld, dQ, K, 1.0f, j0 > 0, band.keys);           // dQ += dS K
+        fk.gemm(bq, nb, K, Qb.p, Qb.rs, Qb.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S
+        fk.gemm(bq, nb, E, GOb.p, GOb.rs, GOb.cs, vt.p + j0, vt.ld, dp, nb, 1.0f, false, band.cols);  // dP = dO V^T
+        for (int64_t i = 0; i < bq; ++i)  // P, and dS = P (dP - D) in place of dP
+          fk.rows->probs_and_grads(s + i * nb, dp + i * nb, visible_keys(P, i0 + i, j0, nb), nb, lse_h[i0 + i],
+                                   D[i0 + i]);
+        fk.gemm(nb, E, bq, s, 1, nb, gb.from_row(i0), gb.ld, dV + j0 * E, E, 1.0f, true, band.queries);   // dV += P^T dO
+        fk.gemm(nb, K, bq, dp, 1, nb, qb.from_row(i0), qb.ld, dK + j0 * K, K, 1.0f, true, band.queries);  // dK += dS^T Q
+        fk.gemm(bq, K, nb, dp, nb, 1, kb.from_row(j0), kb.ld, dQ, K, 1.0f, j0 > 0, band.keys);           // dQ += dS K
       }
       store_scaled(dQ, bq, K, P.scale, dq.at(n, h).from_row(i0));
     }
@@ -889,7 +905,7 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
     });
   };
   // float32 with bf16 products, or on the block GEMM (gemm).
-  auto run_groups = [&](bool bf16, block::GemmFn gemm) {
+  auto run_groups = [&](bool bf16, const F32Kernels& fk) {
     Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k);
     if (bf16) even_blocks(P);
     const Heads<float> o = heads<float>(r.out, r.out.data<float>());
@@ -905,12 +921,12 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
       const int64_t n = t / (G * runs), g = (t / runs) % G, b0 = (t % runs) * per, b1 = std::min(nqb, b0 + per);
       if (b0 >= nqb) return;
       if (bf16) forward_group_bf16(P, n, g, b0, b1, o, lse);
-      else forward_group_f32(P, gemm, n, g, b0, b1, o, lse);
+      else forward_group_f32(P, fk, n, g, b0, b1, o, lse);
     });
   };
   if (q.dtype() == DType::f64) run(double{});
-  else if (bf16_products(q)) run_groups(true, nullptr);
-  else if (const block::GemmFn gemm = block::gemm_for_isa()) run_groups(false, gemm);
+  else if (bf16_products(q)) run_groups(true, {});
+  else if (const F32Kernels fk = F32Kernels::for_isa()) run_groups(false, fk);
   else run(float{});
   return r;
 }
@@ -946,7 +962,7 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
     const T_* pl = l.data<T_>();
     for_tasks(N * G, true, [&](int64_t t) { backward_group(P, t / G, t % G, ho, pl, hgo, dq, dk, dv); });
   };
-  auto run_groups = [&](bool bf16, block::GemmFn gemm) {
+  auto run_groups = [&](bool bf16, const F32Kernels& fk) {
     Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k);
     if (bf16) even_blocks(P);
     const Heads<const float> ho = heads<float>(o), hgo = heads<float>(go);
@@ -955,12 +971,12 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
     const float* pl = l.data<float>();
     for_tasks(N * G, true, [&](int64_t t) {
       if (bf16) backward_group_bf16(P, t / G, t % G, ho, pl, hgo, dq, dk, dv);
-      else backward_group_f32(P, gemm, t / G, t % G, ho, pl, hgo, dq, dk, dv);
+      else backward_group_f32(P, fk, t / G, t % G, ho, pl, hgo, dq, dk, dv);
     });
   };
   if (q.dtype() == DType::f64) run(double{});
-  else if (bf16_products(q)) run_groups(true, nullptr);
-  else if (const block::GemmFn gemm = block::gemm_for_isa()) run_groups(false, gemm);
+  else if (bf16_products(q)) run_groups(true, {});
+  else if (const F32Kernels fk = F32Kernels::for_isa()) run_groups(false, fk);
   else run(float{});
   return r;
 }

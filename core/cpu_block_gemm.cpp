@@ -1,4 +1,5 @@
-// core/cpu_block_gemm.cpp: the float32 block GEMM of core/block_gemm.h, a
+// core/cpu_block_gemm.cpp: the float32 block GEMM of core/block_gemm.h (and
+// fused attention's row kernels, core/attention_rows.h, built the same way), a
 // register-tiled outer product (the BLIS micro-kernel shape without its
 // packing: A is read an element at a time, in any layout, and B's rows are
 // read as they lie). Written once (core/cpu_block_gemm_simd.inc) and
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/attention_rows.h"
 #include "core/block_gemm.h"
 #include "core/runtime.h"
 #include "core/simd_vec.h"
@@ -30,6 +32,7 @@ namespace avx512 {
 #define HEED_SIMD __attribute__((target("avx512f,fma")))
 using Vec = Avx512;
 #include "core/cpu_block_gemm_simd.inc"
+#include "core/cpu_attention_rows_simd.inc"
 #undef HEED_SIMD
 }  // namespace avx512
 
@@ -37,6 +40,7 @@ namespace avx2 {
 #define HEED_SIMD __attribute__((target("avx2,fma")))
 using Vec = Avx2;
 #include "core/cpu_block_gemm_simd.inc"
+#include "core/cpu_attention_rows_simd.inc"
 #undef HEED_SIMD
 }  // namespace avx2
 #endif
@@ -93,3 +97,19 @@ GemmFn gemm_for(CpuIsa isa) {
 }
 
 }  // namespace heed::kernel::block
+
+namespace heed::kernel::rows {
+
+const Kernels* kernels_for(CpuIsa isa) {
+#ifdef HEED_SIMD_X86
+  if (static_cast<int>(isa) > static_cast<int>(heed::cpu_isa_max())) return nullptr;
+  switch (isa) {
+    case CpuIsa::avx512: return &block::avx512::rows_impl::kKernels;
+    case CpuIsa::avx2: return &block::avx2::rows_impl::kKernels;
+    case CpuIsa::baseline: break;
+  }
+#endif
+  return nullptr;
+}
+
+}  // namespace heed::kernel::rows

@@ -17,6 +17,11 @@
 
 #include <cstdint>
 
+// GCC 12's false "used uninitialized" warnings on the AVX-512 intrinsics'
+// own _mm512_undefined_* operands (GCC bug 105593; see core/bf16_simd.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace heed::kernel::simd {
 
 #define HEED_AVX512 __attribute__((always_inline, target("avx512f,fma"))) static inline
@@ -41,6 +46,23 @@ struct Avx512 {
   HEED_AVX512 f add(f a, f b) { return _mm512_add_ps(a, b); }
   HEED_AVX512 f mul(f a, f b) { return _mm512_mul_ps(a, b); }
   HEED_AVX512 f fmadd(f a, f b, f c) { return _mm512_fmadd_ps(a, b, c); }
+  HEED_AVX512 f fnmadd(f a, f b, f c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a b
+  HEED_AVX512 f sub(f a, f b) { return _mm512_sub_ps(a, b); }
+  HEED_AVX512 f max(f a, f b) { return _mm512_max_ps(a, b); }
+  // Lanes of a where m is in, b elsewhere.
+  HEED_AVX512 f select(mask m, f a, f b) { return _mm512_mask_mov_ps(b, m, a); }
+  HEED_AVX512 mask less(f a, f b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  HEED_AVX512 mask ordered(f a) { return _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q); }
+  HEED_AVX512 mask and_not(mask a, mask b) { return static_cast<mask>(a & ~b); }  // in a, not in b
+  // 2^n for lanes holding integers n in [-126, 127].
+  HEED_AVX512 f pow2(f n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
+  HEED_AVX512 float reduce_max(f a) { return _mm512_reduce_max_ps(a); }
+  // Lanes 0-7 plus lanes 8-15, stored to h[8].
+  HEED_AVX512 void fold_halves(f a, float* h) {
+    _mm256_storeu_ps(h, _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+  }
   // v where m > 0, else +0 (NaN in m gives 0). A zero-masked move, not
   // _mm512_max_ps, which trips a false -Wmaybe-uninitialized in GCC 12's header.
   HEED_AVX512 f keep_if_positive(f v, f m) {
@@ -79,6 +101,22 @@ struct Avx2 {
   HEED_AVX2 f add(f a, f b) { return _mm256_add_ps(a, b); }
   HEED_AVX2 f mul(f a, f b) { return _mm256_mul_ps(a, b); }
   HEED_AVX2 f fmadd(f a, f b, f c) { return _mm256_fmadd_ps(a, b, c); }
+  HEED_AVX2 f fnmadd(f a, f b, f c) { return _mm256_fnmadd_ps(a, b, c); }
+  HEED_AVX2 f sub(f a, f b) { return _mm256_sub_ps(a, b); }
+  HEED_AVX2 f max(f a, f b) { return _mm256_max_ps(a, b); }
+  HEED_AVX2 f select(mask m, f a, f b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
+  HEED_AVX2 mask less(f a, f b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
+  HEED_AVX2 mask ordered(f a) { return _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_ORD_Q)); }
+  HEED_AVX2 mask and_not(mask a, mask b) { return _mm256_andnot_si256(b, a); }
+  HEED_AVX2 f pow2(f n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+  HEED_AVX2 float reduce_max(f a) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+  }
   // v where m > 0, else +0 (NaN in m gives 0): the same bits as Avx512's.
   HEED_AVX2 f keep_if_positive(f v, f m) { return _mm256_and_ps(_mm256_cmp_ps(m, _mm256_setzero_ps(), _CMP_GT_OQ), v); }
   HEED_AVX2 i lanes_times(int s) {

@@ -1,5 +1,6 @@
 // tests/core/test_block_gemm.cpp: the float32 block GEMM of core/block_gemm.h
-// (fused attention's block products). Its arithmetic is specified to the
+// (fused attention's block products) and attention's row kernels
+// (core/attention_rows.h). Its arithmetic is specified to the
 // bit: each element is the sum of its products in ascending order, each
 // added by a fused multiply-add, from 0 or from C. So every result is
 // checked for equality with that scalar loop (std::fmaf), for every tile
@@ -8,8 +9,12 @@
 // which therefore agree with each other bit for bit.
 #include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "core/attention_rows.h"
 #include "core/block_gemm.h"
+#include "core/fast_math.h"
+#include "core/lanes.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -143,6 +148,96 @@ TEST_CASE("block transpose: every size around its 8 x 8 blocks") {
         for (int64_t r = 0; r < ld; ++r)
           bad += dst[static_cast<size_t>(c * ld + r)] != (r < rows ? src[static_cast<size_t>(r * rs + c)] : 7.0f);
       CHECK(bad == 0);
+    }
+  }
+}
+
+// ---- fused attention's row kernels (core/attention_rows.h) ----
+
+namespace {
+
+std::vector<std::pair<const char*, const kernel::rows::Kernels*>> row_kernels() {
+  std::vector<std::pair<const char*, const kernel::rows::Kernels*>> k;
+  for (Isa i : {Isa{CpuIsa::avx2, "avx2"}, Isa{CpuIsa::avx512, "avx512"}})
+    if (const kernel::rows::Kernels* r = kernel::rows::kernels_for(i.isa)) k.emplace_back(i.name, r);
+  return k;
+}
+
+// fast::exp_softmax as the library compiles it for a CPU with FMA (every
+// a * b + c of its source contracted into one rounding), which the vector
+// kernels must reproduce; this file itself may be built without FMA.
+float exp_softmax_fma(float x) {
+  const float lo = -87.33f, shifter = 12582912.0f;
+  const float xc = x < lo ? lo : x;
+  float n = std::fmaf(xc, 1.44269504088896341f, shifter) - shifter;
+  n = n == n ? n : 0.0f;
+  float r = std::fmaf(-n, 0.693145751953125f, xc);
+  r = std::fmaf(-n, 1.428606765330187e-06f, r);
+  float p = 1.0f / 720.0f;
+  for (float c : {1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) p = std::fmaf(p, r, c);
+  const float y = p * kernel::fast::pow2(static_cast<int32_t>(n));
+  return x < lo ? 0.0f : y;
+}
+
+// Scores with what a softmax meets: -inf (masked), far below the clamp, the
+// clamp itself, NaN, zero, ordinary values.
+std::vector<float> scores(int64_t n, uint64_t seed) {
+  const auto d = test::det_values(n, seed, -12, 3);
+  std::vector<float> v(d.begin(), d.end());
+  const float special[] = {-std::numeric_limits<float>::infinity(), -200.0f, -87.33f, -87.2f, 0.0f, 2.5f};
+  for (size_t i = 0; i < v.size(); i += 7) v[i] = special[(i / 7) % 6];
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("attention row kernels: fast::exp_softmax's bits (with FMA), the 16-lane sums of core/lanes.h, zeros past the visible keys") {
+  const auto ks = row_kernels();
+  if (ks.empty()) {
+    MESSAGE("no AVX2 here: the row kernels are never called");
+    return;
+  }
+  for (auto [name, rk] : ks) {
+    CAPTURE(name);
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 64, 70}) {
+      for (int64_t vis : {int64_t{0}, int64_t{1}, n / 2, n - 1, n}) {
+        if (vis < 0) continue;
+        CAPTURE(n);
+        CAPTURE(vis);
+        const std::vector<float> x0 = scores(n, static_cast<uint64_t>(n * 100 + vis));
+        // max over the visible scores (NaN-free here: with NaN the row is NaN anyway).
+        std::vector<float> xm = x0;
+        for (auto& v : xm) v = std::isnan(v) ? 0.0f : v;
+        float want_max = -5.0f;
+        for (int64_t j = 0; j < vis; ++j) want_max = xm[j] > want_max ? xm[j] : want_max;
+        CHECK(same_bits(rk->max(xm.data(), vis, -5.0f), want_max));
+
+        const float c = 0.75f;
+        std::vector<float> x = x0;
+        const float sum = rk->exp_sum(x.data(), vis, n, c);
+        float lanes[kernel::kLanes] = {};
+        int bad = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const float e = j < vis ? exp_softmax_fma(x0[j] - c) : 0.0f;
+          if (j < vis) lanes[j % kernel::kLanes] += e;
+          bad += !same_bits(x[j], e);
+        }
+        CHECK(bad == 0);
+        CHECK(same_bits(sum, kernel::lanes_sum(lanes)));
+
+        std::vector<float> s = x0, ds(static_cast<size_t>(n));
+        const auto g = test::det_values(n, 11, -1, 1);
+        for (int64_t j = 0; j < n; ++j) ds[j] = static_cast<float>(g[j]);
+        const float lse = 1.25f, D = -0.3f;
+        rk->probs_and_grads(s.data(), ds.data(), vis, n, lse, D);
+        bad = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const float p = j < vis ? exp_softmax_fma(x0[j] - lse) : 0.0f;
+          const float want = j < vis ? p * (static_cast<float>(g[j]) - D) : 0.0f;
+          bad += !same_bits(s[j], p) + !same_bits(ds[j], want);
+        }
+        CHECK(bad == 0);
+      }
     }
   }
 }
