@@ -156,3 +156,37 @@ TEST_CASE("fused attention rejects mismatched shapes, naming them") {
   Tensor k2 = Tensor::zeros({1, 3, 3, 8}), v2 = Tensor::zeros({1, 3, 3, 8});
   CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k2, v2, true, 1.0), doctest::Contains("S=3"), Error);
 }
+
+TEST_CASE("fused attention in float32 at every instruction set: the plain path's values (baseline: OpenBLAS's block products), AVX2 and AVX-512 bit for bit") {
+  // heed's kernels at one instruction set while it lives (oneDNN's untouched).
+  struct KernelIsa {
+    CpuIsa before = heed::cpu_isa();
+    explicit KernelIsa(CpuIsa isa) { kernel::set_kernel_isa(isa); }
+    ~KernelIsa() { kernel::set_kernel_isa(before); }
+    KernelIsa(const KernelIsa&) = delete;
+    KernelIsa& operator=(const KernelIsa&) = delete;
+  };
+  const Case causal{2, 40, 40, 4, 2, 8, 8, true}, cross{1, 7, 11, 4, 2, 3, 5, false};
+  std::vector<std::vector<std::vector<float>>> results;  // per vector ISA: output and gradients
+  for (CpuIsa isa : {CpuIsa::baseline, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (isa > heed::cpu_isa_max()) continue;
+    INFO("isa " << heed::cpu_isa_name(isa));
+    KernelIsa at(isa);
+    for (int64_t b : {3, 16, 64}) {
+      compare(causal, b, b, DType::f32, false);
+      compare(cross, b, b, DType::f32, false);
+    }
+    compare(causal, 8, 8, DType::f32, true);  // views: wider rows, channels-first values
+    if (isa == CpuIsa::baseline) continue;
+    Tensor q = leaf({2, 40, 4, 8}, 1, DType::f32), k = leaf({2, 40, 2, 8}, 2, DType::f32),
+           v = leaf({2, 40, 2, 8}, 3, DType::f32);
+    Tensor o = scaled_dot_product_attention(q, k, v, true, 0.35, 16, 16);
+    backward(sum(o * o));
+    results.push_back({o.to_vector<float>(), q.grad().to_vector<float>(), k.grad().to_vector<float>(),
+                       v.grad().to_vector<float>()});
+  }
+  if (results.size() == 2)
+    for (size_t i = 0; i < results[0].size(); ++i) CHECK(results[0][i] == results[1][i]);
+  else
+    MESSAGE("one vector instruction set here: AVX2 against AVX-512 not compared");
+}
