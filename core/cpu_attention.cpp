@@ -36,6 +36,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -158,6 +159,24 @@ struct Problem {
   int64_t key_end(int64_t i1) const { return causal ? std::min(S, i1 - 1 + off + 1) : S; }
 };
 
+// Bytes of per-thread scratch held, all threads together (attention_scratch_bytes).
+std::atomic<int64_t> g_scratch_bytes{0};
+
+// v grown to at least n elements (never shrunk), its growth counted.
+template <class V>
+void hold(V& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) >= n) return;
+  const size_t before = v.capacity();
+  v.resize(static_cast<size_t>(n));
+  g_scratch_bytes += static_cast<int64_t>((v.capacity() - before) * sizeof(v[0]));
+}
+// The first n elements of v, set to zero.
+template <class V>
+void hold_zeroed(V& v, int64_t n) {
+  hold(v, n);
+  std::fill(v.begin(), v.begin() + n, typename V::value_type(0));
+}
+
 // Per-thread scratch, grown once and reused (no allocation per call after
 // the first at a given size).
 template <class T>
@@ -165,15 +184,12 @@ struct Scratch {
   std::vector<T> s, dp, m, l, acc, d;
   std::vector<int64_t> written;  // backward: rows of each key block whose dK/dV hold a value
   void fit(int64_t bq, int64_t bk, int64_t E, int64_t rows) {
-    auto grow = [](std::vector<T>& v, int64_t n) {
-      if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-    };
-    grow(s, bq * bk);
-    grow(dp, bq * bk);
-    grow(m, bq);
-    grow(l, bq);
-    grow(acc, bq * E);
-    grow(d, rows);
+    hold(s, bq * bk);
+    hold(dp, bq * bk);
+    hold(m, bq);
+    hold(l, bq);
+    hold(acc, bq * E);
+    hold(d, rows);
   }
 };
 
@@ -374,7 +390,7 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
   // written[b] counts the rows of key block b that hold a value. Every key is
   // seen by some query (the last query sees them all), so all get written.
   const int64_t nkb = (P.S + P.bk - 1) / P.bk;
-  w.written.assign(static_cast<size_t>(nkb), 0);
+  hold_zeroed(w.written, nkb);
   auto zero_rows = [](Mat<T> m, int64_t r0, int64_t r1, int64_t cols) {
     for (int64_t i = r0; i < r1; ++i)
       for (int64_t c = 0; c < cols; ++c) m.p[i * m.rs + c * m.cs] = T(0);
@@ -432,7 +448,7 @@ inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 // n words of v, from a 64-byte boundary (the GEMM's B rows load whole
 // cache lines).
 uint32_t* words(std::vector<uint32_t>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n + 16) v.resize(static_cast<size_t>(n + 16));
+  hold(v, n + 16);
   const auto p = reinterpret_cast<uintptr_t>(v.data());
   return v.data() + ((64 - p % 64) % 64) / sizeof(uint32_t);
 }
@@ -639,9 +655,9 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
   pack_b(Kh.t(), K, S, kt);
   pack_b(V.t(), E, S, vt);
   pack_b(Kh, S, K, kb);
-  x.dk.assign(static_cast<size_t>(S * K), 0.0f);
-  x.dv.assign(static_cast<size_t>(S * E), 0.0f);
-  if (static_cast<int64_t>(x.dq.size()) < P.bq * K) x.dq.resize(static_cast<size_t>(P.bq * K));
+  hold_zeroed(x.dk, S * K);
+  hold_zeroed(x.dv, S * E);
+  hold(x.dq, P.bq * K);
   float *dK = x.dk.data(), *dV = x.dv.data(), *dQ = x.dq.data();
   const int64_t ld_b = round16(P.bk), ld_a = pairs(P.bk);
   uint32_t* pb = words(x.pb, pairs(P.bq) * ld_b);   // P^T's pairs (A of dV)
@@ -706,7 +722,7 @@ struct RowsB {
 RowsB rows_b(Mat<const float> m, int64_t rows, int64_t cols, std::vector<float>& buf) {
   if (m.cs == 1 || cols == 1) return {m.p, m.rs};
   const int64_t ld = round16(cols);
-  if (static_cast<int64_t>(buf.size()) < rows * ld) buf.resize(static_cast<size_t>(rows * ld));
+  hold(buf, rows * ld);
   block::transpose(m.p, m.cs, cols, rows, buf.data(), ld);
   return {buf.data(), ld};
 }
@@ -774,9 +790,9 @@ void backward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n
   float *s = w.s.data(), *dp = w.dp.data();
   const Mat<const float> Kh = P.k.at(n, g), V = P.v.at(n, g);
   const RowsB kt = rows_b(Kh.t(), K, S, x.kt), vt = rows_b(V.t(), E, S, x.vt), kb = rows_b(Kh, S, K, x.kb);
-  x.dk.assign(static_cast<size_t>(S * K), 0.0f);
-  x.dv.assign(static_cast<size_t>(S * E), 0.0f);
-  if (static_cast<int64_t>(x.dq.size()) < P.bq * K) x.dq.resize(static_cast<size_t>(P.bq * K));
+  hold_zeroed(x.dk, S * K);
+  hold_zeroed(x.dv, S * E);
+  hold(x.dq, P.bq * K);
   float *dK = x.dk.data(), *dV = x.dv.data(), *dQ = x.dq.data();
   for (int64_t h = g * r; h < (g + 1) * r; ++h) {
     const Mat<const float> Qh = P.q.at(n, h), O = o.at(n, h), GO = go.at(n, h);
@@ -874,6 +890,8 @@ void even_blocks(Problem<float>& P) {
 }
 
 }  // namespace
+
+int64_t attention_scratch_bytes() { return g_scratch_bytes.load(); }
 
 AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
                                int64_t block_q, int64_t block_k) {

@@ -216,6 +216,12 @@ struct AttentionGrads {
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
                                   int64_t block_q = 0, int64_t block_k = 0);
+// Bytes of scratch the attention kernels hold between calls, all threads
+// together, outside the caching allocator: per thread one block of scores,
+// and per key/value head the float32 path's K^T and V^T copies and dK, dV
+// sums (the bf16 path's packed operands likewise). It grows with the
+// longest S met and is never given back.
+int64_t attention_scratch_bytes();
 
 // ---- Walsh-Hadamard transform (core/cpu_hadamard.cpp) ----
 // In place over the last dim: every row r of x becomes H_n r, with H_n the

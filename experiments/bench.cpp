@@ -271,6 +271,7 @@ struct AttentionMemoryConfig {
 struct AttentionCall {
   double median_ms = 0;
   int64_t peak_bytes = 0;  // most tensor bytes in use during the call, beyond its inputs
+  int64_t scratch_bytes = 0;  // the fused kernels' per-thread scratch held after the calls
 };
 
 AttentionCall attention_call(bool fused, int64_t T, const AttentionMemoryConfig& c, int64_t warmup, int64_t repeats) {
@@ -305,6 +306,7 @@ AttentionCall attention_call(bool fused, int64_t T, const AttentionMemoryConfig&
   }
   std::sort(ms.begin(), ms.end());
   r.median_ms = ms[ms.size() / 2];
+  if (fused) r.scratch_bytes = kernel::attention_scratch_bytes();
   return r;
 }
 
@@ -315,15 +317,19 @@ int run_attention_memory(int64_t threads, int64_t max_t, int64_t plain_max_t, in
       "heed bench --attention-memory: causal self-attention forward + backward, batch {}, {} heads of width {};\n"
       "{} threads, {}. Peak = most tensor memory (caching allocator) in use during the call beyond\n"
       "its inputs q, k, v and the output gradient, the gradients dq, dk, dv included; median of {} calls.\n"
+      "The fused MiB add the scratch the fused kernels keep per thread outside the allocator (scratch\n"
+      "MiB: K^T, V^T and the dK, dV sums of a key/value head, a block of scores; held after the calls).\n"
       "x = growth over the previous T (2 = linear, 4 = quadratic). map = one [N, H, T, T] score matrix.\n\n",
       c.N, c.H, c.K, threads, cpu_model(), repeats);
-  fmt::print("{:>6} {:>10} {:>11} {:>6}   {:>10} {:>11} {:>6}   {:>10} {:>12}\n", "T", "fused ms", "fused MiB", "x",
-             "plain ms", "plain MiB", "x", "map MiB", "plain/fused");
+  fmt::print("{:>6} {:>10} {:>11} {:>8} {:>6}   {:>10} {:>11} {:>6}   {:>10} {:>12}\n", "T", "fused ms", "fused MiB",
+             "scratch", "x", "plain ms", "plain MiB", "x", "map MiB", "plain/fused");
   AttentionCall prev_fused, prev_plain;
   for (int64_t T = 256; T <= max_t; T *= 2) {
     AttentionCall f = attention_call(true, T, c, warmup, repeats);
+    f.peak_bytes += f.scratch_bytes;
     std::string fx = prev_fused.peak_bytes ? fmt::format("{:.2f}", double(f.peak_bytes) / prev_fused.peak_bytes) : "";
-    std::string line = fmt::format("{:>6} {:>10.2f} {:>11.2f} {:>6}   ", T, f.median_ms, f.peak_bytes / MiB, fx);
+    std::string line = fmt::format("{:>6} {:>10.2f} {:>11.2f} {:>8.2f} {:>6}   ", T, f.median_ms, f.peak_bytes / MiB,
+                                   f.scratch_bytes / MiB, fx);
     const double map_mib = 4.0 * c.N * c.H * T * T / MiB;
     if (T <= plain_max_t) {
       AttentionCall p = attention_call(false, T, c, warmup, repeats);

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 
 #include "test_util.h"
@@ -164,4 +166,34 @@ TEST_CASE("HEED_ADAPTIVE_THREADS turns the adaptive threads off or on, and a bad
   CHECK(has(r.out, "HEED_ADAPTIVE_THREADS"));
   CHECK(has(r.out, "'maybe'"));
   CHECK(has(r.out, "0, 1, off or on"));
+}
+
+TEST_CASE("heed bench --attention-memory: the fused path's memory, its scratch included, grows linearly and stays below the plain path's") {
+  Run r = run_cli("bench --attention-memory --max-t 1024 --plain-max-t 1024 --threads 2");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  // Rows: T, fused ms, fused MiB, scratch MiB, [x,] plain ms, plain MiB, [x,] ... (no x in the first)
+  std::vector<std::vector<double>> rows;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream ls(line);
+    std::vector<double> v;
+    for (std::string w; ls >> w;) {
+      char* end = nullptr;
+      const double d = std::strtod(w.c_str(), &end);
+      if (end == w.c_str() || *end != '\0') break;
+      v.push_back(d);
+    }
+    if (v.size() >= 7 && (v[0] == 256 || v[0] == 512 || v[0] == 1024)) rows.push_back(v);
+  }
+  REQUIRE(rows.size() == 3);
+  for (const auto& v : rows) {
+    CAPTURE(v[0]);
+    CHECK(v[3] > 0);     // the kernels' scratch is counted
+    CHECK(v[3] < v[2]);  // and is part of the fused figure
+  }
+  // Fused memory about doubles with T (linear); the plain path's is larger.
+  CHECK(rows[2][2] / rows[1][2] < 2.5);
+  CHECK(rows[2][2] / rows[1][2] > 1.5);
+  CHECK(rows[2][6] > 4 * rows[2][2]);
 }
