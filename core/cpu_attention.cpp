@@ -25,14 +25,18 @@
 // Every block product is a GEMM reading the tensors where they lie: a head's
 // rows need a unit stride along either the width (the usual [N, T, H, K]
 // layout) or the positions (channels-first [N, K, T] seen through a
-// transpose), which OpenBLAS reads as a transposed operand. Outputs and
+// transpose), which a GEMM reads as a transposed operand. Outputs and
 // gradients are laid out like the inputs they belong to, so a channels-first
 // caller gets channels-first results without a copy.
 //
-// Under set_precision(Precision::bf16) float32 attention takes a path of its
-// own (see "bf16 block products" below): the same blocks and online softmax,
-// the products on AVX512-BF16 with bf16 operands packed once per task, the
-// elementwise steps fused with the rounding of P and dS.
+// Three paths share the blocks and the online softmax. float64 (and float32
+// on a CPU without AVX2) runs its products on OpenBLAS. float32 runs them on
+// heed's block GEMM and its rows on vector row kernels (see "float32 block
+// products" below). Under set_precision(Precision::bf16) float32 attention
+// takes a path of its own (see "bf16 block products"): the products on
+// AVX512-BF16 with bf16 operands packed once per task, the elementwise steps
+// fused with the rounding of P and dS. The last two share tasks, causal
+// bands and scratch sums.
 #include <cblas.h>
 
 #include <algorithm>
@@ -41,10 +45,10 @@
 #include <limits>
 #include <vector>
 
-#include "core/bf16.h"
 #include "core/attention_rows.h"
-#include "core/block_gemm.h"
+#include "core/bf16.h"
 #include "core/bf16_simd.h"
+#include "core/block_gemm.h"
 #include "core/error.h"
 #include "core/fast_math.h"
 #include "core/format.h"
@@ -266,10 +270,6 @@ int64_t visible_keys(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb) {
   return std::clamp<int64_t>(i + P.off + 1 - j0, 0, nb);
 }
 
-// The online softmax's step for query i over the nb scores of the key block
-// from j0 (srow): srow becomes e^(s_ij - m_i') (exact zeros where causal
-// hides a key), and the row's running max m, denominator l and accumulator
-// acc [E] are brought up to date for the block's contribution.
 // The row operations: these loops, or (float32 block path) the vector row
 // kernels of core/attention_rows.h.
 template <class T>
@@ -287,6 +287,10 @@ struct VectorRows {
   float exp_sum(float* x, int64_t vis, int64_t n, float c) const { return k->exp_sum(x, vis, n, c); }
 };
 
+// The online softmax's step for query i over the nb scores of the key block
+// from j0 (srow): srow becomes e^(s_ij - m_i') (exact zeros where causal
+// hides a key), and the row's running max m, denominator l and accumulator
+// acc [E] are brought up to date for the block's contribution.
 template <class T, class Rows = LoopRows<T>>
 void softmax_row(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb, T* srow, T& m, T& l, T* acc,
                  const Rows& rows = {}) {
