@@ -120,4 +120,13 @@ struct ThreadScope {
 // Whether this CPU runs bf16 natively (else set_precision(bf16) throws).
 inline bool bf16_here() { return bf16_unsupported_reason().empty(); }
 
+// heed's kernels at one instruction set while it lives (oneDNN's untouched).
+struct KernelIsa {
+  CpuIsa before = heed::cpu_isa();
+  explicit KernelIsa(CpuIsa isa) { kernel::set_kernel_isa(isa); }
+  ~KernelIsa() { kernel::set_kernel_isa(before); }
+  KernelIsa(const KernelIsa&) = delete;
+  KernelIsa& operator=(const KernelIsa&) = delete;
+};
+
 }  // namespace heed::test

@@ -158,20 +158,12 @@ TEST_CASE("fused attention rejects mismatched shapes, naming them") {
 }
 
 TEST_CASE("fused attention in float32 at every instruction set: the plain path's values (baseline: OpenBLAS's block products), AVX2 and AVX-512 bit for bit") {
-  // heed's kernels at one instruction set while it lives (oneDNN's untouched).
-  struct KernelIsa {
-    CpuIsa before = heed::cpu_isa();
-    explicit KernelIsa(CpuIsa isa) { kernel::set_kernel_isa(isa); }
-    ~KernelIsa() { kernel::set_kernel_isa(before); }
-    KernelIsa(const KernelIsa&) = delete;
-    KernelIsa& operator=(const KernelIsa&) = delete;
-  };
   const Case causal{2, 40, 40, 4, 2, 8, 8, true}, cross{1, 7, 11, 4, 2, 3, 5, false};
   std::vector<std::vector<std::vector<float>>> results;  // per vector ISA: output and gradients
   for (CpuIsa isa : {CpuIsa::baseline, CpuIsa::avx2, CpuIsa::avx512}) {
     if (isa > heed::cpu_isa_max()) continue;
     INFO("isa " << heed::cpu_isa_name(isa));
-    KernelIsa at(isa);
+    test::KernelIsa at(isa);
     for (int64_t b : {3, 16, 64}) {
       compare(causal, b, b, DType::f32, false);
       compare(cross, b, b, DType::f32, false);

@@ -35,15 +35,6 @@ std::vector<CpuIsa> isas_to_test() {
   return isas;
 }
 
-// heed's kernels at one instruction set while it lives (oneDNN's untouched).
-struct KernelIsa {
-  CpuIsa before = heed::cpu_isa();
-  explicit KernelIsa(CpuIsa isa) { kernel::set_kernel_isa(isa); }
-  ~KernelIsa() { kernel::set_kernel_isa(before); }
-  KernelIsa(const KernelIsa&) = delete;
-  KernelIsa& operator=(const KernelIsa&) = delete;
-};
-
 // Every case at the instruction set in effect.
 void check_against_float64() {
   struct Case {
@@ -97,7 +88,7 @@ void check_against_float64() {
 TEST_CASE("Winograd conv1d equals the float64 direct convolution: forward, ReLU, both gradients, partial tiles") {
   REQUIRE(heed::conv1d_winograd());
   for (CpuIsa isa : isas_to_test()) {
-    KernelIsa use(isa);
+    test::KernelIsa use(isa);
     INFO("heed isa " << heed::cpu_isa_name(isa));
     check_against_float64();
   }
@@ -105,7 +96,7 @@ TEST_CASE("Winograd conv1d equals the float64 direct convolution: forward, ReLU,
 
 TEST_CASE("Winograd conv1d on an empty batch: empty outputs, zero weight gradients") {
   for (CpuIsa isa : isas_to_test()) {
-    KernelIsa use(isa);
+    test::KernelIsa use(isa);
     INFO("heed isa " << heed::cpu_isa_name(isa));
     if (!kernel::winograd_conv1d_supported()) {  // no AVX2: the conv1d tests cover the oneDNN path
       CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 16, 32, 5, {1, 2, 1}, true));
@@ -125,7 +116,7 @@ TEST_CASE("Winograd conv1d on an empty batch: empty outputs, zero weight gradien
 
 TEST_CASE("Winograd conv1d backward with the ReLU mask fused equals masking first, bit for bit") {
   for (CpuIsa isa : isas_to_test()) {
-    KernelIsa use(isa);
+    test::KernelIsa use(isa);
     INFO("heed isa " << heed::cpu_isa_name(isa));
     if (!kernel::winograd_conv1d_supported()) {
       CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, {1, 2, 1}, true));
@@ -168,7 +159,7 @@ TEST_CASE("Winograd conv1d: the same numbers on 1 and 2 threads; close to oneDNN
   auto direct = run(before);
   heed::set_conv1d_winograd(true);
   for (CpuIsa isa : isas_to_test()) {
-    KernelIsa use(isa);
+    test::KernelIsa use(isa);
     INFO("heed isa " << heed::cpu_isa_name(isa));
     auto a = run(1), c = run(2);
     heed::set_num_threads(before);
@@ -235,7 +226,7 @@ TEST_CASE("Winograd conv1d: AVX2 and AVX-512 give the same bits, and the bits re
   std::vector<std::string> compared;
   std::vector<std::vector<float>> first;
   for (CpuIsa isa : isas_to_test()) {
-    KernelIsa use(isa);
+    test::KernelIsa use(isa);
     INFO("heed isa " << heed::cpu_isa_name(isa));
     if (!kernel::winograd_conv1d_supported()) {
       MESSAGE("this CPU has neither AVX2 nor AVX-512: no Winograd kernels to compare");
@@ -275,7 +266,7 @@ TEST_CASE("Winograd conv1d applies only where it is exact in shape, and only wit
   CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 1, 5, {1, 2, 1}, true));    // one output
   // Without AVX2 (every CPU can be capped there) the convolutions go to oneDNN,
   // and a direct call of the kernels says why it cannot run.
-  KernelIsa use(CpuIsa::baseline);
+  test::KernelIsa use(CpuIsa::baseline);
   CHECK_FALSE(kernel::winograd_conv1d_supported());
   CHECK(kernel::winograd_conv1d_isa() == nullptr);
   CHECK_FALSE(kernel::winograd_conv1d_applies(DType::f32, 64, 64, 5, {1, 2, 1}, true));
