@@ -33,11 +33,8 @@ namespace block {
 using GemmFn = void (*)(int64_t M, int64_t N, int64_t P, const float* a, int64_t ars, int64_t aps, const float* b,
                         int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band);
 
-// The GEMM for heed's instruction set in effect (heed::cpu_isa(): AVX-512 or
-// AVX2), or null on a CPU with neither (callers then use a library GEMM).
-GemmFn gemm_for_isa();
-// The GEMM of one instruction set, null for baseline or one this CPU lacks
-// (tests compare the two).
+// The GEMM of one instruction set (callers pass heed::cpu_isa()), null for
+// baseline or one this CPU lacks: callers then use a library GEMM.
 GemmFn gemm_for(CpuIsa isa);
 
 // dst[c * ld + r] = src[r * rs + c] for r < rows, c < cols: a B operand's

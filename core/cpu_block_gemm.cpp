@@ -82,8 +82,6 @@ void transpose(const float* src, int64_t rs, int64_t rows, int64_t cols, float* 
   scalar(r8, rows, 0, cols);
 }
 
-GemmFn gemm_for_isa() { return gemm_for(heed::cpu_isa()); }
-
 GemmFn gemm_for(CpuIsa isa) {
 #ifdef HEED_SIMD_X86
   if (static_cast<int>(isa) > static_cast<int>(heed::cpu_isa_max())) return nullptr;
