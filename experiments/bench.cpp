@@ -195,9 +195,23 @@ Result measure(Workload& w, int64_t warmup, int64_t steps) {
   return r;
 }
 
+// The ops that do a workload's counted FLOPs: matrix products, attention and
+// convolutions (an op's profile name is its kind, then its shape).
+bool is_product_op(const std::string& op) {
+  const std::string kind = op.substr(0, op.find(' '));
+  return kind == "linear" || kind == "matmul" || kind == "scaled_dot_product_attention" || kind == "conv1d" ||
+         kind == "conv1d_relu";
+}
+
 // `--profile`: `steps` more steps with the op profiler on; prints where a
-// step's time goes, per op, forward and backward, most first.
-void print_profile(const Workload& w, int64_t steps) {
+// step's time goes, per op, forward and backward, most first, then the
+// products' share of the GEMM peak (peak) and the limit it sets: the step
+// with every counted FLOP at the peak and the other ops as measured.
+struct Profiled {
+  double wall_ms = 0;   // a step with the profiler on
+  double bound_ms = 0;  // the products at the peak, everything else as measured (0: no products)
+};
+Profiled print_profile(const Workload& w, int64_t steps, double peak) {
   autograd::set_profiling(true);
   Stopwatch total;
   for (int64_t i = 0; i < steps; ++i) {
@@ -222,6 +236,17 @@ void print_profile(const Workload& w, int64_t steps) {
     fmt::print("  {:<40} {:>9.3f} {:>9.3f} {:>9.3f} {:>6.1f}% {:>10.1f}\n", r.op, f, b, f + b,
                100 * (f + b) / std::max(sum_ms, 1e-12), static_cast<double>(std::max(r.forward_calls, r.backward_calls)) / n);
   }
+  double products_ms = 0;
+  for (const auto& r : rows)
+    if (is_product_op(r.op)) products_ms += 1000 * (r.forward_s + r.backward_s) / n;
+  const double rest_ms = wall_ms - products_ms, at_peak_ms = w.flops / (peak * 1e9) * 1000;
+  if (products_ms <= 0 || peak <= 0) return {wall_ms, 0};
+  fmt::print("  products (linear, matmul, attention, convolutions): {:.2f} ms, {:.1f} GFLOP/s = {:.1f}% of the peak;\n"
+             "  everything else {:.2f} ms. At the peak the products would take {:.2f} ms: this step can reach at\n"
+             "  most {:.1f}% of the peak ({:.2f} ms) unless everything else gets faster.\n",
+             products_ms, w.flops / products_ms / 1e6, 100 * w.flops / products_ms / 1e6 / peak, rest_ms, at_peak_ms,
+             100 * at_peak_ms / (at_peak_ms + rest_ms), at_peak_ms + rest_ms);
+  return {wall_ms, at_peak_ms + rest_ms};
 }
 
 // Runs the PyTorch peer and returns its median ms per workload.
@@ -708,7 +733,7 @@ int run_bench(const std::vector<std::string>& args) {
                "with --compare: alternate heed and PyTorch this many times per workload and report the median "
                "ratio (this machine's speed drifts between runs)",
                1, 100)
-      .flag("profile", &profile, "also print where each workload's step time goes, per op (forward, backward)")
+      .flag("profile", &profile, "also print where each workload's step time goes, per op (forward, backward), and the share of the GEMM peak its matrix products reach, with the limit that sets")
       .text("conv", &conv,
             "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (oneDNN), to compare the two")
       .text("isa", &isa,
@@ -804,6 +829,7 @@ int run_bench(const std::vector<std::string>& args) {
   };
   const int64_t nrounds = compare ? rounds : 1;
   std::map<std::string, int64_t> paced_steps;  // per row, over its rounds
+  std::map<std::string, Profiled> profiled;    // per row, with --profile
   for (const auto& n : kWorkloads) {
     if (!chosen(n)) continue;
     Workload w = make_workload(n);
@@ -839,7 +865,7 @@ int run_bench(const std::vector<std::string>& args) {
         std::fflush(stdout);
       }
       if (profile) {
-        print_profile(w, steps);
+        profiled[row] = print_profile(w, steps, p == Precision::bf16 ? peak_bf16 : peak);
         fmt::print("\n");
       }
     }
@@ -856,10 +882,18 @@ int run_bench(const std::vector<std::string>& args) {
                "torch.autocast(\"cpu\", torch.bfloat16)).\n");
   if (any_bf16) {
     fmt::print("\nbf16 against float32 (heed, medians):\n");
-    for (const auto& n : kWorkloads)
-      if (heed_ms.count(n) && heed_ms.count(n + " bf16"))
-        fmt::print("{:<19} {:>9.2f} ms -> {:>9.2f} ms: {:.2f}x\n", n, median(heed_ms[n]), median(heed_ms[n + " bf16"]),
-                   median(heed_ms[n]) / median(heed_ms[n + " bf16"]));
+    for (const auto& n : kWorkloads) {
+      if (!heed_ms.count(n) || !heed_ms.count(n + " bf16")) continue;
+      fmt::print("{:<19} {:>9.2f} ms -> {:>9.2f} ms: {:.2f}x", n, median(heed_ms[n]), median(heed_ms[n + " bf16"]),
+                 median(heed_ms[n]) / median(heed_ms[n + " bf16"]));
+      // The profiles' limit: the float32 step against the bf16 one with its
+      // products at the bf16 peak and everything else as measured.
+      const Profiled &f = profiled[n], &b = profiled[n + " bf16"];
+      if (f.wall_ms > 0 && b.bound_ms > 0)
+        fmt::print(" (profiled: {:.2f}x; at most {:.2f}x with the bf16 products at the bf16 peak)", f.wall_ms / b.wall_ms,
+                   f.wall_ms / b.bound_ms);
+      fmt::print("\n");
+    }
   }
   if (compare) {
     fmt::print("\nheed against the PyTorch peer (same shapes, same thread count, each run right after heed's{}):\n",
