@@ -241,18 +241,18 @@ Profiled print_profile(const Workload& w, int64_t steps, double peak) {
     if (is_product_op(r.op)) products_ms += 1000 * (r.forward_s + r.backward_s) / n;
   const double rest_ms = wall_ms - products_ms, at_peak_ms = w.flops / (peak * 1e9) * 1000;
   if (products_ms <= 0 || peak <= 0) return {wall_ms, 0};
+  const std::string products =
+      fmt::format("  products (linear, matmul, attention, convolutions): {:.2f} ms, {:.1f} GFLOP/s = {:.1f}% of the peak",
+                  products_ms, w.flops / products_ms / 1e6, 100 * w.flops / products_ms / 1e6 / peak);
   if (at_peak_ms >= products_ms) {  // effective rates (Winograd): the peak sets no limit
-    fmt::print("  products (linear, matmul, attention, convolutions): {:.2f} ms, {:.1f} GFLOP/s = {:.1f}% of the peak\n"
-               "  (an effective rate: fewer multiplications than counted, so the peak sets no limit); everything\n"
+    fmt::print("{}\n  (an effective rate: fewer multiplications than counted, so the peak sets no limit); everything\n"
                "  else {:.2f} ms.\n",
-               products_ms, w.flops / products_ms / 1e6, 100 * w.flops / products_ms / 1e6 / peak, rest_ms);
+               products, rest_ms);
     return {wall_ms, 0};
   }
-  fmt::print("  products (linear, matmul, attention, convolutions): {:.2f} ms, {:.1f} GFLOP/s = {:.1f}% of the peak;\n"
-             "  everything else {:.2f} ms. At the peak the products would take {:.2f} ms: this step can reach at\n"
+  fmt::print("{};\n  everything else {:.2f} ms. At the peak the products would take {:.2f} ms: this step can reach at\n"
              "  most {:.1f}% of the peak ({:.2f} ms) unless everything else gets faster.\n",
-             products_ms, w.flops / products_ms / 1e6, 100 * w.flops / products_ms / 1e6 / peak, rest_ms, at_peak_ms,
-             100 * at_peak_ms / (at_peak_ms + rest_ms), at_peak_ms + rest_ms);
+             products, rest_ms, at_peak_ms, 100 * at_peak_ms / (at_peak_ms + rest_ms), at_peak_ms + rest_ms);
   return {wall_ms, at_peak_ms + rest_ms};
 }
 
@@ -740,7 +740,9 @@ int run_bench(const std::vector<std::string>& args) {
                "with --compare: alternate heed and PyTorch this many times per workload and report the median "
                "ratio (this machine's speed drifts between runs)",
                1, 100)
-      .flag("profile", &profile, "also print where each workload's step time goes, per op (forward, backward), and the share of the GEMM peak its matrix products reach, with the limit that sets")
+      .flag("profile", &profile,
+            "also print where each workload's step time goes, per op (forward, backward), and the share of the "
+            "GEMM peak its matrix products reach, with the limit that sets")
       .text("conv", &conv,
             "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (oneDNN), to compare the two")
       .text("isa", &isa,
