@@ -241,9 +241,10 @@ Profiled print_profile(const Workload& w, int64_t steps, double peak) {
     if (is_product_op(r.op)) products_ms += 1000 * (r.forward_s + r.backward_s) / n;
   const double rest_ms = wall_ms - products_ms, at_peak_ms = w.flops / (peak * 1e9) * 1000;
   if (products_ms <= 0 || peak <= 0) return {wall_ms, 0};
+  const double gflops = w.flops / products_ms / 1e6;
   const std::string products =
       fmt::format("  products (linear, matmul, attention, convolutions): {:.2f} ms, {:.1f} GFLOP/s = {:.1f}% of the peak",
-                  products_ms, w.flops / products_ms / 1e6, 100 * w.flops / products_ms / 1e6 / peak);
+                  products_ms, gflops, 100 * gflops / peak);
   if (at_peak_ms >= products_ms) {  // effective rates (Winograd): the peak sets no limit
     fmt::print("{}\n  (an effective rate: fewer multiplications than counted, so the peak sets no limit); everything\n"
                "  else {:.2f} ms.\n",
