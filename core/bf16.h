@@ -21,12 +21,14 @@
 
 namespace heed::kernel {
 
-// float32 -> bfloat16, rounding to nearest even (NaNs stay NaNs); written out
-// rather than with AVX512-BF16's conversion so the bits are the same on any
-// CPU (the vector packers below round the same way).
+// float32 -> bfloat16 as AVX512-BF16's conversion (vcvtneps2bf16) rounds,
+// so that the vector packers can use it and a scalar path gives the same
+// bits: to nearest even, NaNs stay NaNs (quieted), and float32 denormals
+// become a zero of their sign (bf16 products count them as zero anyway).
 inline uint16_t to_bf16(float f) {
   uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
+  std::memcpy(&u, &f, sizeof f);
+  if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);  // zero or denormal
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
 }

@@ -25,33 +25,56 @@ inline __mmask16 first(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
-// Rounds 16 floats to bf16 as to_bf16 (core/bf16.h) does, leaving each
-// result in the upper half of its 32-bit lane (the lower half is garbage).
-HEED_BF16 inline __m512i round_hi(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));  // quiet the NaN
+// Rounding to bf16 is AVX512-BF16's own conversion (vcvtne2ps2bf16), which
+// to_bf16 (core/bf16.h) matches bit for bit: nearest even, NaNs quieted,
+// float32 denormals to a signed zero.
+
+// Lane c is the pair (a_c, b_c), a in the low half: two rows' values, paired
+// along the rows.
+HEED_BF16 inline __m512i pair_lanes(__m512 a, __m512 b) {
+  // Words 0-15 of the conversion are a's, 16-31 b's; word 2c of the result
+  // is a's word c, word 2c + 1 is b's.
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 
-// From values rounded by round_hi: lane c is the pair (a_c, b_c), a in the
-// low half.
-HEED_BF16 inline __m512i pair_lanes_rounded(__m512i ra, __m512i rb) {
-  return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(ra, 16), rb);
-}
-HEED_BF16 inline __m512i pair_lanes(__m512 a, __m512 b) { return pair_lanes_rounded(round_hi(a), round_hi(b)); }
+// 32 consecutive values (lo: the first 16, hi: the next), rounded: their 16
+// pairs, in order.
+HEED_BF16 inline __m512i pair_run(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
 
-// From 32 consecutive values rounded by round_hi (lo: the first 16, hi:
-// the next): their 16 pairs.
-HEED_BF16 inline __m512i pair_run_rounded(__m512i lo, __m512i hi) {
-  // Word m of the result: the upper word of value m (word 2m + 1 of lo:hi).
-  const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25,
-                                       23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  return _mm512_permutex2var_epi16(lo, idx, hi);
+// Transposes 16 x 16 32-bit words in registers: r[i] word j <-> r[j] word i.
+HEED_BF16 inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // Now per 128-bit lane: t[2i] = (x0 y0 x1 y1), t[2i+1] = (x2 y2 x3 y3) of rows x, y = 2i, 2i+1.
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // r[4g + k] holds, in lane l, word 4l + k of rows 4g .. 4g+3.
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88);        // lanes 0, 2 of groups 0, 1
+    t[4 + k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xdd);    // lanes 1, 3
+    t[8 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
+    t[12 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);            // words k
+    r[4 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);   // words 4 + k
+    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);        // words 8 + k
+    r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xdd);  // words 12 + k
+  }
 }
-HEED_BF16 inline __m512i pair_run(__m512 lo, __m512 hi) { return pair_run_rounded(round_hi(lo), round_hi(hi)); }
 
 // e^x by fast::exp_softmax's method (core/fast_math.h: x = n ln2 + r, a
 // degree-6 polynomial for e^r; relative error < 3e-7), 16 lanes: for the

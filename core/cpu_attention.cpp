@@ -578,7 +578,7 @@ HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq,
     const __m512 D0 = _mm512_set1_ps(D[i]), D1 = _mm512_set1_ps(two ? D[i + 1] : 0.0f);
     const float *s0 = s + i * nb, *s1 = s0 + nb, *dp0 = dp + i * nb, *dp1 = dp0 + nb;
     for (int64_t j = 0; j < nb; j += 32) {
-      __m512i ds0[2], ds1[2];  // dS of rows i and i + 1, rounded (round_hi)
+      __m512 ds0[2], ds1[2];  // dS of rows i and i + 1
       for (int hf = 0; hf < 2; ++hf) {
         const int64_t c = j + 16 * hf;
         const __mmask16 v0 = first(vis0 - c), v1 = first(vis1 - c), in0 = first(nb - c);
@@ -586,14 +586,14 @@ HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq,
         const __m512 p1 = _mm512_maskz_mov_ps(v1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v1, s1 + c), lse1)));
         // dS is zero where p is (a hidden key, or beyond nb), and dP is read
         // only where visible (the banded product leaves the rest unwritten).
-        ds0[hf] = round_hi(_mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(v0, dp0 + c), D0)));
-        ds1[hf] = round_hi(_mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(v1, dp1 + c), D1)));
+        ds0[hf] = _mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(v0, dp0 + c), D0));
+        ds1[hf] = _mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(v1, dp1 + c), D1));
         _mm512_mask_storeu_epi32(pb + i / 2 * ldb + c, in0, pair_lanes(p0, p1));
-        _mm512_mask_storeu_epi32(dsb + i / 2 * ldb + c, in0, pair_lanes_rounded(ds0[hf], ds1[hf]));
+        _mm512_mask_storeu_epi32(dsb + i / 2 * ldb + c, in0, pair_lanes(ds0[hf], ds1[hf]));
       }
       const __mmask16 words = first((std::min<int64_t>(32, nb - j) + 1) / 2);
-      _mm512_mask_storeu_epi32(dsa + i * lda + j / 2, words, pair_run_rounded(ds0[0], ds0[1]));
-      if (two) _mm512_mask_storeu_epi32(dsa + (i + 1) * lda + j / 2, words, pair_run_rounded(ds1[0], ds1[1]));
+      _mm512_mask_storeu_epi32(dsa + i * lda + j / 2, words, pair_run(ds0[0], ds0[1]));
+      if (two) _mm512_mask_storeu_epi32(dsa + (i + 1) * lda + j / 2, words, pair_run(ds1[0], ds1[1]));
     }
   }
 }

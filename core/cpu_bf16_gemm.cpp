@@ -44,39 +44,6 @@ HEED_BF16 void pack_two_rows(const float* a, const float* b, int64_t cols, uint3
   }
 }
 
-// Transposes 16 x 16 32-bit words in registers: r[i] word j <-> r[j] word i.
-HEED_BF16 inline void transpose16(__m512i (&r)[16]) {
-  __m512i t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // Now per 128-bit lane: t[2i] = (x0 y0 x1 y1), t[2i+1] = (x2 y2 x3 y3) of rows x, y = 2i, 2i+1.
-#pragma GCC unroll 4
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // r[4g + k] holds, in lane l, word 4l + k of rows 4g .. 4g+3.
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    t[k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88);        // lanes 0, 2 of groups 0, 1
-    t[4 + k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xdd);    // lanes 1, 3
-    t[8 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
-    t[12 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xdd);
-  }
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);            // words k
-    r[4 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);   // words 4 + k
-    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);        // words 8 + k
-    r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xdd);  // words 12 + k
-  }
-}
-
 // ncols (<= 16) columns of unit-stride runs, column c at x + c * cs, n
 // floats left in each: their first np (<= 16) pairs, written as np rows of
 // width (<= 16) words at dst (row stride ld); columns beyond ncols are zero.
@@ -85,7 +52,7 @@ HEED_BF16 void pack_columns(const float* x, int64_t cs, int64_t n, int64_t ncols
   __m512i r[16];
 #pragma GCC unroll 16
   for (int c = 0; c < 16; ++c) r[c] = c < ncols ? pairs_of_run(x + c * cs, n) : _mm512_setzero_si512();
-  transpose16(r);
+  simd::transpose16(r);
   const __mmask16 m = first(width);
 #pragma GCC unroll 16
   for (int p = 0; p < 16; ++p)

@@ -254,8 +254,8 @@ std::atomic<bool> g_bf16{false};
 constexpr int64_t kBf16MinFlops = int64_t{1} << 20;
 
 // dst[r * dld + c] = bf16(src[r * ld + c]) for rows [r0, r1), columns [c0,
-// c1), 16 at a time, rounded as to_bf16 (core/bf16.h) rounds. Only called
-// where the CPU has AVX512-BF16 (set_precision refuses bf16 elsewhere).
+// c1), 32 at a time, rounded as to_bf16 (core/bf16.h). Only called where the
+// CPU has AVX512-BF16 (set_precision refuses bf16 elsewhere).
 HEED_BF16 void pack_bf16(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1, uint16_t* dst,
                          int64_t dld) {
   namespace v = bf16::simd;
@@ -263,8 +263,6 @@ HEED_BF16 void pack_bf16(const float* src, int64_t ld, int64_t r0, int64_t r1, i
     const float* s = src + r * ld;
     uint16_t* d = dst + r * dld;
     int64_t c = c0;
-    // 32 values per store, gathered by a permute (a narrowing store,
-    // vpmovdw to memory, ran this loop at a third of the speed on AMD).
     for (; c + 32 <= c1; c += 32)
       _mm512_storeu_si512(d + c, v::pair_run(_mm512_loadu_ps(s + c), _mm512_loadu_ps(s + c + 16)));
     if (c < c1) {
@@ -276,51 +274,32 @@ HEED_BF16 void pack_bf16(const float* src, int64_t ld, int64_t r0, int64_t r1, i
 }
 
 // dst[c * dld + r] = bf16(src[r * ld + c]) for rows [r0, r1), columns
-// [c0, c1): the transposed pack, in 16 x 16 tiles (16 rows rounded into a
-// tile on the stack, then written out by columns), so that both the reads
-// and the writes stay within a few cache lines.
+// [c0, c1): the transposed pack, in tiles of 32 rows x 16 columns. Each pair
+// of rows is rounded into one register of (row 2i, row 2i + 1) pairs, the 16
+// registers are transposed as 32-bit words, and then each holds one column's
+// 32 rows in order: one 64-byte store per column. (Transposing floats first
+// and rounding per column took twice the shuffles and half-line stores: this
+// pack ran at a third of the plain one's speed.)
 HEED_BF16 void pack_bf16_t(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                            uint16_t* dst, int64_t dld) {
   namespace v = bf16::simd;
-  // 16 x 16 tiles transposed in registers (three rounds of unpacks and
-  // shuffles), then each column rounded and stored as one destination row: a
-  // tile's 256 single-word stores were most of this function's time.
-  for (int64_t rb = r0; rb < r1; rb += 16) {
-    const int64_t nr = std::min<int64_t>(16, r1 - rb);
-    const __mmask16 rows = v::first(nr);
+  for (int64_t rb = r0; rb < r1; rb += 32) {
+    const int64_t nr = std::min<int64_t>(32, r1 - rb);
+    const __mmask32 rows = nr >= 32 ? ~__mmask32(0) : (__mmask32(1) << nr) - 1;
     for (int64_t cb = c0; cb < c1; cb += 16) {
       const int64_t nc = std::min<int64_t>(16, c1 - cb);
       const __mmask16 m = v::first(nc);
-      __m512 r[16], t[16];
-      for (int i = 0; i < 16; ++i)
-        r[i] = i < nr ? _mm512_maskz_loadu_ps(m, src + (rb + i) * ld + cb) : _mm512_setzero_ps();
-      for (int i = 0; i < 8; ++i) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        const __m512 a = 2 * i < nr ? _mm512_maskz_loadu_ps(m, src + (rb + 2 * i) * ld + cb) : _mm512_setzero_ps();
+        const __m512 b = 2 * i + 1 < nr ? _mm512_maskz_loadu_ps(m, src + (rb + 2 * i + 1) * ld + cb) : _mm512_setzero_ps();
+        r[i] = v::pair_lanes(a, b);
       }
-      for (int i = 0; i < 4; ++i) {  // r[4 i + k]: columns k, k + 4, k + 8, k + 12 of rows 4 i .. 4 i + 3
-        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-      }
-      for (int k = 0; k < 4; ++k) {
-        t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
-        t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xDD);
-        t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
-        t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xDD);
-      }
-      for (int k = 0; k < 4; ++k) {  // r[c]: column c of the tile, all 16 rows
-        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xDD);
-        r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
-        r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xDD);
-      }
-      for (int c = 0; c < nc; c += 2) {
-        const __m512i h = v::pair_run(r[c], r[c + 1]);  // columns c and c + 1, rounded
-        _mm256_mask_storeu_epi16(dst + (cb + c) * dld + rb, rows, _mm512_castsi512_si256(h));
-        if (c + 1 < nc) _mm256_mask_storeu_epi16(dst + (cb + c + 1) * dld + rb, rows, _mm512_extracti64x4_epi64(h, 1));
-      }
+      v::transpose16(r);  // r[c]: column cb + c, rows rb .. rb + 31
+#pragma GCC unroll 16
+      for (int c = 0; c < 16; ++c)
+        if (c < nc) _mm512_mask_storeu_epi16(dst + (cb + c) * dld + rb, rows, r[c]);
     }
   }
 }

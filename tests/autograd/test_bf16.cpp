@@ -230,7 +230,7 @@ TEST_CASE("bf16 Linear backward: the weight gradient is the float32 sum of the b
     return;
   }
   PrecisionScope s(Precision::bf16);
-  // Odd sizes: partial 16 x 16 tiles in the transposed packing of x.
+  // Odd sizes: partial 32 x 16 tiles in the transposed packing of x.
   for (auto [R, I, O] : {std::array<int64_t, 3>{700, 40, 300}, {515, 37, 129}, {768, 128, 128}}) {
     CAPTURE(R);
     CAPTURE(I);
@@ -254,5 +254,56 @@ TEST_CASE("bf16 Linear backward: the weight gradient is the float32 sum of the b
     // float32 accumulation of R products: well under R 2^-24 of their magnitudes.
     CHECK(worst < static_cast<double>(R) * 6e-8);
     CHECK(worst < 1e-4);
+  }
+}
+
+TEST_CASE("bf16 Linear: each operand is rounded exactly as to_bf16 rounds, in the plain and the transposed packs") {
+  if (!bf16_here()) {
+    MESSAGE("skipped: ", bf16_unsupported_reason());
+    return;
+  }
+  PrecisionScope s(Precision::bf16);
+  auto bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  };
+  // Values whose rounding is easy to get wrong: ties both ways, a carry into
+  // the exponent, denormals (to a signed zero, the largest one included),
+  // and ordinary numbers; x (r, i) cycles through them and a deterministic
+  // spread. A one-hot factor makes each result element a single product by
+  // 1 (plus zeros), so it must be the rounded x itself.
+  const std::vector<float> awkward = {bits(0x3f808000u), bits(0x3f818000u), bits(0x3f80ffffu), bits(0x3fffffffu),
+                                      bits(0x007fffffu), bits(0x80000001u), -1e-39f,           0.0f,
+                                      -0.0f,             1.0f,              -2.5f,             bits(0x3f7f8000u)};
+  for (auto [R, I] : {std::array<int64_t, 2>{700, 40}, {515, 37}, {96, 256}}) {
+    CAPTURE(R);
+    CAPTURE(I);
+    const int64_t O = R;  // dY = identity: dW^T [I, O] = x^T, column o is row o of x
+    std::vector<float> xv(static_cast<size_t>(R * I));
+    const auto spread = test::det_values(R * I, 91, -3, 3);
+    for (size_t k = 0; k < xv.size(); ++k)
+      xv[k] = k % 3 == 0 ? awkward[(k / 3) % awkward.size()] : static_cast<float>(spread[k]);
+    Tensor x = Tensor::from(xv, {R, I});
+    Tensor eye = Tensor::zeros({R, O});
+    for (int64_t r = 0; r < R; ++r) eye.data<float>()[r * O + r] = 1.0f;
+    // The weight gradient x^T dY: x in the transposed pack (its columns of
+    // rows), partial 32 x 16 tiles at the edges.
+    const std::vector<float> dw = kernel::linear_backward(eye, x, Tensor::zeros({O, I}), false, true).w.to_vector<float>();
+    // The forward x W^T with W = I_I: x in the plain pack, row by row.
+    Tensor wi = Tensor::zeros({I, I});
+    for (int64_t i = 0; i < I; ++i) wi.data<float>()[i * I + i] = 1.0f;
+    const std::vector<float> y = kernel::linear(x, wi, Tensor()).to_vector<float>();
+    int bad_t = 0, bad_plain = 0;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t i = 0; i < I; ++i) {
+        const float want = kernel::from_bf16(kernel::to_bf16(xv[static_cast<size_t>(r * I + i)]));
+        const float got_t = dw[static_cast<size_t>(r * I + i)], got_p = y[static_cast<size_t>(r * I + i)];
+        // Compared as numbers: the sums' other terms (+0) turn a -0 into +0.
+        bad_t += got_t != want;
+        bad_plain += got_p != want;
+      }
+    CHECK(bad_t == 0);
+    CHECK(bad_plain == 0);
   }
 }

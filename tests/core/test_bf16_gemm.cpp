@@ -53,7 +53,7 @@ uint32_t pair_bits(float lo, float hi) { return uint32_t{to_bf16(lo)} | uint32_t
 
 }  // namespace
 
-TEST_CASE("to_bf16 rounds to nearest even and keeps NaNs NaN") {
+TEST_CASE("to_bf16 rounds to nearest even, keeps NaNs NaN and flushes denormals, as AVX512-BF16 converts") {
   CHECK(to_bf16(1.0f) == 0x3f80);
   CHECK(to_bf16(f_of_bits(0x3f808000u)) == 0x3f80);
   CHECK(to_bf16(f_of_bits(0x3f818000u)) == 0x3f82);
@@ -61,6 +61,12 @@ TEST_CASE("to_bf16 rounds to nearest even and keeps NaNs NaN") {
   CHECK(std::isinf(from_bf16(to_bf16(std::numeric_limits<float>::max()))));  // beyond bf16's largest
   CHECK(std::isnan(from_bf16(to_bf16(f_of_bits(0x7f800001u)))));
   CHECK(from_bf16(to_bf16(-2.5f)) == -2.5f);
+  // Denormals become a zero of their sign, even the largest, which rounding
+  // alone would carry up to the smallest normal (0x0080).
+  CHECK(to_bf16(f_of_bits(0x007fffffu)) == 0x0000);
+  CHECK(to_bf16(f_of_bits(0x80000001u)) == 0x8000);
+  CHECK(to_bf16(-0.0f) == 0x8000);
+  CHECK(to_bf16(f_of_bits(0x00800000u)) == 0x0080);  // the smallest normal stays
 }
 
 TEST_CASE("bf16 packers: every layout gives to_bf16's bits, with zeros for the padding") {
