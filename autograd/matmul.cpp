@@ -58,21 +58,16 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
       "linear", y, {x, w, b},
       [xs = w.requires_grad() ? autograd::saved(x) : Tensor(), ws = autograd::saved(w)](const Tensor& g,
                                                                                        autograd::Grads& gi) {
-        const int64_t O = ws.size(0);
-        if (gi.needs(0) || gi.needs(1)) {
+        if (gi.needs(0) || gi.needs(1) || gi.needs(2)) {
           // dX goes straight into the sum of x's other gradients when it may.
           const Tensor sum = gi.sum_target(0);
-          k::LinearGrads d = k::linear_backward(g, xs, ws, gi.needs(0), gi.needs(1), sum);
+          k::LinearGrads d = k::linear_backward(g, xs, ws, gi.needs(0), gi.needs(1), sum, gi.needs(2));
           if (gi.needs(0)) {
             if (sum.defined()) gi.set_summed(0, d.x);
             else gi.set(0, d.x);
           }
           if (gi.needs(1)) gi.set(1, d.w);
-        }
-        if (gi.needs(2)) {
-          int64_t rows = 1;  // counted, not reshape's -1: that cannot be solved when O is 0
-          for (int64_t d = 0; d + 1 < g.dim(); ++d) rows *= g.size(d);
-          gi.set(2, k::sum(k::reshape(g, {rows, O}), {0}, false));
+          if (gi.needs(2)) gi.set(2, d.b);
         }
       });
 }

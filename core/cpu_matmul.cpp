@@ -304,18 +304,16 @@ HEED_BF16 void pack_bf16_t(const float* src, int64_t ld, int64_t r0, int64_t r1,
   }
 }
 
-// The slabs of C = op(A) op(B) (gemm_slabs), fn(lo, hi) each; over heed's
-// threads unless already inside a parallel region. before(t, nt), when
-// given, runs first on every thread t of nt, all before any slab.
-template <class Slab, class Before = std::nullptr_t>
-void for_slabs(const Slabs& s, const Slab& fn, const Before& before = nullptr) {
+// work(i) for each i < count, over heed's threads unless already inside a
+// parallel region (then in order on the calling thread). before(t, nt),
+// when given, runs first on every thread t of nt, all before any work.
+template <class Work, class Before = std::nullptr_t>
+void for_slabs(int64_t count, const Work& work, const Before& before = nullptr) {
   constexpr bool has_before = !std::is_same_v<Before, std::nullptr_t>;
-  const int64_t total = s.count;
-  auto slab = [&](int64_t i) { fn(i * s.size, i * s.size + s.size); };
-  const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), total));
+  const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), count));
   if (nt < 2) {
     if constexpr (has_before) before(0, 1);
-    for (int64_t i = 0; i < total; ++i) slab(i);
+    for (int64_t i = 0; i < count; ++i) work(i);
     return;
   }
 #pragma omp parallel num_threads(nt)
@@ -325,7 +323,7 @@ void for_slabs(const Slabs& s, const Slab& fn, const Before& before = nullptr) {
 #pragma omp barrier
     }
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < total; ++i) slab(i);
+    for (int64_t i = 0; i < count; ++i) work(i);
   }
 }
 
@@ -339,61 +337,107 @@ void for_slabs(const Slabs& s, const Slab& fn, const Before& before = nullptr) {
 // oneDNN 2.6 leaves its brgemm kernels for gemm:jit at half their speed
 // (measured on GPT-256's weight gradients: 158 against ~330 GFLOP/s).
 // packed_a / packed_b: the operand already rounded and packed as this
-// function would (A [M, K]; B in its stored orientation, whole), which it
-// then reads instead of packing A or B again (B only in a cut by rows).
-void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                     int64_t ldb, float* C, int64_t ldc, float beta, const float* bias,
-                     const uint16_t* packed_a = nullptr, const uint16_t* packed_b = nullptr) {
-  // Rows first: oneDNN 2.6 runs a column slab of N = 128 on its long K
-  // (GPT-256's fc2 weight gradient, 256 x 3072 x 128) with gemm:jit too.
-  const Slabs s = gemm_slabs(M, N, K, true);
-  // Packed operands, without padding: A as [M, K], B in its stored orientation.
-  const int64_t pla = K, plb = tb ? K : N;
-  thread_local std::vector<uint16_t> bufa, bufb;
-  if (bufa.size() < size_t(M * K)) bufa.resize(size_t(M * K));
-  if (bufb.size() < size_t(K * N)) bufb.resize(size_t(K * N));
-  uint16_t* pa = packed_a ? const_cast<uint16_t*>(packed_a) : bufa.data();
-  if (!s.by_rows) packed_b = nullptr;  // column slabs pack their own columns of B
-  uint16_t* pb = packed_b ? const_cast<uint16_t*>(packed_b) : bufb.data();
-  // The stored [rows, cols] of each operand.
-  const int64_t ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
-  auto shared = [&](int t, int nt) {
-    if (s.by_rows ? packed_b != nullptr : packed_a != nullptr) return;
-    const float* src = s.by_rows ? B : A;
-    const int64_t rows = s.by_rows ? rb : ra, cols = s.by_rows ? cb : ca, ld = s.by_rows ? ldb : lda;
-    if (!s.by_rows && ta) pack_bf16_t(src, ld, rows * t / nt, rows * (t + 1) / nt, 0, cols, pa, pla);
-    else pack_bf16(src, ld, rows * t / nt, rows * (t + 1) / nt, 0, cols, s.by_rows ? pb : pa, s.by_rows ? plb : pla);
-  };
-  auto slab = [&](int64_t lo, int64_t hi) {
-    if (s.by_rows) {
-      hi = std::min(hi, M);
-      if (packed_a) {
-      } else if (ta) {
-        pack_bf16_t(A, lda, 0, K, lo, hi, pa, pla);
+// would (A [M, K]; B in its stored orientation, whole), which it then reads
+// instead of packing A or B again (B only in a cut by rows).
+//
+// In pieces, so that a caller can run several products in one parallel
+// region (linear_backward): shared(t, nt) on every thread t of nt first,
+// then, after a barrier, slab(i) once for each i < count(), on any thread.
+// bufa and bufb hold the packed A (M x K) and B (K x N) where they are not
+// given packed.
+class Bf16Product {
+ public:
+  Bf16Product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+              int64_t ldb, float* C, int64_t ldc, float beta, const float* bias, const uint16_t* packed_a,
+              const uint16_t* packed_b, uint16_t* bufa, uint16_t* bufb)
+      // Rows first: oneDNN 2.6 runs a column slab of N = 128 on its long K
+      // (GPT-256's fc2 weight gradient, 256 x 3072 x 128) with gemm:jit too.
+      : s_(gemm_slabs(M, N, K, true)), ta_(ta), tb_(tb), M_(M), N_(N), K_(K), A_(A), lda_(lda), B_(B), ldb_(ldb),
+        C_(C), ldc_(ldc), beta_(beta), bias_(bias),
+        // Packed operands, without padding: A as [M, K], B in its stored orientation.
+        pla_(K), plb_(tb ? K : N),
+        own_a_(packed_a == nullptr), own_b_(packed_b == nullptr || !s_.by_rows),  // column slabs pack their own columns of B
+        pa_(packed_a ? const_cast<uint16_t*>(packed_a) : bufa),
+        pb_(own_b_ ? bufb : const_cast<uint16_t*>(packed_b)) {}
+
+  int64_t count() const { return s_.count; }
+
+  // The operand every slab reads (B for row slabs, A for column ones),
+  // rounded by all threads together: thread t's share of its rows.
+  HEED_BF16 void shared(int t, int nt) const {
+    if (s_.by_rows ? !own_b_ : !own_a_) return;
+    // The stored [rows, cols] of the operand.
+    const int64_t rows = s_.by_rows ? (tb_ ? N_ : K_) : (ta_ ? K_ : M_);
+    const int64_t cols = s_.by_rows ? (tb_ ? K_ : N_) : (ta_ ? M_ : K_);
+    const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+    if (s_.by_rows) pack_bf16(B_, ldb_, r0, r1, 0, cols, pb_, plb_);
+    else if (ta_) pack_bf16_t(A_, lda_, r0, r1, 0, cols, pa_, pla_);
+    else pack_bf16(A_, lda_, r0, r1, 0, cols, pa_, pla_);
+  }
+
+  HEED_BF16 void slab(int64_t i) const {
+    int64_t lo = i * s_.size, hi = lo + s_.size;
+    if (s_.by_rows) {
+      hi = std::min(hi, M_);
+      if (!own_a_) {
+      } else if (ta_) {
+        pack_bf16_t(A_, lda_, 0, K_, lo, hi, pa_, pla_);
       } else {
-        pack_bf16(A, lda, lo, hi, 0, K, pa, pla);
+        pack_bf16(A_, lda_, lo, hi, 0, K_, pa_, pla_);
       }
-      dnnl_gemm(false, tb, hi - lo, N, K, true, pa + lo * pla, pla, pb, plb, C + lo * ldc, ldc, beta,
-                bias);
+      dnnl_gemm(false, tb_, hi - lo, N_, K_, true, pa_ + lo * pla_, pla_, pb_, plb_, C_ + lo * ldc_, ldc_, beta_,
+                bias_);
     } else {
-      hi = std::min(hi, N);
+      hi = std::min(hi, N_);
       // Each slab's columns of B packed on their own, [K, hi - lo] (or
       // [hi - lo, K] transposed): oneDNN's bf16 brgemm also turns a B with
       // wider rows than the slab over to gemm:jit.
-      uint16_t* pbs = pb + lo * K;
+      uint16_t* pbs = pb_ + lo * K_;
       const int64_t w = hi - lo;
-      if (tb) pack_bf16(B, ldb, lo, hi, 0, K, pbs - lo * K, K);
-      else pack_bf16(B, ldb, 0, K, lo, hi, pbs - lo, w);
-      dnnl_gemm(false, tb, M, w, K, true, pa, pla, pbs, tb ? K : w, C + lo, ldc, beta, bias ? bias + lo : nullptr);
+      if (tb_) pack_bf16(B_, ldb_, lo, hi, 0, K_, pbs - lo * K_, K_);
+      else pack_bf16(B_, ldb_, 0, K_, lo, hi, pbs - lo, w);
+      dnnl_gemm(false, tb_, M_, w, K_, true, pa_, pla_, pbs, tb_ ? K_ : w, C_ + lo, ldc_, beta_,
+                bias_ ? bias_ + lo : nullptr);
     }
-  };
-  for_slabs(s, slab, shared);
+  }
+
+ private:
+  Slabs s_;
+  bool ta_, tb_;
+  int64_t M_, N_, K_;
+  const float* A_;
+  int64_t lda_;
+  const float* B_;
+  int64_t ldb_;
+  float* C_;
+  int64_t ldc_;
+  float beta_;
+  const float* bias_;
+  int64_t pla_, plb_;
+  bool own_a_, own_b_;
+  uint16_t *pa_, *pb_;
+};
+
+// A thread's packing buffer of at least n values, grown as needed.
+uint16_t* bf16_buffer(std::vector<uint16_t>& v, int64_t n) {
+  if (v.size() < size_t(n)) v.resize(size_t(n));
+  return v.data();
+}
+
+void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, float* C, int64_t ldc, float beta, const float* bias) {
+  thread_local std::vector<uint16_t> bufa, bufb;
+  const Bf16Product p(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias, nullptr, nullptr, bf16_buffer(bufa, M * K),
+                      bf16_buffer(bufb, K * N));
+  for_slabs(p.count(), [&](int64_t i) { p.slab(i); }, [&](int t, int nt) { p.shared(t, nt); });
 }
 
 // C = op(A) op(B) (+ C when beta = 1), split over heed's threads in slabs
 // (gemm_slabs), each slab one single-threaded call. Inside an active parallel
 // region the slabs run one after the other on the calling thread. A bias
-// (contiguous, N long; beta 0) is added to every row of C.
+// (contiguous, N long; beta 0) is added to every row of C. Under
+// set_precision(bf16) float32 products of 1 MFLOP or more run in bf16
+// (gemm_split_bf16).
 template <class T>
 void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
                 int64_t ldb, T* C, int64_t ldc, T beta = T(0), const T* bias = nullptr) {
@@ -404,7 +448,8 @@ void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
     }
   }
   const Slabs s = gemm_slabs(M, N, K);
-  auto slab = [&](int64_t lo, int64_t hi) {
+  for_slabs(s.count, [&](int64_t i) {
+    int64_t lo = i * s.size, hi = lo + s.size;
     if (s.by_rows) {
       hi = std::min(hi, M);
       gemm_one<T>(ta, tb, hi - lo, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc, beta, bias);
@@ -413,8 +458,7 @@ void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
       gemm_one<T>(ta, tb, M, hi - lo, K, A, lda, tb ? B + lo * ldb : B + lo, ldb, C + lo, ldc, beta,
                   bias ? bias + lo : nullptr);
     }
-  };
-  for_slabs(s, slab);
+  });
 }
 
 // y [R, O] = x [R, I] w[O, I]^T (+ b): the bias goes with the GEMM, slab by
@@ -567,10 +611,24 @@ void data_grad_into(Tensor g2, Tensor w, const Tensor& x_sum) {
   const BlasMat mg = blas_layout(R, O, g2.stride(0), g2.stride(1)), mw = blas_layout(O, I, w.stride(0), w.stride(1));
   gemm_split<T>(mg.trans, mw.trans, R, I, O, g2.data<T>(), mg.ld, w.data<T>(), mw.ld, x_sum.data<T>(), I, T(1));
 }
+// acc[o] += row[o] for o < O, in double: a row of the bias gradient's sum.
+inline void add_row(const float* row, int64_t O, double* acc) {
+  for (int64_t o = 0; o < O; ++o) acc[o] += double(row[o]);
+}
+
+// The chunks' sums, in order: the bias gradient, the same for any thread count.
+void bias_from_chunks(const double* part, int64_t chunks, int64_t O, int64_t o0, int64_t o1, float* b) {
+  for (int64_t o = o0; o < o1; ++o) {
+    double sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += part[c * O + o];
+    b[o] = static_cast<float>(sum);
+  }
+}
+
 }  // namespace
 
 LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
-                            const Tensor& x_sum) {
+                            const Tensor& x_sum, bool need_b) {
   const int64_t O = w.size(0), I = w.size(1);
   // Rows counted from the leading dims: reshape's -1 cannot be solved when
   // O or I is 0.
@@ -599,24 +657,33 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
       r.x = matmul(g, w);
     }
     if (need_w) r.w = matmul(transpose(g2, 0, 1), reshape(x, {R, I}));
+    if (need_b) r.b = sum(g2, {0}, false);
     return r;
   }
-  // bf16: dY is rounded and packed once, [R, O], for both products: dX = dY W
-  // reads it as its A, and dW^T = x^T dY as its B (then dW is dW^T
-  // transposed, a small copy). Packing it a second time, transposed, for
-  // dW = dY^T x was a tenth of a GPT's bf16 step.
+  // bf16, all in one parallel region:
+  // 1. dY rounded and packed once, [R, O], for both products (dX = dY W
+  //    reads it as its A, dW^T = x^T dY as its B), chunk by chunk; the bias
+  //    gradient's column sums of each chunk come from the same reads.
+  //    (Packing dY a second time, transposed, for dW = dY^T x was a tenth of
+  //    a GPT's bf16 step.)
+  // 2. The operands both products share (W, rounded) by all threads.
+  // 3. The slabs of both products, handed out one by one (each slab is one
+  //    call whichever thread runs it: the numbers do not change).
+  // 4. dW = (dW^T)^T, and the bias gradient: the chunks' sums in order.
+  // One region instead of four or five: a GPT-128 layer's products are
+  // ~100 us each, where every extra fork and join costs a few.
   g2 = contiguous(g2);
   Tensor x2 = reshape(x, {R, I});
   if (!blas_layout(R, I, x2.stride(0), x2.stride(1)).ok) x2 = contiguous(x2);
   const BlasMat mx = blas_layout(R, I, x2.stride(0), x2.stride(1));
   Tensor wc = contiguous(w);
-  thread_local std::vector<uint16_t> gbuf;
-  if (gbuf.size() < size_t(R * O)) gbuf.resize(size_t(R * O));
-  uint16_t* gb = gbuf.data();
   const float* pg = g2.data<float>();
+  thread_local std::vector<uint16_t> gbuf, wbuf, xbuf, gcols;
+  thread_local std::vector<double> partial;
+  uint16_t* gb = bf16_buffer(gbuf, R * O);
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(64, R / 16));
-#pragma omp parallel for schedule(static) if (R * O > kParallelGrain)
-  for (int64_t c = 0; c < chunks; ++c) pack_bf16(pg, O, R * c / chunks, R * (c + 1) / chunks, 0, O, gb, O);
+  if (need_b && partial.size() < size_t(chunks * O)) partial.resize(size_t(chunks * O));
+  double* part = partial.data();  // (inside the region, `partial` would name each thread's own)
   if (need_x) {
     if (into) {
       r.x = x_sum;
@@ -625,15 +692,56 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
       xs.back() = I;
       r.x = Tensor::empty(xs, DType::f32);
     }
-    gemm_split_bf16(false, false, R, I, O, pg, O, wc.data<float>(), I, r.x.data<float>(), I, into ? 1.0f : 0.0f,
-                    nullptr, gb);
   }
+  const Bf16Product dx(false, false, R, I, O, pg, O, wc.data<float>(), I, need_x ? r.x.data<float>() : nullptr, I,
+                       into ? 1.0f : 0.0f, nullptr, gb, nullptr, nullptr, bf16_buffer(wbuf, need_x ? O * I : 0));
   // dW^T [I, O] = x^T [I, R] dY [R, O]: x is A, read transposed (or as
-  // stored, for a transposed x view).
+  // stored, for a transposed x view). Column slabs (few inputs) pack their
+  // own columns of dY.
   Tensor wt = Tensor::empty({I, O}, DType::f32);
-  gemm_split_bf16(!mx.trans, false, I, O, R, x2.data<float>(), mx.ld, pg, O, wt.data<float>(), O, 0.0f, nullptr,
-                  nullptr, gb);
-  r.w = contiguous(transpose(wt, 0, 1));
+  const bool wt_rows = gemm_slabs(I, O, R, true).by_rows;
+  const Bf16Product dw(!mx.trans, false, I, O, R, x2.data<float>(), mx.ld, pg, O, wt.data<float>(), O, 0.0f, nullptr,
+                       nullptr, gb, bf16_buffer(xbuf, I * R), bf16_buffer(gcols, wt_rows ? 0 : R * O));
+  r.w = Tensor::empty({O, I}, DType::f32);
+  if (need_b) r.b = Tensor::empty({O}, DType::f32);
+  const int64_t nx = need_x ? dx.count() : 0, nslabs = nx + dw.count();
+  const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), std::max(chunks, nslabs)));
+  float* pw = r.w.data<float>();
+  const float* pwt = wt.data<float>();
+  float* pb = need_b ? r.b.data<float>() : nullptr;
+  constexpr int64_t kTile = 32;  // the transposition's square tiles
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      // Row by row, so that the sums read the row the pack just did, from L1.
+      const int64_t r0 = R * c / chunks, r1 = R * (c + 1) / chunks;
+      if (need_b) std::fill(part + c * O, part + (c + 1) * O, 0.0);
+      for (int64_t row = r0; row < r1; ++row) {
+        pack_bf16(pg, O, row, row + 1, 0, O, gb, O);
+        if (need_b) add_row(pg + row * O, O, part + c * O);
+      }
+    }
+    if (need_x) dx.shared(t, n);
+    dw.shared(t, n);
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < nslabs; ++i) {
+      if (i < nx) dx.slab(i);
+      else dw.slab(i - nx);
+    }
+#pragma omp for schedule(static)
+    for (int64_t ob = 0; ob < O; ob += kTile) {
+      const int64_t oe = std::min(O, ob + kTile);
+      for (int64_t ib = 0; ib < I; ib += kTile) {
+        const int64_t ie = std::min(I, ib + kTile);
+        for (int64_t o = ob; o < oe; ++o)
+          for (int64_t i = ib; i < ie; ++i) pw[o * I + i] = pwt[i * O + o];
+      }
+      if (pb) bias_from_chunks(part, chunks, O, ob, oe, pb);
+    }
+  }
   return r;
 }
 

@@ -109,17 +109,19 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // x [.., I] w[O, I]^T + b (b [O] or undefined) -> [.., O], as one GEMM over
 // all leading dims with the bias as its starting value.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
-// The gradients of y = linear(x, w, b) for dL/dy = g: dx = g w (x's shape)
-// and dw = g^T x ([O, I], leading dims folded into rows), each when asked.
-// Under set_precision(bf16) g is rounded and packed once for both products.
+// The gradients of y = linear(x, w, b) for dL/dy = g: dx = g w (x's shape),
+// dw = g^T x ([O, I], leading dims folded into rows) and db = g summed over
+// its rows ([O], need_b), each when asked. Under set_precision(bf16) g is
+// rounded and packed once for both products, and its column sums for db are
+// taken in the same pass.
 struct LinearGrads {
-  Tensor x, w;
+  Tensor x, w, b;
 };
 // With x_sum (contiguous, x's shape), dx is added into it in place (beta = 1:
 // each element x_sum + (g w), as adding the separate product would give) and
 // returned as .x: autograd's fused gradient sum (autograd::Grads::sum_target).
 LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
-                            const Tensor& x_sum = Tensor());
+                            const Tensor& x_sum = Tensor(), bool need_b = false);
 
 // ---- 1-D convolution ----
 // x [N, C, T], w [O, C, K], b [O] (optional) -> y [N, O, T'] with

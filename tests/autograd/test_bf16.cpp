@@ -162,23 +162,27 @@ TEST_CASE("bf16 products are bit-identical on 1 and 2 threads; products below 1 
     auto two = matmul(a, b).to_vector<float>();
     CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
   }
-  // The Linear backward (dY packed once for dX and dW): GPT-256's fc1 and fc2
-  // shapes and an odd one whose weight gradient is cut by columns.
+  // The Linear backward (dY packed once for dX and dW, its column sums for
+  // the bias taken in the same pass, in one parallel region): GPT-256's fc1
+  // and fc2 shapes and an odd one whose weight gradient is cut by columns.
   for (auto [R, I, O] : {std::array<int64_t, 3>{3072, 256, 1024}, {3072, 1024, 256}, {700, 40, 300}}) {
     Tensor x = test::det_tensor({R, I}, 17, -1, 1), w = test::det_tensor({O, I}, 18, -0.3, 0.3);
     Tensor g = test::det_tensor({R, O}, 19, -1, 1);
     std::vector<std::vector<float>> got;
     for (int threads : {1, 2}) {
       set_num_threads(threads);
-      kernel::LinearGrads d = kernel::linear_backward(g, x, w, true, true);
+      kernel::LinearGrads d = kernel::linear_backward(g, x, w, true, true, Tensor(), true);
       got.push_back(d.x.to_vector<float>());
       got.push_back(d.w.to_vector<float>());
+      got.push_back(d.b.to_vector<float>());
     }
     INFO("linear backward R=" << R << " I=" << I << " O=" << O);
-    for (int k : {0, 1}) {
-      REQUIRE(got[k].size() == got[k + 2].size());
-      CHECK(std::memcmp(got[k].data(), got[k + 2].data(), got[k].size() * sizeof(float)) == 0);
+    for (int k : {0, 1, 2}) {
+      REQUIRE(got[k].size() == got[k + 3].size());
+      CHECK(std::memcmp(got[k].data(), got[k + 3].data(), got[k].size() * sizeof(float)) == 0);
     }
+    // The bias gradient is float32's column sum, whatever the precision.
+    CHECK(max_rel(Tensor::from(got[2], {O}), sum(f64(g), {0})) < 1e-6);
   }
   Tensor a = test::det_tensor({32, 64}, 15, -1, 1), b = test::det_tensor({64, 64}, 16, -1, 1);  // 262k FLOPs
   auto small16 = matmul(a, b).to_vector<float>();
