@@ -331,11 +331,12 @@ void for_slabs(int64_t count, const Work& work, const Before& before = nullptr) 
 // each operand rounded to bfloat16 once (the operand every slab reads by all
 // threads first, each slab's own rows or columns by the slab), then oneDNN's
 // bf16 matmul with float32 accumulation and output, slab by slab as in
-// float32. The cut into slabs is the float32 one, so the numbers do not
-// depend on the thread count either. A transposed A (a weight gradient's
-// x^T g) is packed untransposed, [M, K]: for a transposed bf16 source
-// oneDNN 2.6 leaves its brgemm kernels for gemm:jit at half their speed
-// (measured on GPT-256's weight gradients: 158 against ~330 GFLOP/s).
+// float32. The cut into slabs depends on the shape only (gemm_slabs, rows
+// first), so the numbers do not depend on the thread count either. A
+// transposed A (a weight gradient's x^T g) is packed untransposed, [M, K]:
+// for a transposed bf16 source oneDNN 2.6 leaves its brgemm kernels for
+// gemm:jit at half their speed (measured on GPT-256's weight gradients: 158
+// against ~330 GFLOP/s).
 // packed_a / packed_b: the operand already rounded and packed as this
 // would (A [M, K]; B in its stored orientation, whole), which it then reads
 // instead of packing A or B again (B only in a cut by rows).
@@ -424,6 +425,7 @@ uint16_t* bf16_buffer(std::vector<uint16_t>& v, int64_t n) {
   return v.data();
 }
 
+// One Bf16Product over heed's threads (for_slabs).
 void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                      int64_t ldb, float* C, int64_t ldc, float beta, const float* bias) {
   thread_local std::vector<uint16_t> bufa, bufb;
