@@ -27,7 +27,7 @@ namespace heed::kernel {
 // become a zero of their sign (bf16 products count them as zero anyway).
 inline uint16_t to_bf16(float f) {
   uint32_t u;
-  std::memcpy(&u, &f, sizeof f);
+  std::memcpy(&u, &f, sizeof u);
   if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);  // zero or denormal
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);

@@ -707,7 +707,8 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   r.w = Tensor::empty({O, I}, DType::f32);
   if (need_b) r.b = Tensor::empty({O}, DType::f32);
   const int64_t nx = need_x ? dx.count() : 0, nslabs = nx + dw.count();
-  const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), std::max(chunks, nslabs)));
+  const int64_t work = std::max(chunks, nslabs);
+  const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), work));
   float* pw = r.w.data<float>();
   const float* pwt = wt.data<float>();
   float* pb = need_b ? r.b.data<float>() : nullptr;

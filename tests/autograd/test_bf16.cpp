@@ -311,3 +311,32 @@ TEST_CASE("bf16 Linear: each operand is rounded exactly as to_bf16 rounds, in th
     CHECK(bad_plain == 0);
   }
 }
+
+TEST_CASE("Linear with a frozen weight: the bias gradient alone, or with the input's, in float32 and bf16") {
+  const int64_t N = 4, T = 64, I = 96, O = 160;  // 2 N T I O: 11.8 MFLOP, a bf16 product
+  Tensor r = test::det_tensor({N, T, O}, 31, -1, 1);
+  Tensor w = test::det_tensor({O, I}, 32, -0.3, 0.3);  // never requires grad
+  Tensor r2 = reshape(f64(r), {N * T, O});
+  std::vector<Precision> precisions = {Precision::f32};
+  if (bf16_here()) precisions.push_back(Precision::bf16);
+  for (Precision p : precisions) {
+    CAPTURE(precision_name(p));
+    for (bool x_grad : {false, true}) {
+      CAPTURE(x_grad);
+      Tensor x = test::det_tensor({N, T, I}, 33, -1, 1);
+      if (x_grad) x.set_requires_grad();
+      Tensor bias = test::det_tensor({O}, 34, -1, 1).set_requires_grad();
+      {
+        PrecisionScope s(p);
+        backward(sum(mul(linear(x, w, bias), r)));
+      }
+      CHECK_FALSE(w.grad().defined());
+      REQUIRE(bias.grad().defined());
+      CHECK(max_rel(bias.grad(), sum(r2, {0})) < 1e-6);
+      CHECK(x.grad().defined() == x_grad);
+      if (x_grad)
+        CHECK(worst_in_bounds(x.grad(), reshape(matmul(r2, f64(w)), {N, T, I}),
+                              reshape(matmul(abs(r2), abs(f64(w))), {N, T, I}), O) <= 1.0);
+    }
+  }
+}
