@@ -37,6 +37,19 @@ using GemmFn = void (*)(int64_t M, int64_t N, int64_t P, const float* a, int64_t
 // baseline or one this CPU lacks: callers then use a library GEMM.
 GemmFn gemm_for(CpuIsa isa);
 
+// C [M, N] = A B (+ bias on every row) (+ C when add), for whole products:
+// A(i, p) = a[i * ars + p * aps], B(p, j) = b[p * brs + j * bcs] (any
+// strides; fastest with B's rows or columns unit-stride), C's rows
+// c[i * ldc + 0 .. N). Every
+// element of C is one float32 chain of fused multiply-adds over p = 0 .. K - 1
+// from 0 (as gemm's), then + bias[j], then + the old C: the same bits for
+// any blocking, on either instruction set. Cache-blocked, B (and A^T) copied
+// into panels: for products of any size, single-threaded (callers split the
+// work over threads).
+using SgemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t aps, const float* b,
+                         int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias, bool add);
+SgemmFn sgemm_for(CpuIsa isa);
+
 // dst[c * ld + r] = src[r * rs + c] for r < rows, c < cols: a B operand's
 // rows from a matrix stored the other way round.
 void transpose(const float* src, int64_t rs, int64_t rows, int64_t cols, float* dst, int64_t ld);

@@ -9,6 +9,8 @@
 // same float32 operations per element: the same bits on either.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
+#include <cstdlib>
 
 #include "core/attention_rows.h"
 #include "core/block_gemm.h"
@@ -32,6 +34,7 @@ namespace avx512 {
 #define HEED_SIMD __attribute__((target("avx512f,fma")))
 using Vec = Avx512;
 #include "core/cpu_block_gemm_simd.inc"
+#include "core/cpu_sgemm_simd.inc"
 #include "core/cpu_attention_rows_simd.inc"
 #undef HEED_SIMD
 }  // namespace avx512
@@ -40,6 +43,7 @@ namespace avx2 {
 #define HEED_SIMD __attribute__((target("avx2,fma")))
 using Vec = Avx2;
 #include "core/cpu_block_gemm_simd.inc"
+#include "core/cpu_sgemm_simd.inc"
 #include "core/cpu_attention_rows_simd.inc"
 #undef HEED_SIMD
 }  // namespace avx2
@@ -88,6 +92,18 @@ GemmFn gemm_for(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::avx512: return avx512::gemm;
     case CpuIsa::avx2: return avx2::gemm;
+    case CpuIsa::baseline: break;
+  }
+#endif
+  return nullptr;
+}
+
+SgemmFn sgemm_for(CpuIsa isa) {
+#ifdef HEED_SIMD_X86
+  if (static_cast<int>(isa) > static_cast<int>(heed::cpu_isa_max())) return nullptr;
+  switch (isa) {
+    case CpuIsa::avx512: return avx512::sgemm;
+    case CpuIsa::avx2: return avx2::sgemm;
     case CpuIsa::baseline: break;
   }
 #endif

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/block_gemm.h"
 #include "core/bf16_simd.h"
 #include "core/conv_winograd.h"
 #include "core/dnnl_context.h"
@@ -80,9 +81,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
 }
 
 // C = op(A) op(B) (+ C when beta = 1) on oneDNN's matmul (brgemm kernels),
-// for float32, on the calling thread only. On this machine they run the
-// Linear layers' mid-sized products 8-12% faster than OpenBLAS (e.g.
-// [768, 128] x [128, 512]: 458 against 496 us on 2 threads). Primitives are
+// in bf16, and in float32 on a CPU without AVX2, on the calling thread only.
+// (float32 ran the Linear layers' mid-sized products 8-12% faster than
+// OpenBLAS, e.g. [768, 128] x [128, 512]: 458 against 496 us on 2 threads,
+// before heed's own GEMM took float32 over where AVX2 is.) Primitives are
 // built once per shape, transposition, leading dimensions and beta, and
 // cached. They are built for one thread: oneDNN fixes a primitive's split
 // across threads when it is created, and on some CPUs (brgemm on AVX-512)
@@ -188,15 +190,26 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, con
   else detail::dnnl_run_here_unshielded(b.e->prim, b.args);
 }
 
-// One single-threaded GEMM on the calling thread: oneDNN's matmul for float32
-// products from 1 MFLOP (faster than OpenBLAS there), OpenBLAS otherwise
-// (heed keeps OpenBLAS at one thread: set_num_threads).
-// With a bias (beta 0), C = op(A) op(B) + bias on every row: in oneDNN's
+// One single-threaded GEMM on the calling thread. float32 on a CPU with
+// AVX2 or AVX-512: heed's own (block::sgemm_for, core/cpu_sgemm_simd.inc),
+// whose elements are each one chain of fused multiply-adds in ascending
+// order, so an AVX2 machine computes the same bits as an AVX-512 one (the
+// libraries' kernels differ between the two: oneDNN ran brgemm on AVX-512
+// and its older jit gemm on AVX2, cutting K differently, and OpenBLAS picks
+// its kernels by CPU). Elsewhere, and for float64: oneDNN's matmul for
+// float32 products from 1 MFLOP (faster than OpenBLAS there), OpenBLAS
+// otherwise (heed keeps OpenBLAS at one thread: set_num_threads).
+// With a bias (beta 0), C = op(A) op(B) + bias on every row: in the GEMM's
 // epilogue, or written into C first for OpenBLAS to accumulate onto.
 template <class T>
 void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
               T* C, int64_t ldc, T beta, const T* bias = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
+    const block::SgemmFn sgemm = block::sgemm_for(heed::cpu_isa());
+    if (sgemm && (beta == 0.0f || beta == 1.0f)) {
+      sgemm(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, bias, beta == 1.0f);
+      return;
+    }
     if (2 * M * N * K >= (int64_t{1} << 20) && (beta == 0.0f || beta == 1.0f)) {
       dnnl_gemm(ta, tb, M, N, K, false, A, lda, B, ldb, C, ldc, beta, bias);
       return;
@@ -215,7 +228,8 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int
 // micro-kernel tiles. The cut depends on the shape only, never on the thread
 // count, and every output element is one dot product over the whole K
 // computed by one single-threaded call: the numbers are the same whatever
-// the thread count, on any CPU.
+// the thread count (and in float32 with AVX2 or AVX-512, heed's GEMM, the
+// same on either: gemm_one).
 struct Slabs {
   bool by_rows = true;
   int64_t size = 0, count = 1;
@@ -450,6 +464,37 @@ void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
     }
   }
   const Slabs s = gemm_slabs(M, N, K);
+  if constexpr (std::is_same_v<T, float>) {
+    // heed's GEMM reads B's rows where they lie; a B stored transposed (a
+    // Linear's weight, x W^T) is transposed once here for every slab, each
+    // thread a share of its rows, rather than by each slab for itself.
+    const block::SgemmFn sgemm = block::sgemm_for(heed::cpu_isa());
+    if (sgemm && tb && s.count > 1 && (beta == 0.0f || beta == 1.0f)) {
+      thread_local std::vector<float> bt;
+      if (bt.size() < size_t(K * N)) bt.resize(size_t(K * N));
+      float* pbt = bt.data();  // (inside the region, `bt` would name each thread's own)
+      for_slabs(
+          s.count,
+          [&](int64_t i) {
+            int64_t lo = i * s.size, hi = lo + s.size;
+            if (s.by_rows) {
+              hi = std::min(hi, M);
+              sgemm(hi - lo, N, K, ta ? A + lo : A + lo * lda, ta ? 1 : lda, ta ? lda : 1, pbt, N, 1, C + lo * ldc,
+                    ldc, bias, beta == 1.0f);
+            } else {
+              hi = std::min(hi, N);
+              sgemm(M, hi - lo, K, A, ta ? 1 : lda, ta ? lda : 1, pbt + lo, N, 1, C + lo, ldc,
+                    bias ? bias + lo : nullptr, beta == 1.0f);
+            }
+          },
+          [&](int t, int nt) {
+            // B(p, j) = B[j * ldb + p]: rows j of the stored matrix, split by threads.
+            const int64_t j0 = N * t / nt, j1 = N * (t + 1) / nt;
+            block::transpose(B + j0 * ldb, ldb, j1 - j0, K, pbt + j0, N);
+          });
+      return;
+    }
+  }
   for_slabs(s.count, [&](int64_t i) {
     int64_t lo = i * s.size, hi = lo + s.size;
     if (s.by_rows) {

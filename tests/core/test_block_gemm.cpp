@@ -14,6 +14,7 @@
 #include "core/attention_rows.h"
 #include "core/block_gemm.h"
 #include "core/fast_math.h"
+#include "core/kernels.h"
 #include "core/lanes.h"
 #include "test_util.h"
 
@@ -240,4 +241,114 @@ TEST_CASE("attention row kernels: fast::exp_softmax's bits (with FMA), the 16-la
       }
     }
   }
+}
+
+namespace {
+
+std::vector<std::pair<const char*, blk::SgemmFn>> sgemms() {
+  std::vector<std::pair<const char*, blk::SgemmFn>> k;
+  for (Isa i : {Isa{CpuIsa::avx2, "avx2"}, Isa{CpuIsa::avx512, "avx512"}})
+    if (blk::SgemmFn f = blk::sgemm_for(i.isa)) k.emplace_back(i.name, f);
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then + bias, then + old C, bit for bit") {
+  // heed's GEMM for whole products (core/cpu_sgemm_simd.inc): register tiles,
+  // K blocks of 512 (a chain cut there resumes from C), B copied into panels
+  // when its rows are not unit-stride. None of that may show in the bits:
+  // each element must equal the scalar chain, at every instruction set, so
+  // an AVX2 machine trains to the same numbers as an AVX-512 one.
+  const auto ks = sgemms();
+  if (ks.empty()) {
+    MESSAGE("no AVX2 here: float32 products go to oneDNN and OpenBLAS");
+    return;
+  }
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  // Tiles' row and column edges (6 rows; 16-float vectors, 64-column panels
+  // on AVX-512, 8 and 16 on AVX2), one and several K blocks, B blocks.
+  const Shape3 shapes[] = {{1, 1, 1},    {5, 7, 3},     {6, 16, 31},   {7, 17, 64},   {13, 65, 100},
+                           {12, 64, 0},  {30, 130, 33}, {3, 300, 17},  {9, 20, 512},  {8, 33, 513},
+                           {7, 70, 1100}, {50, 129, 140}, {2, 1000, 80}};
+  for (auto [name, sgemm] : ks) {
+    CAPTURE(name);
+    for (const Shape3 sh : shapes) {
+      const int64_t M = sh.M, N = sh.N, K = sh.K;
+      CAPTURE(M);
+      CAPTURE(N);
+      CAPTURE(K);
+      const auto ad = test::det_values(M * K + 1, 11 + M, -1, 1), bd = test::det_values(K * N + 1, 12 + N, -1, 1);
+      const auto cd = test::det_values(M * N, 13, -1, 1), bias_d = test::det_values(N, 14, -1, 1);
+      const std::vector<float> a(ad.begin(), ad.end()), b(bd.begin(), bd.end()), bias(bias_d.begin(), bias_d.end());
+      const int64_t ldc = N + 3;
+      for (int mode = 0; mode < 16; ++mode) {
+        CAPTURE(mode);
+        // A row-major or transposed; B row-major or transposed (the packed
+        // path); with and without the bias; writing or adding to C.
+        const bool a_t = mode & 1, b_t = mode & 2, with_bias = mode & 4, add = mode & 8;
+        const int64_t ars = a_t ? 1 : K, aps = a_t ? M : 1, brs = b_t ? 1 : N, bcs = b_t ? K : 1;
+        std::vector<float> c(static_cast<size_t>(M * ldc), 7.0f);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) c[static_cast<size_t>(i * ldc + j)] = static_cast<float>(cd[i * N + j]);
+        const std::vector<float> before = c;
+        sgemm(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, c.data(), ldc, with_bias ? bias.data() : nullptr, add);
+        int bad = 0, outside = 0;
+        for (int64_t i = 0; i < M; ++i) {
+          for (int64_t j = 0; j < N; ++j) {
+            float s = 0.0f;
+            for (int64_t p = 0; p < K; ++p) s = std::fmaf(a[i * ars + p * aps], b[p * brs + j * bcs], s);
+            if (with_bias) s = s + bias[j];
+            if (add) s = before[static_cast<size_t>(i * ldc + j)] + s;
+            bad += !same_bits(c[static_cast<size_t>(i * ldc + j)], s);
+          }
+          for (int64_t j = N; j < ldc; ++j) outside += c[static_cast<size_t>(i * ldc + j)] != 7.0f;  // untouched
+        }
+        CHECK(bad == 0);
+        CHECK(outside == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("float32 linear and matmul: heed's GEMM, the scalar chain's bits, split over threads or not") {
+  // The products as the layers call them (kernel::linear, kernel::matmul,
+  // kernel::linear_backward): cut into slabs by shape, x W^T with W
+  // transposed once for all slabs. Every element must still be the chain of
+  // the specification, which is what makes the numbers the same on AVX2 and
+  // AVX-512 CPUs.
+  if (!blk::sgemm_for(heed::cpu_isa())) {
+    MESSAGE("no AVX2 here: float32 products go to oneDNN and OpenBLAS");
+    return;
+  }
+  const int64_t R = 200, I = 130, O = 70;
+  Tensor x = test::det_tensor({R, I}, 21), w = test::det_tensor({O, I}, 22), b = test::det_tensor({O}, 23);
+  Tensor g = test::det_tensor({R, O}, 24);
+  Tensor y = kernel::linear(x, w, b);
+  kernel::LinearGrads d = kernel::linear_backward(g, x, w, true, true, Tensor(), true);
+  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = b.data<float>(), *pg = g.data<float>();
+  int bad_y = 0, bad_dx = 0, bad_dw = 0;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t o = 0; o < O; ++o) {
+      float s = 0.0f;
+      for (int64_t i = 0; i < I; ++i) s = std::fmaf(px[r * I + i], pw[o * I + i], s);
+      bad_y += !same_bits(y.data<float>()[r * O + o], s + pb[o]);
+    }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < I; ++i) {
+      float s = 0.0f;
+      for (int64_t o = 0; o < O; ++o) s = std::fmaf(pg[r * O + o], pw[o * I + i], s);
+      bad_dx += !same_bits(d.x.data<float>()[r * I + i], s);
+    }
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t i = 0; i < I; ++i) {
+      float s = 0.0f;
+      for (int64_t r = 0; r < R; ++r) s = std::fmaf(pg[r * O + o], px[r * I + i], s);
+      bad_dw += !same_bits(d.w.data<float>()[o * I + i], s);
+    }
+  CHECK(bad_y == 0);
+  CHECK(bad_dx == 0);
+  CHECK(bad_dw == 0);
 }
