@@ -43,11 +43,15 @@ GemmFn gemm_for(CpuIsa isa);
 // c[i * ldc + 0 .. N). Every
 // element of C is one float32 chain of fused multiply-adds over p = 0 .. K - 1
 // from 0 (as gemm's), then + bias[j], then + the old C: the same bits for
-// any blocking, on either instruction set. Cache-blocked, B (and A^T) copied
+// any blocking, on either instruction set. With resume the chain starts from
+// C instead (C holds a chain an earlier call left off: a product over K1 + K2
+// inner indices in two calls is the same bits as in one), the bias added at
+// the end as usual; resume and add exclude each other. Cache-blocked, B (and A^T) copied
 // into panels: for products of any size, single-threaded (callers split the
 // work over threads).
 using SgemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t aps, const float* b,
-                         int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias, bool add);
+                         int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias, bool add,
+                         bool resume);
 SgemmFn sgemm_for(CpuIsa isa);
 
 // dst[c * ld + r] = src[r * rs + c] for r < rows, c < cols: a B operand's

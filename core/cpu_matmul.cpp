@@ -207,7 +207,7 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int
   if constexpr (std::is_same_v<T, float>) {
     const block::SgemmFn sgemm = block::sgemm_for(heed::cpu_isa());
     if (sgemm && (beta == 0.0f || beta == 1.0f)) {
-      sgemm(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, bias, beta == 1.0f);
+      sgemm(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, bias, beta == 1.0f, false);
       return;
     }
     if (2 * M * N * K >= (int64_t{1} << 20) && (beta == 0.0f || beta == 1.0f)) {
@@ -480,11 +480,11 @@ void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
             if (s.by_rows) {
               hi = std::min(hi, M);
               sgemm(hi - lo, N, K, ta ? A + lo : A + lo * lda, ta ? 1 : lda, ta ? lda : 1, pbt, N, 1, C + lo * ldc,
-                    ldc, bias, beta == 1.0f);
+                    ldc, bias, beta == 1.0f, false);
             } else {
               hi = std::min(hi, N);
               sgemm(M, hi - lo, K, A, ta ? 1 : lda, ta ? lda : 1, pbt + lo, N, 1, C + lo, ldc,
-                    bias ? bias + lo : nullptr, beta == 1.0f);
+                    bias ? bias + lo : nullptr, beta == 1.0f, false);
             }
           },
           [&](int t, int nt) {
@@ -878,6 +878,9 @@ std::string backend_info() {
   const std::string conv = !heed::conv1d_winograd()                ? "direct (switched off)"
                            : kernel::winograd_conv1d_supported() ? fmt::format("Winograd F(4,5) {}", kernel::winograd_conv1d_isa())
                                                                  : std::string("direct (no AVX2)");
+  // Which GEMM runs float32 products and convolutions (heed's, the same
+  // bits on AVX2 and AVX-512, or the libraries' without AVX2).
+  const bool own = kernel::block::sgemm_for(heed::cpu_isa()) != nullptr;
   const std::string isa = heed::cpu_isa_name() + (heed::cpu_isa() != heed::cpu_isa_max()
                                                       ? fmt::format(" (capped; CPU has {})", heed::cpu_isa_name(heed::cpu_isa_max()))
                                                       : std::string());
@@ -886,7 +889,9 @@ std::string backend_info() {
       "conv1d 5-tap: {}; float32 products: {}",
       openblas_get_config(), mode, v->major, v->minor, v->patch, rt, kernel::onednn_isa_name(), num_threads(),
       adaptive_threads() ? "on" : "off", isa, conv,
-      precision() == Precision::bf16 ? "bf16 operands, float32 accumulation" : "float32");
+      precision() == Precision::bf16 ? "bf16 operands, float32 accumulation (oneDNN)"
+      : own                          ? "float32 (heed GEMM)"
+                                     : "float32 (oneDNN, OpenBLAS)");
 }
 
 }  // namespace heed

@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "core/iter.h"
 #include "core/dnnl_context.h"
+#include "core/conv_gemm.h"
 #include "core/conv_single.h"
 #include "core/runtime.h"
 #include "core/conv_winograd.h"
@@ -300,6 +301,10 @@ Tensor conv1d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
   }
   if (single_channel_conv_applies(x.dtype(), O, g)) return single_channel_conv1d_forward(x, w, b, g.padding);
   if (winograd_conv1d_applies(x.dtype(), C, O, K, g, cl)) return winograd_conv1d_forward(x, w, b, g.padding, relu);
+  if (gemm_conv1d_applies(x.dtype())) {
+    Tensor y = gemm_conv1d_forward(x, w, b, g, cl);
+    return relu ? unary(Unary::relu, y) : y;
+  }
   Tensor y = empty_ncl(N, O, conv1d_out_length(L, K, g), cl, x.dtype());
   auto p = prims_for(N, C, L, O, K, g, b.defined(), cl, relu);
   Tensor xb, wb, yb;
@@ -334,6 +339,7 @@ Tensor conv1d_backward_data(const Tensor& gy_in, const Tensor& w0, const Shape& 
     return cl_from_rows(matmul(cl_rows(gy), reshape(w, {w.size(0), w.size(1)})), xs[0], xs[2]);
   if (winograd_conv1d_applies(gy.dtype(), xs[1], w.size(0), w.size(2), g, cl))
     return winograd_conv1d_backward_data(gy, Tensor(), w, xs[2], g.padding);
+  if (gemm_conv1d_applies(gy.dtype())) return gemm_conv1d_backward_data(gy, w, xs, g, channels_last);
   if (!f32) {
     Tensor gx = Tensor::zeros(xs, gy.dtype());  // the float64 loop accumulates into zeros
     ref_backward<double>(gy, Tensor(), w, g, &gx, nullptr, nullptr);
@@ -372,6 +378,7 @@ Tensor conv1d_backward_weights(const Tensor& gy_in, const Tensor& x0, const Shap
   }
   if (winograd_conv1d_applies(gy.dtype(), ws[1], ws[0], ws[2], g, cl))
     return winograd_conv1d_backward_weights(gy, Tensor(), x, g.padding, gb);
+  if (gemm_conv1d_applies(gy.dtype())) return gemm_conv1d_backward_weights(gy, x, ws, g, gb);
   const bool f64 = gy.dtype() == DType::f64;  // the loop accumulates; oneDNN writes every element
   Tensor gw = f64 ? Tensor::zeros(ws, gy.dtype()) : Tensor::empty(ws, gy.dtype());
   if (gb) *gb = f64 ? Tensor::zeros({ws[0]}, gy.dtype()) : Tensor::empty({ws[0]}, gy.dtype());

@@ -71,8 +71,9 @@ std::string bf16_unsupported_reason();
 // Winograd's F(4, 5) on CPUs with AVX2 + FMA or AVX-512 (the same bits on
 // both): 2.5x fewer multiplications, in all three passes, with float32
 // rounding differences of ~1e-6 relative to the direct convolution. On by
-// default; off sends them to oneDNN's direct kernels (`--conv direct` on the
-// command line).
+// default; off sends them to the direct convolution (`--conv direct` on the
+// command line): products on heed's GEMM on those CPUs, else oneDNN's
+// kernels.
 void set_conv1d_winograd(bool on);
 bool conv1d_winograd();
 

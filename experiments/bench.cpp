@@ -745,7 +745,7 @@ int run_bench(const std::vector<std::string>& args) {
             "also print where each workload's step time goes, per op (forward, backward), and the share of the "
             "GEMM peak its matrix products reach, with the limit that sets")
       .text("conv", &conv,
-            "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (oneDNN), to compare the two")
+            "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (products on heed's GEMM, or oneDNN without AVX2), to compare the two")
       .text("isa", &isa,
             "cap the instruction set of heed's kernels and oneDNN's: baseline, avx2 or avx512 (default: the best "
             "this CPU has, or HEED_CPU_ISA), e.g. avx2 to time an AVX2-only CPU's code (OpenBLAS picks its "

@@ -1,4 +1,6 @@
-// tests/autograd/test_conv.cpp: oneDNN's float32 convolution against the
+// tests/autograd/test_conv.cpp: the float32 convolutions (heed's GEMM on
+// CPUs with AVX2 or AVX-512, core/cpu_conv_gemm.cpp; oneDNN elsewhere; the
+// Winograd and one-output-channel kernels where they apply) against the
 // float64 direct loop (itself gradient-checked in test_gradcheck.cpp).
 #include "test_util.h"
 
@@ -56,7 +58,7 @@ void compare(const Geo& g, bool cl = false) {
 
 }  // namespace
 
-TEST_CASE("conv1d: oneDNN float32 forward and both backwards match the float64 loop") {
+TEST_CASE("conv1d: float32 forward and both backwards match the float64 loop") {
   compare({2, 3, 9, 4, 3, 1, 0, 1, true});
   compare({3, 8, 100, 16, 5, 1, 2, 1, true});   // the toy task's layer shape, smaller batch
   compare({2, 4, 20, 5, 3, 2, 1, 1, true});     // stride
@@ -67,6 +69,10 @@ TEST_CASE("conv1d: oneDNN float32 forward and both backwards match the float64 l
   compare({3, 1, 40, 8, 5, 1, 2, 1, true});     // one input channel (a toy model's first layer)
   compare({3, 8, 30, 1, 5, 1, 2, 1, true});     // one output channel (its last layer, hand-written)
   compare({2, 8, 30, 1, 5, 2, 2, 1, true});     // one output channel, strided (oneDNN)
+  compare({2, 3, 5, 4, 7, 1, 3, 1, true});      // kernel longer than the input
+  compare({2, 3, 12, 4, 3, 1, 4, 1, true});     // padding beyond the kernel
+  compare({1, 5, 250, 6, 3, 1, 1, 1, true});    // one sample, rows in several blocks
+  compare({2, 4, 31, 6, 4, 3, 3, 1, true});     // stride with padding (the data gradient's explicit columns)
 }
 
 TEST_CASE("conv1d: channels-last activations give the same numbers as contiguous ones, and keep their layout") {

@@ -294,7 +294,8 @@ TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then 
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < N; ++j) c[static_cast<size_t>(i * ldc + j)] = static_cast<float>(cd[i * N + j]);
         const std::vector<float> before = c;
-        sgemm(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, c.data(), ldc, with_bias ? bias.data() : nullptr, add);
+        sgemm(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, c.data(), ldc, with_bias ? bias.data() : nullptr, add,
+              false);
         int bad = 0, outside = 0;
         for (int64_t i = 0; i < M; ++i) {
           for (int64_t j = 0; j < N; ++j) {
@@ -351,4 +352,27 @@ TEST_CASE("float32 linear and matmul: heed's GEMM, the scalar chain's bits, spli
   CHECK(bad_y == 0);
   CHECK(bad_dx == 0);
   CHECK(bad_dw == 0);
+}
+
+TEST_CASE("sgemm resume: a product over K1 + K2 inner indices in two calls is one call's bits") {
+  const auto ks = sgemms();
+  if (ks.empty()) return;
+  for (auto [name, sgemm] : ks) {
+    CAPTURE(name);
+    for (int64_t K1 : {0, 1, 100, 512, 700}) {
+      const int64_t M = 13, N = 70, K2 = 300, K = K1 + K2;
+      CAPTURE(K1);
+      const auto ad = test::det_values(M * K, 31, -1, 1), bd = test::det_values(K * N, 32, -1, 1);
+      const auto bias_d = test::det_values(N, 33, -1, 1);
+      const std::vector<float> a(ad.begin(), ad.end()), b(bd.begin(), bd.end()), bias(bias_d.begin(), bias_d.end());
+      std::vector<float> one(static_cast<size_t>(M * N)), two(static_cast<size_t>(M * N), 5.0f);
+      sgemm(M, N, K, a.data(), K, 1, b.data(), N, 1, one.data(), N, bias.data(), false, false);
+      // A's first K1 columns and B's first K1 rows, then the rest, resumed.
+      sgemm(M, N, K1, a.data(), K, 1, b.data(), N, 1, two.data(), N, nullptr, false, false);
+      sgemm(M, N, K2, a.data() + K1, K, 1, b.data() + K1 * N, N, 1, two.data(), N, bias.data(), false, true);
+      int bad = 0;
+      for (size_t i = 0; i < one.size(); ++i) bad += !same_bits(one[i], two[i]);
+      CHECK(bad == 0);
+    }
+  }
 }

@@ -46,13 +46,14 @@ with open("/proc/cpuinfo") as f:
 if AVX512 and "HEED_CPU_ISA" not in os.environ:
     RUNS += [("shapes", ["--train", "800", "--test", "40", "--epochs", "1", "--batch", "100"], "avx2"),
              ("charlm", ["--steps", "12"], "avx2")]
-    # And the AVX2 path against the AVX-512 one, 2 threads each: the
-    # experiments whose float32 arithmetic is all heed's own (its GEMM, fused
-    # attention, row kernels) must log the same bits on both, as an AVX2
-    # machine's run would. (The convolution models still reach oneDNN's
-    # convolutions, whose kernels differ between the two.)
+    # And the AVX2 path against the AVX-512 one, 2 threads each: float32
+    # arithmetic is all heed's own (its GEMM, convolutions on it, Winograd,
+    # fused attention, row kernels), so every experiment must log the same
+    # bits on both, as an AVX2 machine's run would.
     RUNS += [(name, args, "avx2-vs-avx512") for name, args in
-             [("charlm", ["--steps", "12"]), ("copy", ["--steps", "12"]), ("crossattn", ["--steps", "12"])]]
+             [("shapes", ["--train", "800", "--test", "40", "--epochs", "1", "--batch", "100"]),
+              ("timeseries", ["--steps", "12"]), ("charlm", ["--steps", "12"]), ("copy", ["--steps", "12"]),
+              ("crossattn", ["--steps", "12"])]]
 if BUILDS:  # a longer GPT run; the ISA runs are the thread test's
     RUNS = [("charlm", ["--steps", "40"]) if r == ("charlm", ["--steps", "12"]) else r for r in RUNS if len(r) == 2]
 RUNS = [r if len(r) == 3 else (*r, None) for r in RUNS]
