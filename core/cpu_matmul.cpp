@@ -464,37 +464,6 @@ void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
     }
   }
   const Slabs s = gemm_slabs(M, N, K);
-  if constexpr (std::is_same_v<T, float>) {
-    // heed's GEMM reads B's rows where they lie; a B stored transposed (a
-    // Linear's weight, x W^T) is transposed once here for every slab, each
-    // thread a share of its rows, rather than by each slab for itself.
-    const block::SgemmFn sgemm = block::sgemm_for(heed::cpu_isa());
-    if (sgemm && tb && s.count > 1 && (beta == 0.0f || beta == 1.0f)) {
-      thread_local std::vector<float> bt;
-      if (bt.size() < size_t(K * N)) bt.resize(size_t(K * N));
-      float* pbt = bt.data();  // (inside the region, `bt` would name each thread's own)
-      for_slabs(
-          s.count,
-          [&](int64_t i) {
-            int64_t lo = i * s.size, hi = lo + s.size;
-            if (s.by_rows) {
-              hi = std::min(hi, M);
-              sgemm(hi - lo, N, K, ta ? A + lo : A + lo * lda, ta ? 1 : lda, ta ? lda : 1, pbt, N, 1, C + lo * ldc,
-                    ldc, bias, beta == 1.0f, false);
-            } else {
-              hi = std::min(hi, N);
-              sgemm(M, hi - lo, K, A, ta ? 1 : lda, ta ? lda : 1, pbt + lo, N, 1, C + lo, ldc,
-                    bias ? bias + lo : nullptr, beta == 1.0f, false);
-            }
-          },
-          [&](int t, int nt) {
-            // B(p, j) = B[j * ldb + p]: rows j of the stored matrix, split by threads.
-            const int64_t j0 = N * t / nt, j1 = N * (t + 1) / nt;
-            block::transpose(B + j0 * ldb, ldb, j1 - j0, K, pbt + j0, N);
-          });
-      return;
-    }
-  }
   for_slabs(s.count, [&](int64_t i) {
     int64_t lo = i * s.size, hi = lo + s.size;
     if (s.by_rows) {

@@ -1,7 +1,10 @@
 // core/dnnl_conv.cpp: 1-D convolution on oneDNN (2.6 API: op::desc, then
 // op::primitive_desc), plus a direct float64 loop. The dispatch lives here:
 // one output channel goes to core/cpu_conv_single.cpp, channels-last 5-tap
-// layers to Winograd (core/cpu_conv_winograd.cpp), the rest to oneDNN.
+// layers to Winograd (core/cpu_conv_winograd.cpp), other float32 ones to
+// heed's GEMM where the CPU has AVX2 or AVX-512 (core/cpu_conv_gemm.cpp:
+// the same bits on both), the rest (bf16, and float32 without AVX2) to
+// oneDNN.
 //
 // Primitive creation costs far more than a small convolution, so primitives
 // are built once per shape and cached. Activations come in two layouts:
@@ -265,9 +268,8 @@ Tensor empty_ncl(int64_t N, int64_t C, int64_t L, bool cl, DType dtype) {
 // gradients are the Linear layer's. Under set_precision(bf16) they run on
 // heed's GEMM (gemm_split: bf16 operands, float32 accumulation, slabs
 // independent of the thread count, the bias in the epilogue), as the Linear
-// layers do. In float32 they stay on oneDNN's convolution, which is as fast
-// here (heed bench --micro, K1_nwc) and whose rounding the documented
-// float32 results were measured with.
+// layers do. (In float32 core/cpu_conv_gemm.cpp takes them, as every
+// convolution, on the float32 GEMM.)
 bool pointwise_applies(const Tensor& x, int64_t K, const Conv1dGeom& g) {
   return x.dtype() == DType::f32 && precision() == Precision::bf16 && K == 1 && g.stride == 1 && g.padding == 0 &&
          conv1d_channels_last(x);
