@@ -119,10 +119,12 @@ Tensor columns(const Tensor& x, const Geo& s) {
       for (int64_t k = 0; k < s.K; ++k) {
         const int64_t u = t * s.s + k * s.d - s.p;
         float* dst = row + k * s.C;
-        const float* src = in + n * sn + u * sl;
-        if (u < 0 || u >= s.L) std::fill(dst, dst + s.C, 0.0f);
-        else
+        if (u < 0 || u >= s.L) {
+          std::fill(dst, dst + s.C, 0.0f);
+        } else {
+          const float* src = in + n * sn + u * sl;
           for (int64_t c = 0; c < s.C; ++c) dst[c] = src[c * sc];
+        }
       }
     }
   return X;
