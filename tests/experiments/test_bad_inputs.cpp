@@ -113,9 +113,13 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
   // machine): refused naming the instruction sets, nothing written.
   {
     const auto before = snapshot(p);
+    // The suite may itself run under HEED_CPU_ISA (the AVX2 path): put it back.
+    const char* had = std::getenv("HEED_CPU_ISA");
+    const std::string was = had ? had : "";
     setenv("HEED_CPU_ISA", "avx2", 1);
     Result r = heed_cli({"run", "copy", "--precision", "bf16", "--out", p + "/bf.h5"}, p);
-    unsetenv("HEED_CPU_ISA");
+    if (had) setenv("HEED_CPU_ISA", was.c_str(), 1);
+    else unsetenv("HEED_CPU_ISA");
     INFO("stderr: " << r.err);
     CHECK(r.status == 2);
     CHECK(r.err.find("--precision bf16: bf16 needs a CPU with AVX512-BF16 or AMX-BF16") != std::string::npos);
