@@ -28,12 +28,16 @@ struct Isa {
   const char* name;
 };
 
-std::vector<std::pair<const char*, blk::GemmFn>> kernels() {
-  std::vector<std::pair<const char*, blk::GemmFn>> k;
+// What `get` gives for each instruction set this CPU has, with its name.
+template <class T>
+std::vector<std::pair<const char*, T>> per_isa(T (*get)(CpuIsa)) {
+  std::vector<std::pair<const char*, T>> k;
   for (Isa i : {Isa{CpuIsa::avx2, "avx2"}, Isa{CpuIsa::avx512, "avx512"}})
-    if (blk::GemmFn f = blk::gemm_for(i.isa)) k.emplace_back(i.name, f);
+    if (T f = get(i.isa)) k.emplace_back(i.name, f);
   return k;
 }
+
+std::vector<std::pair<const char*, blk::GemmFn>> kernels() { return per_isa(blk::gemm_for); }
 
 // The specification, one element at a time.
 float reference(int64_t i, int64_t j, int64_t P, const float* a, int64_t ars, int64_t aps, const float* b,
@@ -158,10 +162,7 @@ TEST_CASE("block transpose: every size around its 8 x 8 blocks") {
 namespace {
 
 std::vector<std::pair<const char*, const kernel::rows::Kernels*>> row_kernels() {
-  std::vector<std::pair<const char*, const kernel::rows::Kernels*>> k;
-  for (Isa i : {Isa{CpuIsa::avx2, "avx2"}, Isa{CpuIsa::avx512, "avx512"}})
-    if (const kernel::rows::Kernels* r = kernel::rows::kernels_for(i.isa)) k.emplace_back(i.name, r);
-  return k;
+  return per_isa(kernel::rows::kernels_for);
 }
 
 // fast::exp_softmax as the library compiles it for a CPU with FMA (every
@@ -245,12 +246,7 @@ TEST_CASE("attention row kernels: fast::exp_softmax's bits (with FMA), the 16-la
 
 namespace {
 
-std::vector<std::pair<const char*, blk::SgemmFn>> sgemms() {
-  std::vector<std::pair<const char*, blk::SgemmFn>> k;
-  for (Isa i : {Isa{CpuIsa::avx2, "avx2"}, Isa{CpuIsa::avx512, "avx512"}})
-    if (blk::SgemmFn f = blk::sgemm_for(i.isa)) k.emplace_back(i.name, f);
-  return k;
-}
+std::vector<std::pair<const char*, blk::SgemmFn>> sgemms() { return per_isa(blk::sgemm_for); }
 
 }  // namespace
 
