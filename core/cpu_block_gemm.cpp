@@ -1,5 +1,6 @@
 // core/cpu_block_gemm.cpp: the float32 block GEMM of core/block_gemm.h (and
-// fused attention's row kernels, core/attention_rows.h, built the same way), a
+// heed's GEMM for whole products, core/cpu_sgemm_simd.inc, and fused
+// attention's row kernels, core/attention_rows.h, built the same way), a
 // register-tiled outer product (the BLIS micro-kernel shape without its
 // packing: A is read an element at a time, in any layout, and B's rows are
 // read as they lie). Written once (core/cpu_block_gemm_simd.inc) and
@@ -10,7 +11,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
-#include <cstdlib>
 
 #include "core/attention_rows.h"
 #include "core/block_gemm.h"

@@ -14,8 +14,8 @@
 // column stride whose rows overlap. The GEMM reads A and B through any
 // strides, so X_n is a view and no column matrix is ever built:
 //   forward   y_n [Lo, O] = X_n W^T + b,  W [O, K C]: W[o, k C + c] = w[o, c, k]
-//   weights   dW [O, K C] = sum over n of dy_n^T X_n (one chain over n and
-//             t: each sample's call resumes the chain the last one left in dW)
+//   weights   dW^T [K C, O] = sum over n of X_n^T dy_n (one chain over n
+//             and t: each sample's call resumes the chain the last one left)
 //   bias      db = the column sums of dy's rows
 //   data (s = 1) dx_n [L, C] = Y_n V with dy padded by K - 1 zero rows at
 //             each end (dyp [N, Lo + 2 (K - 1), O]), Y_n[u, j O + o] =
@@ -40,7 +40,6 @@ namespace {
 
 struct Geo {
   int64_t N, C, L, O, K, Lo, s, d, p;
-  int64_t Lp() const { return L + 2 * p; }
 };
 
 Geo geo_of(const Shape& xs, const Shape& ws, const Conv1dGeom& g) {
