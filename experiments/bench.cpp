@@ -139,9 +139,12 @@ Workload make_workload(const std::string& n, std::shared_ptr<optim::DataParallel
 // The machine's practical GEMM peak: the best of several 1024^3 and 2048^3
 // products and of GPT-128's fc1 product ([768, 128] x [128, 512]), each after
 // a warm-up one (a single timing wanders by 20% on a shared machine, and
-// every "% of peak" figure divides by it). The GPT's own shape counts
-// because oneDNN's kernel for it can beat its big square ones: on the AVX2
-// path the squares alone gave a peak that GPT-128's step exceeded (128%).
+// every "% of peak" figure divides by it). The products are kernel::matmul's:
+// heed's own GEMM where the CPU has AVX2 (226.8-228.5 GFLOP/s on this Zen 4,
+// oneDNN's matmul 226.1-226.2 before it), else oneDNN's. The GPT's own shape
+// counts because a GEMM's kernel for it can beat its big square ones: on the
+// AVX2 path oneDNN's squares alone gave a peak that GPT-128's step exceeded
+// (128%).
 double gemm_peak_gflops(Precision p) {
   const Precision before = precision();
   set_precision(p);
