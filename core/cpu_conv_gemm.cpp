@@ -223,14 +223,14 @@ Tensor gemm_conv1d_backward_weights(const Tensor& gy, const Tensor& x, const Sha
     float* pw = dWt.data<float>();
     const int64_t xn = xp.stride(0), slabs = std::clamp<int64_t>(KC * s.O / 2048, 1, 8);
     const bool by_rows = KC >= 12 * slabs;
+    // Where the samples' columns follow each other in xp (a kernel of 1,
+    // stride 1, no padding), they are one matrix: one call for all.
+    const bool joined = xn == s.Lo * s.s * s.C;
     const auto gemm = the_gemm();
 #pragma omp parallel for schedule(static) if (slabs > 1)
     for (int64_t i = 0; i < slabs; ++i) {
       const int64_t total = by_rows ? KC : s.O, lo = total * i / slabs, hi = total * (i + 1) / slabs;
       const int64_t r0 = by_rows ? lo : 0, r1 = by_rows ? hi : KC, c0 = by_rows ? 0 : lo, c1 = by_rows ? s.O : hi;
-      // Where the samples' columns follow each other in xp (a kernel of 1,
-      // stride 1, no padding), they are one matrix: one call for all.
-      const bool joined = xn == s.Lo * s.s * s.C;
       for (int64_t n = 0; n < (joined ? 1 : s.N); ++n)
         gemm(r1 - r0, c1 - c0, joined ? s.N * s.Lo : s.Lo, px + n * xn + r0, 1, s.s * s.C, pd + n * s.Lo * s.O + c0,
              s.O, 1, pw + r0 * s.O + c0, s.O, nullptr, false, n > 0);
