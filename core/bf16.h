@@ -67,9 +67,14 @@ using kernel::Band;
 // float32 denormals count as zero), computed the same way wherever the tile
 // boundaries fall: no result depends on how a caller splits the work. A
 // band skips only zero products: the values are those of the whole product.
-// ldb a multiple of 16 and b 64-byte aligned are fastest.
+// ldb a multiple of 16 and b 64-byte aligned are fastest. A bias (N floats,
+// with alpha 1 and no accumulation) is added to every row after its sum.
+// add_after (with accumulate and alpha 1): the sum starts from 0 and C's old
+// value is added after it, the bits of a separate add, instead of the sum
+// starting from C.
 void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b,
-          int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band = {});
+          int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band = {},
+          const float* bias = nullptr, bool add_after = false);
 
 }  // namespace bf16
 }  // namespace heed::kernel

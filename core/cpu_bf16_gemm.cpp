@@ -8,14 +8,17 @@
 // pair-packed from the caller): a tile of MR rows x NR vectors of 16 columns
 // stays in registers while the pairs p run, each step one vdpbf16ps per
 // (row, vector) with the row's pair broadcast and the B row loaded once for
-// all MR rows. The shapes it is built for are attention's blocks (64 x 64
-// with an inner dimension of 32-128), small enough that B's 64-column panel
-// stays in L1 while the row tiles pass over it.
+// all MR rows. It was built for attention's blocks (64 x 64 with an inner
+// dimension of 32-128), where B's 64-column panel stays in L1 while the row
+// tiles pass over it; the bf16 matrix products (core/cpu_matmul.cpp,
+// Bf16Product) run on it too, a slab at a time: ~220-230 GFLOP/s a thread
+// on GPT-128's Linear shapes with its operands in cache.
 #include <algorithm>
 #include <vector>
 
 #include "core/bf16.h"
 #include "core/bf16_simd.h"
+#include "core/error.h"
 
 namespace heed::kernel::bf16 {
 namespace {
@@ -76,11 +79,11 @@ void pack_pairs_scalar(const float* src, int64_t rs, int64_t cs, int64_t rows, i
 // columns of `last`.
 template <int MR, int NR>
 HEED_BF16 void tile(int64_t np, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b, int64_t ldb, float* c,
-                    int64_t ldc, __mmask16 last, float alpha, bool accumulate) {
+                    int64_t ldc, __mmask16 last, float alpha, bool accumulate, const float* bias, bool add_after) {
   // The accumulators stay in registers only if every loop over them is
   // unrolled before GCC decides where the array lives: hence the pragmas.
   __m512 x[MR][NR];
-  const bool from_c = accumulate && alpha == 1.0f;
+  const bool from_c = accumulate && alpha == 1.0f && !add_after;
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -112,6 +115,7 @@ HEED_BF16 void tile(int64_t np, const uint32_t* a, int64_t ars, int64_t aps, con
       __m512 y = x[r][v];
       if (!from_c) {
         if (alpha != 1.0f) y = _mm512_mul_ps(y, al);
+        if (bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, bias + 16 * v));
         if (accumulate) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, cp));
       }
       _mm512_mask_storeu_ps(cp, m, y);
@@ -126,10 +130,10 @@ constexpr int kMaxMR[5] = {0, 16, 12, 8, 6};
 // A tile of mr <= kMaxMR[NR] rows.
 template <int NR, int MR = kMaxMR[NR]>
 void run_tile(int64_t mr, int64_t np, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b, int64_t ldb,
-              float* c, int64_t ldc, __mmask16 last, float alpha, bool accumulate) {
+              float* c, int64_t ldc, __mmask16 last, float alpha, bool accumulate, const float* bias, bool add_after) {
   if constexpr (MR > 0) {
-    if (mr == MR) return tile<MR, NR>(np, a, ars, aps, b, ldb, c, ldc, last, alpha, accumulate);
-    run_tile<NR, MR - 1>(mr, np, a, ars, aps, b, ldb, c, ldc, last, alpha, accumulate);
+    if (mr == MR) return tile<MR, NR>(np, a, ars, aps, b, ldb, c, ldc, last, alpha, accumulate, bias, add_after);
+    run_tile<NR, MR - 1>(mr, np, a, ars, aps, b, ldb, c, ldc, last, alpha, accumulate, bias, add_after);
   }
 }
 
@@ -189,7 +193,12 @@ void pack_rows(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t c
 }
 
 void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b,
-          int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band) {
+          int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band, const float* bias,
+          bool add_after) {
+  const bool banded = band.col_end != Band::kAll || band.inner_begin != -Band::kAll || band.inner_end != Band::kAll;
+  if (bias && (alpha != 1.0f || accumulate || banded))
+    fail("bf16::gemm: a bias goes with alpha 1, no accumulation and no band, got alpha {}, accumulate {}, band {}",
+         alpha, accumulate, banded);
   for (int64_t j0 = 0; j0 < N; j0 += 64) {
     const int64_t mr = kMaxMR[(std::min<int64_t>(64, N - j0) + 15) / 16];
     for (int64_t i0 = 0; i0 < M; i0 += mr) {
@@ -205,11 +214,12 @@ void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64
       const uint32_t* ai = a + i0 * ars + p0 * aps;
       const uint32_t* bj = b + p0 * ldb + j0;
       float* ci = c + i0 * ldc + j0;
+      const float* bj_bias = bias ? bias + j0 : nullptr;
       switch (nr) {
-        case 1: run_tile<1>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate); break;
-        case 2: run_tile<2>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate); break;
-        case 3: run_tile<3>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate); break;
-        default: run_tile<4>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate); break;
+        case 1: run_tile<1>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after); break;
+        case 2: run_tile<2>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after); break;
+        case 3: run_tile<3>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after); break;
+        default: run_tile<4>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after); break;
       }
     }
   }

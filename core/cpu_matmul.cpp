@@ -15,7 +15,6 @@
 
 #include "core/bf16.h"
 #include "core/block_gemm.h"
-#include "core/bf16_simd.h"
 #include "core/conv_winograd.h"
 #include "core/dnnl_context.h"
 #include "core/error.h"
@@ -81,7 +80,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
 }
 
 // C = op(A) op(B) (+ C when beta = 1) on oneDNN's matmul (brgemm kernels),
-// in bf16, and in float32 on a CPU without AVX2, on the calling thread only.
+// in float32 on a CPU without AVX2, on the calling thread only.
 // (float32 ran the Linear layers' mid-sized products 8-12% faster than
 // OpenBLAS, e.g. [768, 128] x [128, 512]: 458 against 496 us on 2 threads,
 // before heed's own GEMM took float32 over where AVX2 is.) Primitives are
@@ -90,10 +89,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
 // across threads when it is created, and on some CPUs (brgemm on AVX-512)
 // that split cuts the inner dimension K differently for 1 and 2 threads,
 // which changes the last bits. heed splits the work itself (gemm_split).
-void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, const void* A, int64_t lda, const void* B,
+void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float* C, int64_t ldc, float beta, const float* bias = nullptr) {
   using dnnl::memory;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool, bool>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool>;
   struct Entry {
     memory::desc a, b, c, bias, scratch;
     dnnl::matmul prim;
@@ -119,7 +118,7 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, con
   static std::map<Key, std::shared_ptr<Entry>> cache;
   thread_local std::unordered_map<Key, Bound, KeyHash> bound;
   const bool acc = beta != 0.0f;
-  const Key key{M, N, K, lda, ldb, ldc, ta, tb, acc, bf16, bias != nullptr};
+  const Key key{M, N, K, lda, ldb, ldc, ta, tb, acc, bias != nullptr};
   auto it = bound.find(key);
   if (it == bound.end()) {
     std::shared_ptr<Entry> e;
@@ -128,7 +127,7 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, con
       auto& slot = cache[key];
       if (!slot) {
         auto entry = std::make_shared<Entry>();
-        const auto in = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+        const auto in = memory::data_type::f32;
         // Row-major strides; a transposed operand is the stored matrix read by columns.
         entry->a = memory::desc({M, K}, in, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
         entry->b = memory::desc({K, N}, in, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
@@ -181,8 +180,8 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool bf16, con
   Bound& b = it->second;
   thread_local std::vector<char> scratch;  // grows to the largest scratchpad this thread needed
   if (scratch.size() < b.e->scratch.get_size()) scratch.resize(b.e->scratch.get_size());
-  b.a.set_data_handle(const_cast<void*>(A));
-  b.b.set_data_handle(const_cast<void*>(B));
+  b.a.set_data_handle(const_cast<float*>(A));
+  b.b.set_data_handle(const_cast<float*>(B));
   b.c.set_data_handle(C);
   b.scratch.set_data_handle(scratch.data());
   if (bias) b.bias.set_data_handle(const_cast<float*>(bias));
@@ -211,7 +210,7 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int
       return;
     }
     if (2 * M * N * K >= (int64_t{1} << 20) && (beta == 0.0f || beta == 1.0f)) {
-      dnnl_gemm(ta, tb, M, N, K, false, A, lda, B, ldb, C, ldc, beta, bias);
+      dnnl_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias);
       return;
     }
   }
@@ -235,9 +234,9 @@ struct Slabs {
   int64_t size = 0, count = 1;
 };
 
-Slabs gemm_slabs(int64_t M, int64_t N, int64_t K, bool rows_first = false) {
+Slabs gemm_slabs(int64_t M, int64_t N, int64_t K) {
   Slabs s;
-  s.by_rows = M >= N || (rows_first && M >= 64);
+  s.by_rows = M >= N;
   const int64_t total = s.by_rows ? M : N;
   const double flops = 2.0 * double(M) * double(N) * double(K);
   // Below 1 MFLOP one call does it all. Above, an even number of slabs (two
@@ -250,13 +249,6 @@ Slabs gemm_slabs(int64_t M, int64_t N, int64_t K, bool rows_first = false) {
     while (want < 64 && flops / double(want) > double(1 << 28)) want *= 2;
   }
   want = std::max<int64_t>(1, std::min(want, total / 16));
-  // bf16 row slabs keep 128 rows or more (still an even count, at least
-  // two): oneDNN's bf16 matmul copies B into its pair-interleaved layout in
-  // every call, and for a weight gradient of few inputs (x^T dY, M = I) with
-  // a wide dY that copy is paid per slab. GPT-256's fc1 weight gradient
-  // [256 x 3072] x [3072 x 1024] ran its 32-row slabs at 122 GFLOP/s a
-  // thread, 128-row ones at ~180; its backward went from 13.6 to 11.7 ms.
-  if (rows_first && s.by_rows && want > 2 && total / want < 128) want = std::max<int64_t>(2, total / 128) / 2 * 2;
   s.size = ((total + want - 1) / want + 15) / 16 * 16;
   s.count = (total + s.size - 1) / s.size;
   return s;
@@ -266,57 +258,6 @@ Slabs gemm_slabs(int64_t M, int64_t N, int64_t K, bool rows_first = false) {
 // kBf16MinFlops stay float32 (rounding the operands costs more than bf16 saves).
 std::atomic<bool> g_bf16{false};
 constexpr int64_t kBf16MinFlops = int64_t{1} << 20;
-
-// dst[r * dld + c] = bf16(src[r * ld + c]) for rows [r0, r1), columns [c0,
-// c1), 32 at a time, rounded as to_bf16 (core/bf16.h). Only called where the
-// CPU has AVX512-BF16 (set_precision refuses bf16 elsewhere).
-HEED_BF16 void pack_bf16(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1, uint16_t* dst,
-                         int64_t dld) {
-  namespace v = bf16::simd;
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* s = src + r * ld;
-    uint16_t* d = dst + r * dld;
-    int64_t c = c0;
-    for (; c + 32 <= c1; c += 32)
-      _mm512_storeu_si512(d + c, v::pair_run(_mm512_loadu_ps(s + c), _mm512_loadu_ps(s + c + 16)));
-    if (c < c1) {
-      const __m512i h = v::pair_run(_mm512_maskz_loadu_ps(v::first(c1 - c), s + c),
-                                    _mm512_maskz_loadu_ps(v::first(c1 - c - 16), s + c + 16));
-      _mm512_mask_storeu_epi16(d + c, c1 - c >= 32 ? ~__mmask32(0) : (__mmask32(1) << (c1 - c)) - 1, h);
-    }
-  }
-}
-
-// dst[c * dld + r] = bf16(src[r * ld + c]) for rows [r0, r1), columns
-// [c0, c1): the transposed pack, in tiles of 32 rows x 16 columns. Each pair
-// of rows is rounded into one register of (row 2i, row 2i + 1) pairs, the 16
-// registers are transposed as 32-bit words, and then each holds one column's
-// 32 rows in order: one 64-byte store per column. (Transposing floats first
-// and rounding per column took twice the shuffles and half-line stores: this
-// pack ran at a third of the plain one's speed.)
-HEED_BF16 void pack_bf16_t(const float* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
-                           uint16_t* dst, int64_t dld) {
-  namespace v = bf16::simd;
-  for (int64_t rb = r0; rb < r1; rb += 32) {
-    const int64_t nr = std::min<int64_t>(32, r1 - rb);
-    const __mmask32 rows = nr >= 32 ? ~__mmask32(0) : (__mmask32(1) << nr) - 1;
-    for (int64_t cb = c0; cb < c1; cb += 16) {
-      const int64_t nc = std::min<int64_t>(16, c1 - cb);
-      const __mmask16 m = v::first(nc);
-      __m512i r[16];
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) {
-        const __m512 a = 2 * i < nr ? _mm512_maskz_loadu_ps(m, src + (rb + 2 * i) * ld + cb) : _mm512_setzero_ps();
-        const __m512 b = 2 * i + 1 < nr ? _mm512_maskz_loadu_ps(m, src + (rb + 2 * i + 1) * ld + cb) : _mm512_setzero_ps();
-        r[i] = v::pair_lanes(a, b);
-      }
-      v::transpose16(r);  // r[c]: column cb + c, rows rb .. rb + 31
-#pragma GCC unroll 16
-      for (int c = 0; c < 16; ++c)
-        if (c < nc) _mm512_mask_storeu_epi16(dst + (cb + c) * dld + rb, rows, r[c]);
-    }
-  }
-}
 
 // work(i) for each i < count, over heed's threads unless already inside a
 // parallel region (then in order on the calling thread). before(t, nt),
@@ -342,84 +283,82 @@ void for_slabs(int64_t count, const Work& work, const Before& before = nullptr) 
 }
 
 // The bf16 product of float32 operands (set_precision(Precision::bf16)):
-// each operand rounded to bfloat16 once (the operand every slab reads by all
-// threads first, each slab's own rows or columns by the slab), then oneDNN's
-// bf16 matmul with float32 accumulation and output, slab by slab as in
-// float32. The cut into slabs depends on the shape only (gemm_slabs, rows
-// first), so the numbers do not depend on the thread count either. A
-// transposed A (a weight gradient's x^T g) is packed untransposed, [M, K]:
-// for a transposed bf16 source oneDNN 2.6 leaves its brgemm kernels for
-// gemm:jit at half their speed (measured on GPT-256's weight gradients: 158
-// against ~330 GFLOP/s).
-// packed_a / packed_b: the operand already rounded and packed as this
-// would (A [M, K]; B in its stored orientation, whole), which it then reads
-// instead of packing A or B again (B only in a cut by rows).
+// each operand rounded to bfloat16 once and pair-packed (core/bf16.h), then
+// heed's bf16 GEMM (bf16::gemm: vdpbf16ps, float32 accumulation in
+// ascending pairs) slab by slab, as float32 products are. The cut into slabs
+// depends on the shape only (gemm_slabs), and every element is one chain
+// over all of K whichever slab and thread compute it, so the numbers do not
+// depend on the thread count either.
+//
+// Every layout packs without a transposition of floats: A by rows
+// (pack_rows) or, stored transposed (a weight gradient's dY^T), by pairs of
+// its stored rows (pack_pairs, read with its strides swapped); B by pairs of
+// rows, or stored transposed (x W^T's W) by pairs of neighbours in its rows.
+// (oneDNN's bf16 matmul, which heed used before, wanted A untransposed and
+// copied B into its own layout in every call: GPT-128's weight gradients ran
+// at ~200 GFLOP/s against ~350 for the other products.)
 //
 // In pieces, so that a caller can run several products in one parallel
-// region (linear_backward): shared(t, nt) on every thread t of nt first,
-// then, after a barrier, slab(i) once for each i < count(), on any thread.
-// bufa and bufb hold the packed A (M x K) and B (K x N) where they are not
-// given packed.
+// region (linear_backward): shared(t, nt) on every thread t of nt first
+// (the operand all slabs read: B for row slabs, A for column ones), then,
+// after a barrier, slab(i) once for each i < count(), on any thread, which
+// packs its own rows of A or columns of B and multiplies. bufa holds
+// a_words(), bufb b_words().
 class Bf16Product {
  public:
   Bf16Product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-              int64_t ldb, float* C, int64_t ldc, float beta, const float* bias, const uint16_t* packed_a,
-              const uint16_t* packed_b, uint16_t* bufa, uint16_t* bufb)
-      // Rows first: oneDNN 2.6 runs a column slab of N = 128 on its long K
-      // (GPT-256's fc2 weight gradient, 256 x 3072 x 128) with gemm:jit too.
-      : s_(gemm_slabs(M, N, K, true)), ta_(ta), tb_(tb), M_(M), N_(N), K_(K), A_(A), lda_(lda), B_(B), ldb_(ldb),
-        C_(C), ldc_(ldc), beta_(beta), bias_(bias),
-        // Packed operands, without padding: A as [M, K], B in its stored orientation.
-        pla_(K), plb_(tb ? K : N),
-        own_a_(packed_a == nullptr), own_b_(packed_b == nullptr || !s_.by_rows),  // column slabs pack their own columns of B
-        pa_(packed_a ? const_cast<uint16_t*>(packed_a) : bufa),
-        pb_(own_b_ ? bufb : const_cast<uint16_t*>(packed_b)) {}
+              int64_t ldb, float* C, int64_t ldc, float beta, const float* bias, uint32_t* bufa, uint32_t* bufb)
+      : s_(gemm_slabs(M, N, K)), ta_(ta), tb_(tb), M_(M), N_(N), K_(K), P_((K + 1) / 2), A_(A), lda_(lda), B_(B),
+        ldb_(ldb), C_(C), ldc_(ldc), beta_(beta), bias_(bias), pa_(bufa), pb_(bufb) {}
 
+  static int64_t a_words(int64_t M, int64_t K) { return M * ((K + 1) / 2); }
+  // B's rows padded to 16 words (whole, or each column slab's own).
+  static int64_t b_words(int64_t N, int64_t K) { return round16(N) * ((K + 1) / 2); }
   int64_t count() const { return s_.count; }
 
-  // The operand every slab reads (B for row slabs, A for column ones),
-  // rounded by all threads together: thread t's share of its rows.
-  HEED_BF16 void shared(int t, int nt) const {
-    if (s_.by_rows ? !own_b_ : !own_a_) return;
-    // The stored [rows, cols] of the operand.
-    const int64_t rows = s_.by_rows ? (tb_ ? N_ : K_) : (ta_ ? K_ : M_);
-    const int64_t cols = s_.by_rows ? (tb_ ? K_ : N_) : (ta_ ? M_ : K_);
-    const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
-    if (s_.by_rows) pack_bf16(B_, ldb_, r0, r1, 0, cols, pb_, plb_);
-    else if (ta_) pack_bf16_t(A_, lda_, r0, r1, 0, cols, pa_, pla_);
-    else pack_bf16(A_, lda_, r0, r1, 0, cols, pa_, pla_);
+  void shared(int t, int nt) const {
+    const int64_t p0 = P_ * t / nt, p1 = P_ * (t + 1) / nt, rows = std::min(K_, 2 * p1) - 2 * p0;
+    if (s_.by_rows) {
+      // B whole, [P, round16(N)]: this thread's pairs.
+      if (rows <= 0) return;
+      const int64_t ld = round16(N_);
+      if (tb_) bf16::pack_pairs(B_ + 2 * p0, 1, ldb_, rows, N_, pb_ + p0 * ld, ld);
+      else bf16::pack_pairs(B_ + 2 * p0 * ldb_, ldb_, 1, rows, N_, pb_ + p0 * ld, ld);
+    } else if (ta_) {
+      // A whole, by pairs of its stored rows: [P, M].
+      if (rows > 0) bf16::pack_pairs(A_ + 2 * p0 * lda_, lda_, 1, rows, M_, pa_ + p0 * M_, M_);
+    } else {
+      // A whole, by rows: [M, P].
+      const int64_t m0 = M_ * t / nt, m1 = M_ * (t + 1) / nt;
+      if (m1 > m0) bf16::pack_rows(A_ + m0 * lda_, lda_, 1, m1 - m0, K_, pa_ + m0 * P_, P_);
+    }
   }
 
-  HEED_BF16 void slab(int64_t i) const {
-    int64_t lo = i * s_.size, hi = lo + s_.size;
+  void slab(int64_t i) const {
+    const int64_t lo = i * s_.size;
+    const bool acc = beta_ == 1.0f;
     if (s_.by_rows) {
-      hi = std::min(hi, M_);
-      if (!own_a_) {
-      } else if (ta_) {
-        pack_bf16_t(A_, lda_, 0, K_, lo, hi, pa_, pla_);
-      } else {
-        pack_bf16(A_, lda_, lo, hi, 0, K_, pa_, pla_);
-      }
-      dnnl_gemm(false, tb_, hi - lo, N_, K_, true, pa_ + lo * pla_, pla_, pb_, plb_, C_ + lo * ldc_, ldc_, beta_,
-                bias_);
+      const int64_t m = std::min(lo + s_.size, M_) - lo;
+      uint32_t* a = pa_ + lo * P_;  // the slab's own rows: [m, P], or [P, m] by pairs
+      if (ta_) bf16::pack_pairs(A_ + lo, lda_, 1, K_, m, a, m);
+      else bf16::pack_rows(A_ + lo * lda_, lda_, 1, m, K_, a, P_);
+      bf16::gemm(m, N_, P_, a, ta_ ? 1 : P_, ta_ ? m : 1, pb_, round16(N_), C_ + lo * ldc_, ldc_, 1.0f, acc, {},
+                 bias_, true);
     } else {
-      hi = std::min(hi, N_);
-      // Each slab's columns of B packed on their own, [K, hi - lo] (or
-      // [hi - lo, K] transposed): oneDNN's bf16 brgemm also turns a B with
-      // wider rows than the slab over to gemm:jit.
-      uint16_t* pbs = pb_ + lo * K_;
-      const int64_t w = hi - lo;
-      if (tb_) pack_bf16(B_, ldb_, lo, hi, 0, K_, pbs - lo * K_, K_);
-      else pack_bf16(B_, ldb_, 0, K_, lo, hi, pbs - lo, w);
-      dnnl_gemm(false, tb_, M_, w, K_, true, pa_, pla_, pbs, tb_ ? K_ : w, C_ + lo, ldc_, beta_,
-                bias_ ? bias_ + lo : nullptr);
+      const int64_t w = std::min(lo + s_.size, N_) - lo, ld = round16(w);
+      uint32_t* b = pb_ + lo * P_;  // the slab's own columns, [P, round16(w)]
+      if (tb_) bf16::pack_pairs(B_ + lo * ldb_, 1, ldb_, K_, w, b, ld);
+      else bf16::pack_pairs(B_ + lo, ldb_, 1, K_, w, b, ld);
+      bf16::gemm(M_, w, P_, pa_, ta_ ? 1 : P_, ta_ ? M_ : 1, b, ld, C_ + lo, ldc_, 1.0f, acc, {},
+                 bias_ ? bias_ + lo : nullptr, true);
     }
   }
 
  private:
+  static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
   Slabs s_;
   bool ta_, tb_;
-  int64_t M_, N_, K_;
+  int64_t M_, N_, K_, P_;
   const float* A_;
   int64_t lda_;
   const float* B_;
@@ -428,13 +367,11 @@ class Bf16Product {
   int64_t ldc_;
   float beta_;
   const float* bias_;
-  int64_t pla_, plb_;
-  bool own_a_, own_b_;
-  uint16_t *pa_, *pb_;
+  uint32_t *pa_, *pb_;
 };
 
-// A thread's packing buffer of at least n values, grown as needed.
-uint16_t* bf16_buffer(std::vector<uint16_t>& v, int64_t n) {
+// A thread's packing buffer of at least n words, grown as needed.
+uint32_t* bf16_buffer(std::vector<uint32_t>& v, int64_t n) {
   if (v.size() < size_t(n)) v.resize(size_t(n));
   return v.data();
 }
@@ -442,9 +379,9 @@ uint16_t* bf16_buffer(std::vector<uint16_t>& v, int64_t n) {
 // One Bf16Product over heed's threads (for_slabs).
 void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                      int64_t ldb, float* C, int64_t ldc, float beta, const float* bias) {
-  thread_local std::vector<uint16_t> bufa, bufb;
-  const Bf16Product p(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias, nullptr, nullptr, bf16_buffer(bufa, M * K),
-                      bf16_buffer(bufb, K * N));
+  thread_local std::vector<uint32_t> bufa, bufb;
+  const Bf16Product p(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias,
+                      bf16_buffer(bufa, Bf16Product::a_words(M, K)), bf16_buffer(bufb, Bf16Product::b_words(N, K)));
   for_slabs(p.count(), [&](int64_t i) { p.slab(i); }, [&](int t, int nt) { p.shared(t, nt); });
 }
 
@@ -677,16 +614,14 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
     return r;
   }
   // bf16, all in one parallel region:
-  // 1. dY rounded and packed once, [R, O], for both products (dX = dY W
-  //    reads it as its A, dW^T = x^T dY as its B), chunk by chunk; the bias
-  //    gradient's column sums of each chunk come from the same reads.
-  //    (Packing dY a second time, transposed, for dW = dY^T x was a tenth of
-  //    a GPT's bf16 step.)
-  // 2. The operands both products share (W, rounded) by all threads.
+  // 1. The bias gradient's column sums of dY, chunk by chunk.
+  // 2. The operands each product's slabs share (W for dX = dY W, x for
+  //    dW = dY^T x), packed by all threads.
   // 3. The slabs of both products, handed out one by one (each slab is one
-  //    call whichever thread runs it: the numbers do not change).
-  // 4. dW = (dW^T)^T, and the bias gradient: the chunks' sums in order.
-  // One region instead of four or five: a GPT-128 layer's products are
+  //    call whichever thread runs it: the numbers do not change); each packs
+  //    its own rows of dY (for dX) or its columns of dY (dY^T's rows, for dW).
+  // 4. The bias gradient: the chunks' sums in order.
+  // One region instead of three or four: a GPT-128 layer's products are
   // ~100 us each, where every extra fork and join costs a few.
   g2 = contiguous(g2);
   Tensor x2 = reshape(x, {R, I});
@@ -694,10 +629,9 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   const BlasMat mx = blas_layout(R, I, x2.stride(0), x2.stride(1));
   Tensor wc = contiguous(w);
   const float* pg = g2.data<float>();
-  thread_local std::vector<uint16_t> gbuf, wbuf, xbuf, gcols;
+  thread_local std::vector<uint32_t> dxa, dxb, dwa, dwb;
   thread_local std::vector<double> partial;
-  uint16_t* gb = bf16_buffer(gbuf, R * O);
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(64, R / 16));
+  const int64_t chunks = need_b ? std::max<int64_t>(1, std::min<int64_t>(64, R / 16)) : 0;
   if (need_b && partial.size() < size_t(chunks * O)) partial.resize(size_t(chunks * O));
   double* part = partial.data();  // (inside the region, `partial` would name each thread's own)
   if (need_x) {
@@ -709,35 +643,27 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
       r.x = Tensor::empty(xs, DType::f32);
     }
   }
+  // dX [R, I] = dY [R, O] W [O, I]; dW [O, I] = dY^T x, dY^T read from dY as stored.
   const Bf16Product dx(false, false, R, I, O, pg, O, wc.data<float>(), I, need_x ? r.x.data<float>() : nullptr, I,
-                       into ? 1.0f : 0.0f, nullptr, gb, nullptr, nullptr, bf16_buffer(wbuf, need_x ? O * I : 0));
-  // dW^T [I, O] = x^T [I, R] dY [R, O]: x is A, read transposed (or as
-  // stored, for a transposed x view). Column slabs (few inputs) pack their
-  // own columns of dY.
-  Tensor wt = Tensor::empty({I, O}, DType::f32);
-  const bool wt_rows = gemm_slabs(I, O, R, true).by_rows;
-  const Bf16Product dw(!mx.trans, false, I, O, R, x2.data<float>(), mx.ld, pg, O, wt.data<float>(), O, 0.0f, nullptr,
-                       nullptr, gb, bf16_buffer(xbuf, I * R), bf16_buffer(gcols, wt_rows ? 0 : R * O));
+                       into ? 1.0f : 0.0f, nullptr, bf16_buffer(dxa, need_x ? Bf16Product::a_words(R, O) : 0),
+                       bf16_buffer(dxb, need_x ? Bf16Product::b_words(I, O) : 0));
   r.w = Tensor::empty({O, I}, DType::f32);
+  const Bf16Product dw(true, mx.trans, O, I, R, pg, O, x2.data<float>(), mx.ld, r.w.data<float>(), I, 0.0f, nullptr,
+                       bf16_buffer(dwa, Bf16Product::a_words(O, R)), bf16_buffer(dwb, Bf16Product::b_words(I, R)));
   if (need_b) r.b = Tensor::empty({O}, DType::f32);
   const int64_t nx = need_x ? dx.count() : 0, nslabs = nx + dw.count();
   const int64_t work = std::max(chunks, nslabs);
   const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), work));
-  float* pw = r.w.data<float>();
-  const float* pwt = wt.data<float>();
   float* pb = need_b ? r.b.data<float>() : nullptr;
-  constexpr int64_t kTile = 32;  // the transposition's square tiles
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) {
-      // Row by row, so that the sums read the row the pack just did, from L1.
-      const int64_t r0 = R * c / chunks, r1 = R * (c + 1) / chunks;
-      if (need_b) std::fill(part + c * O, part + (c + 1) * O, 0.0);
-      for (int64_t row = r0; row < r1; ++row) {
-        pack_bf16(pg, O, row, row + 1, 0, O, gb, O);
-        if (need_b) add_row(pg + row * O, O, part + c * O);
+    if (need_b) {
+#pragma omp for schedule(static) nowait
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t r0 = R * c / chunks, r1 = R * (c + 1) / chunks;
+        std::fill(part + c * O, part + (c + 1) * O, 0.0);
+        for (int64_t row = r0; row < r1; ++row) add_row(pg + row * O, O, part + c * O);
       }
     }
     if (need_x) dx.shared(t, n);
@@ -748,15 +674,9 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
       if (i < nx) dx.slab(i);
       else dw.slab(i - nx);
     }
+    if (need_b) {
 #pragma omp for schedule(static)
-    for (int64_t ob = 0; ob < O; ob += kTile) {
-      const int64_t oe = std::min(O, ob + kTile);
-      for (int64_t ib = 0; ib < I; ib += kTile) {
-        const int64_t ie = std::min(I, ib + kTile);
-        for (int64_t o = ob; o < oe; ++o)
-          for (int64_t i = ib; i < ie; ++i) pw[o * I + i] = pwt[i * O + o];
-      }
-      if (pb) bias_from_chunks(part, chunks, O, ob, oe, pb);
+      for (int64_t o0 = 0; o0 < O; o0 += 32) bias_from_chunks(part, chunks, O, o0, std::min(O, o0 + 32), pb);
     }
   }
   return r;
@@ -799,23 +719,25 @@ void set_num_threads(int n) {
 // The count asked for; regions may open with fewer while the cores are busy.
 int num_threads() { return detail::pace_cap(); }
 
+// bf16 runs on heed's own kernels (bf16::gemm: AVX512-BF16's vdpbf16ps),
+// so it needs that instruction set, and heed's cap (HEED_CPU_ISA,
+// set_cpu_isa) at avx512.
 std::string bf16_unsupported_reason() {
-  kernel::apply_isa_settings();  // HEED_CPU_ISA first: asking oneDNN its ISA fixes oneDNN's cap
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-  if ((isa & need) == need) return "";
-  const char* name = isa == static_cast<unsigned>(dnnl::cpu_isa::avx512_core_vnni) ? "AVX-512 with VNNI"
-                     : isa == static_cast<unsigned>(dnnl::cpu_isa::avx512_core)    ? "AVX-512"
-                     : isa == static_cast<unsigned>(dnnl::cpu_isa::avx2_vnni)      ? "AVX2 with VNNI"
-                     : isa == static_cast<unsigned>(dnnl::cpu_isa::avx2)           ? "AVX2"
-                                                                                   : "an older instruction set";
+  kernel::apply_isa_settings();
+  const bool has = kernel::bf16::supported();
+  if (has && heed::cpu_isa() == CpuIsa::avx512) return "";
+  if (has)
+    return fmt::format(
+        "bf16 needs a CPU with AVX512-BF16; this one has it, but heed's instruction set is capped at {} (HEED_CPU_ISA={} "
+        "or set_cpu_isa): use float32, or lift the cap",
+        heed::cpu_isa() == CpuIsa::avx2 ? "AVX2" : "baseline x86-64", heed::cpu_isa_name());
+  const char* name = heed::cpu_isa_max() == CpuIsa::avx512 ? "AVX-512 without BF16"
+                     : heed::cpu_isa_max() == CpuIsa::avx2 ? "AVX2"
+                                                           : "an older instruction set";
   return fmt::format(
-      "bf16 needs a CPU with AVX512-BF16 or AMX-BF16, and this one runs {} (as oneDNN sees it{}): oneDNN would "
-      "emulate bf16 at a fraction of float32's speed; use float32",
-      name,
-      std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA") ? ", capped by ONEDNN_MAX_CPU_ISA"
-      : heed::cpu_isa() != heed::cpu_isa_max()                           ? ", capped by HEED_CPU_ISA or set_cpu_isa"
-                                                                          : "");
+      "bf16 needs a CPU with AVX512-BF16, and this one runs {}: its products would be emulated at a fraction of "
+      "float32's speed; use float32",
+      name);
 }
 
 void set_precision(Precision p) {
@@ -858,7 +780,7 @@ std::string backend_info() {
       "conv1d 5-tap: {}; float32 products: {}",
       openblas_get_config(), mode, v->major, v->minor, v->patch, rt, kernel::onednn_isa_name(), num_threads(),
       adaptive_threads() ? "on" : "off", isa, conv,
-      precision() == Precision::bf16 ? "bf16 operands, float32 accumulation (oneDNN)"
+      precision() == Precision::bf16 ? "bf16 operands, float32 accumulation (heed bf16 GEMM)"
       : own                          ? "float32 (heed GEMM)"
                                      : "float32 (oneDNN, OpenBLAS)");
 }

@@ -48,14 +48,14 @@ std::string backend_info();
 // The precision of float32 matrix products: f32 (the default), or bf16 as
 // CPU autocast does it: the operands of every linear layer and matmul from
 // 1 MFLOP are rounded to bfloat16 (8-bit mantissa) and multiplied with
-// float32 accumulation into a float32 result (oneDNN's bf16 kernels), and so
+// float32 accumulation into a float32 result (heed's bf16 GEMM), and so
 // are the block products of the fused attention (its scores, the weighting
 // of values and the four backward products; the softmax statistics and
 // every accumulator stay float32). Tensors, weights, optimiser state,
 // LayerNorm, softmax, losses and reductions stay float32, and so do
 // checkpoints. Process-wide: forward and
 // backward passes use the setting in force when they run. bf16 throws on a
-// CPU without native bf16 (AVX512-BF16 or AMX), naming what it has.
+// CPU without AVX512-BF16 (or with heed capped below AVX-512), naming what it has.
 enum class Precision { f32, bf16 };
 void set_precision(Precision p);
 Precision precision();

@@ -179,6 +179,48 @@ TEST_CASE("bf16 gemm: float32 accumulation of the rounded operands' products, fo
   }
 }
 
+TEST_CASE("bf16 gemm's epilogues: a bias, or the old C, added after the whole sum with a float32 add's bits") {
+  if (!b16::supported()) {
+    MESSAGE("no AVX512-BF16 here: the bf16 GEMM is never called");
+    return;
+  }
+  for (int64_t M : {1, 6, 13}) {
+    for (int64_t N : {1, 17, 64, 130}) {
+      const int64_t K = 37, np = (K + 1) / 2, ldb = (N + 15) / 16 * 16, ldc = N + 3;
+      CAPTURE(M);
+      CAPTURE(N);
+      const auto a = test::det_values(M * K, 31, -1, 1), b = test::det_values(K * N, 32, -1, 1);
+      const auto bias = test::det_values(N, 33, -4, 4), old = test::det_values(M * ldc, 34, -4, 4);
+      std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), biasf(bias.begin(), bias.end());
+      std::vector<uint32_t> pa(static_cast<size_t>(M * np)), pb(static_cast<size_t>(np * ldb));
+      b16::pack_rows(af.data(), K, 1, M, K, pa.data(), np);
+      b16::pack_pairs(bf.data(), N, 1, K, N, pb.data(), ldb);
+      std::vector<float> plain(static_cast<size_t>(M * ldc), 0.0f), with_bias = plain, added(old.begin(), old.end()),
+          chained(old.begin(), old.end());
+      b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, plain.data(), ldc, 1.0f, false);
+      b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, with_bias.data(), ldc, 1.0f, false, {}, biasf.data());
+      b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, added.data(), ldc, 1.0f, true, {}, nullptr, true);
+      b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, chained.data(), ldc, 1.0f, true);
+      int bias_off = 0, add_off = 0, chain_differs = 0;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          const size_t e = static_cast<size_t>(i * ldc + j);
+          bias_off += with_bias[e] != plain[e] + biasf[static_cast<size_t>(j)];
+          add_off += added[e] != plain[e] + static_cast<float>(old[e]);
+          chain_differs += chained[e] != added[e];
+        }
+      CHECK(bias_off == 0);
+      CHECK(add_off == 0);
+      // Without add_after the sum starts from C: other roundings, somewhere.
+      if (M * N > 100) CHECK(chain_differs > 0);
+    }
+  }
+  std::vector<uint32_t> one(16, 0);
+  std::vector<float> c(16, 0.0f), bias(16, 1.0f);
+  CHECK_THROWS_WITH_AS(b16::gemm(1, 16, 1, one.data(), 1, 1, one.data(), 16, c.data(), 16, 0.5f, false, {}, bias.data()),
+                       doctest::Contains("a bias goes with alpha 1, no accumulation and no band"), Error);
+}
+
 TEST_CASE("bf16 gemm with a band: the needed part equals the whole product's") {
   if (!b16::supported()) {
     MESSAGE("no AVX512-BF16 here: the bf16 GEMM is never called");
