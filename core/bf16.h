@@ -71,10 +71,13 @@ using kernel::Band;
 // with alpha 1 and no accumulation) is added to every row after its sum.
 // add_after (with accumulate and alpha 1): the sum starts from 0 and C's old
 // value is added after it, the bits of a separate add, instead of the sum
-// starting from C.
+// starting from C. panel > 0: B is stored in panels of 64 columns, panel q
+// (columns 64q ..) at b + q * panel with rows ldb words apart (ldb >= 64),
+// so that a tile's pairs of B are neighbours in memory, not a row of B
+// apart (wide B, e.g. 1024 columns: a page per pair).
 void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b,
           int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band = {},
-          const float* bias = nullptr, bool add_after = false);
+          const float* bias = nullptr, bool add_after = false, int64_t panel = 0);
 
 }  // namespace bf16
 }  // namespace heed::kernel

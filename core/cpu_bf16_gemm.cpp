@@ -194,7 +194,7 @@ void pack_rows(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t c
 
 void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b,
           int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band, const float* bias,
-          bool add_after) {
+          bool add_after, int64_t panel) {
   const bool banded = band.col_end != Band::kAll || band.inner_begin != -Band::kAll || band.inner_end != Band::kAll;
   if (bias && (alpha != 1.0f || accumulate || banded))
     fail("bf16::gemm: a bias goes with alpha 1, no accumulation and no band, got alpha {}, accumulate {}, band {}",
@@ -212,7 +212,7 @@ void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64
       const int64_t nr = (n + 15) / 16;
       const __mmask16 last = first(n - 16 * (nr - 1));
       const uint32_t* ai = a + i0 * ars + p0 * aps;
-      const uint32_t* bj = b + p0 * ldb + j0;
+      const uint32_t* bj = panel ? b + j0 / 64 * panel + p0 * ldb : b + p0 * ldb + j0;
       float* ci = c + i0 * ldc + j0;
       const float* bj_bias = bias ? bias + j0 : nullptr;
       switch (nr) {
