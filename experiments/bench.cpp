@@ -826,11 +826,11 @@ int run_bench(const std::vector<std::string>& args) {
   const double peak = gemm_peak_gflops(Precision::f32);
   const double peak_bf16 = no_bf16.empty() ? gemm_peak_gflops(Precision::bf16) : 0;
   fmt::print("heed bench: {} threads, {}, isa {} (oneDNN {})\nGEMM peak (best of 1024^3, 2048^3 and 768x128x512): float32 {:.1f} "
-             "GFLOP/s, {}\n\n",
+             "GFLOP/s, {}; measured again right before each row, whose % peak divides by that (column peak)\n\n",
              threads, cpu_model(), heed::cpu_isa_name(), kernel::onednn_isa_name(), peak,
              no_bf16.empty() ? fmt::format("bf16 {:.1f} GFLOP/s", peak_bf16) : "no bf16 rows: " + no_bf16);
-  fmt::print("{:<19} {:>9} {:>14} {:>9} {:>7} {:>9} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
-             "% peak", "RSS MB", "allocs/step");
+  fmt::print("{:<19} {:>9} {:>14} {:>9} {:>7} {:>7} {:>9} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
+             "% peak", "peak", "RSS MB", "allocs/step");
   // With --compare, each workload's PyTorch run follows its heed run, so a
   // machine whose speed drifts (shared cores, frequency) affects both alike.
   // Rows are keyed "<workload>" (float32) and "<workload> bf16".
@@ -843,25 +843,38 @@ int run_bench(const std::vector<std::string>& args) {
   const int64_t nrounds = compare ? rounds : 1;
   std::map<std::string, int64_t> paced_steps;  // per row, over its rounds
   std::map<std::string, Profiled> profiled;    // per row, with --profile
+  // Rounds outermost, then the precisions: each round times the float32
+  // step, then the bf16 one, so that the bf16 speed-up of a round compares
+  // two steps taken moments apart (this machine's speed drifts by 20-50%
+  // over minutes). And each row's % of peak divides by the GEMM peak
+  // measured right before it, at that precision: the step and the peak it
+  // is held against see the machine in the same state.
+  std::map<std::string, std::vector<double>> bf16_speedup;  // per workload, per round: float32 ms / bf16 ms
   for (const auto& n : kWorkloads) {
     if (!chosen(n)) continue;
     Workload w = make_workload(n);
-    for (Precision p : precisions) {
+    std::vector<Precision> here;
+    for (Precision p : precisions)
       // The toy models' products are convolutions, which stay float32 (bf16
       // covers matrix products and attention's blocks; toy-attention's one
       // small attention layer would hardly move its row): no bf16 row.
-      if (p == Precision::bf16 && n.rfind("toy", 0) == 0) continue;
-      set_precision(p);
-      const std::string row = p == Precision::bf16 ? n + " bf16" : n;
-      const double pk = p == Precision::bf16 ? peak_bf16 : peak;
-      rows.push_back(row);
-      for (int64_t round = 0; round < nrounds; ++round) {
+      if (!(p == Precision::bf16 && n.rfind("toy", 0) == 0)) here.push_back(p);
+    for (Precision p : here) rows.push_back(p == Precision::bf16 ? n + " bf16" : n);
+    std::map<std::string, double> last_peak;
+    for (int64_t round = 0; round < nrounds; ++round) {
+      std::map<Precision, double> step_ms;
+      for (Precision p : here) {
+        const std::string row = p == Precision::bf16 ? n + " bf16" : n;
+        const double pk = gemm_peak_gflops(p);
+        last_peak[row] = pk;
+        set_precision(p);
         Result r = measure(w, round == 0 ? warmup : 1, steps);
+        step_ms[p] = r.median_ms;
         paced_steps[row] += r.paced_steps;
         heed_ms[row].push_back(r.median_ms);
         pct_peak[row].push_back(100 * r.gflops / pk);
-        fmt::print("{:<19} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>9.0f} {:>12}", row, r.median_ms,
-                   r.items_per_s, w.unit, r.gflops, 100 * r.gflops / pk, r.rss_mb, r.allocs_per_step);
+        fmt::print("{:<19} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>7.1f} {:>9.0f} {:>12}", row, r.median_ms,
+                   r.items_per_s, w.unit, r.gflops, 100 * r.gflops / pk, pk, r.rss_mb, r.allocs_per_step);
         std::fflush(stdout);
         if (compare) {
           auto t = run_torch(threads, steps, n, precision_name(p));
@@ -876,13 +889,19 @@ int run_bench(const std::vector<std::string>& args) {
         if (r.paced_steps > 0) fmt::print("   [{} of {} steps on fewer threads: the cores were busy]", r.paced_steps, steps);
         fmt::print("\n");
         std::fflush(stdout);
+        set_precision(Precision::f32);
       }
-      if (profile) {
-        profiled[row] = print_profile(w, steps, p == Precision::bf16 ? peak_bf16 : peak);
+      if (step_ms.count(Precision::f32) && step_ms.count(Precision::bf16))
+        bf16_speedup[n].push_back(step_ms[Precision::f32] / step_ms[Precision::bf16]);
+    }
+    if (profile)
+      for (Precision p : here) {
+        const std::string row = p == Precision::bf16 ? n + " bf16" : n;
+        set_precision(p);
+        profiled[row] = print_profile(w, steps, last_peak[row]);
+        set_precision(Precision::f32);
         fmt::print("\n");
       }
-    }
-    set_precision(Precision::f32);
   }
   if (conv == "winograd" && (chosen("toy-cnn") || chosen("toy-attention")))
     fmt::print("\nGFLOP/s counts the direct convolution's multiplications (and three 1x1 projections in the\n"
@@ -894,11 +913,14 @@ int run_bench(const std::vector<std::string>& args) {
                "products with bf16 operands and float32 accumulation; everything else float32 (PyTorch:\n"
                "torch.autocast(\"cpu\", torch.bfloat16)).\n");
   if (any_bf16) {
-    fmt::print("\nbf16 against float32 (heed, medians):\n");
+    fmt::print("\nbf16 against float32 (heed, medians; the speed-up is the median of the rounds' own):\n");
     for (const auto& n : kWorkloads) {
-      if (!heed_ms.count(n) || !heed_ms.count(n + " bf16")) continue;
-      fmt::print("{:<19} {:>9.2f} ms -> {:>9.2f} ms: {:.2f}x", n, median(heed_ms[n]), median(heed_ms[n + " bf16"]),
-                 median(heed_ms[n]) / median(heed_ms[n + " bf16"]));
+      if (!bf16_speedup.count(n)) continue;
+      std::string each;
+      if (bf16_speedup[n].size() > 1)
+        for (double x : bf16_speedup[n]) each += fmt::format(" {:.2f}x", x);
+      fmt::print("{:<19} {:>9.2f} ms -> {:>9.2f} ms: {:.2f}x{}", n, median(heed_ms[n]), median(heed_ms[n + " bf16"]),
+                 median(bf16_speedup[n]), each.empty() ? "" : " (per round:" + each + ")");
       // The profiles' limit: the float32 step against the bf16 one with its
       // products at the bf16 peak and everything else as measured.
       const Profiled &f = profiled[n], &b = profiled[n + " bf16"];
@@ -972,9 +994,8 @@ int run_bench(const std::vector<std::string>& args) {
                          pct_peak.count(r) ? median(pct_peak[r]) : 0, goal, true, "%"});
     };
     auto speedup = [&](const std::string& n, double goal) {
-      const bool k = heed_ms.count(n) && heed_ms.count(n + " bf16");
-      targets.push_back({n + " bf16 against float32", k, k ? median(heed_ms[n]) / median(heed_ms[n + " bf16"]) : 0,
-                         goal, true, "x"});
+      const bool k = bf16_speedup.count(n) > 0;
+      targets.push_back({n + " bf16 against float32", k, k ? median(bf16_speedup[n]) : 0, goal, true, "x"});
     };
     pct("gpt-128", 80);
     pct("gpt-256", 85);

@@ -82,11 +82,25 @@ TEST_CASE("heed bench: a GPT workload's profile and its limit, and a bf16 row af
   CHECK(rest_ms > 0);               // the optimiser step at least
   CHECK(bound_ms == doctest::Approx(at_peak_ms + rest_ms).epsilon(0.01));
   CHECK(most_pct == doctest::Approx(100 * at_peak_ms / bound_ms).epsilon(0.01));
+  // The row's % peak divides its GFLOP/s by the peak measured right before it (column peak).
+  const auto row = r.out.find("\ngpt-128 ");
+  REQUIRE(row != std::string::npos);
+  double ms = 0, items = 0, rate = 0, row_pct = 0, row_peak = 0;
+  REQUIRE(std::sscanf(r.out.c_str() + row, "\ngpt-128 %lf %lf tokens %lf %lf%% %lf", &ms, &items, &rate, &row_pct,
+                      &row_peak) == 5);
+  CHECK(row_peak > 0);
+  CHECK(row_pct == doctest::Approx(100 * rate / row_peak).epsilon(0.01));
   if (heed::bf16_unsupported_reason().empty()) {
     CHECK(has(r.out, "\ngpt-128 "));
     CHECK(has(r.out, "\ngpt-128 bf16 "));
     CHECK(has(r.out, "bf16 against float32"));
     CHECK(has(r.out, "GFLOP/s, bf16 "));  // both peaks measured
+    // One round: the speed-up is that round's float32 step over its bf16 one.
+    const auto line = r.out.find("\ngpt-128 ", r.out.find("bf16 against float32"));
+    REQUIRE(line != std::string::npos);
+    double f32_ms = 0, bf16_ms = 0, speedup = 0;
+    REQUIRE(std::sscanf(r.out.c_str() + line, "\ngpt-128 %lf ms -> %lf ms: %lfx", &f32_ms, &bf16_ms, &speedup) == 3);
+    CHECK(speedup == doctest::Approx(f32_ms / bf16_ms).epsilon(0.01));
     // With --profile: how far bf16 could go with its products at the bf16 peak.
     CHECK(has(r.out, "with the bf16 products at the bf16 peak)"));
   } else {
