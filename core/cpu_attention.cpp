@@ -540,25 +540,54 @@ Bf16Scratch& bf16_scratch() {
 // softmax_row for the bf16 forward: the block's probabilities go straight
 // into their bf16 pairs (dst, ceil(nb / 2) words; zeros where causal hides a
 // key) instead of back into srow; l sums the unrounded float32 values.
-HEED_BF16 void softmax_row_bf16(const Problem<float>& P, int64_t i, int64_t j0, int64_t nb, const float* srow,
-                                float& m, float& l, float* acc, uint32_t* dst) {
+// R rows at once (queries i .. i + R - 1; their scores, states and pairs a
+// row stride apart: nb, E and ldp): each row's operations are one row's, in
+// its order, so the numbers are those of R single rows; interleaved, the R
+// rows' chains (maximum, exponentials, sum: a short row is all latency)
+// overlap. A GPT-128 block's forward ran its rows one by one at 41% of its
+// time.
+template <int R>
+HEED_BF16 void softmax_rows_bf16(const Problem<float>& P, int64_t i, int64_t j0, int64_t nb, const float* srow,
+                                 float* m, float* l, float* acc, uint32_t* dst, int64_t ldp) {
   using namespace bf16::simd;
-  const int64_t vis = visible_keys(P, i, j0, nb);
-  const float mx = row_max(srow, vis, m);
-  const float corr = ex(m - mx);  // as in softmax_row
-  const __m512 shift = _mm512_set1_ps(mx);
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < nb; j += 32) {
-    const __mmask16 m0 = first(vis - j), m1 = first(vis - j - 16);
-    const __m512 e0 = _mm512_maskz_mov_ps(m0, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, srow + j), shift)));
-    const __m512 e1 = _mm512_maskz_mov_ps(m1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, srow + j + 16), shift)));
-    sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
-    _mm512_mask_storeu_epi32(dst + j / 2, first((std::min<int64_t>(32, nb - j) + 1) / 2), pair_run(e0, e1));
+  int64_t vis[R];
+  float mx[R], corr[R];
+  __m512 shift[R], sum[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    vis[r] = visible_keys(P, i + r, j0, nb);
+    // row_max's value (x > m ? x : m is vmaxps's choice lane by lane; the
+    // maximum is exact in any order), vectorised: here GCC left row_max's
+    // loop scalar.
+    __m512 v = _mm512_set1_ps(m[r]);
+    for (int64_t j = 0; j < vis[r]; j += 16) {
+      const __mmask16 in = first(vis[r] - j);
+      v = _mm512_mask_max_ps(v, in, _mm512_maskz_loadu_ps(in, srow + r * nb + j), v);
+    }
+    mx[r] = _mm512_reduce_max_ps(v);
+    corr[r] = ex(m[r] - mx[r]);  // as in softmax_row
+    shift[r] = _mm512_set1_ps(mx[r]);
+    sum[r] = _mm512_setzero_ps();
   }
-  l = l * corr + _mm512_reduce_add_ps(sum);
-  m = mx;
-  if (corr != 1.0f && j0 > 0)
-    for (int64_t c = 0; c < P.E; ++c) acc[c] *= corr;
+  for (int64_t j = 0; j < nb; j += 32) {
+    const __mmask16 words = first((std::min<int64_t>(32, nb - j) + 1) / 2);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float* x = srow + r * nb + j;
+      const __mmask16 m0 = first(vis[r] - j), m1 = first(vis[r] - j - 16);
+      const __m512 e0 = _mm512_maskz_mov_ps(m0, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, x), shift[r])));
+      const __m512 e1 = _mm512_maskz_mov_ps(m1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, x + 16), shift[r])));
+      sum[r] = _mm512_add_ps(sum[r], _mm512_add_ps(e0, e1));
+      _mm512_mask_storeu_epi32(dst + r * ldp + j / 2, words, pair_run(e0, e1));
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    l[r] = l[r] * corr[r] + _mm512_reduce_add_ps(sum[r]);
+    m[r] = mx[r];
+    if (corr[r] != 1.0f && j0 > 0)
+      for (int64_t c = 0; c < P.E; ++c) acc[r * P.E + c] *= corr[r];
+  }
 }
 
 // The bf16 backward's elementwise work on a [bq, nb] block (queries from
@@ -616,8 +645,10 @@ void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk
     const int64_t nb = std::min(P.bk, jend - j0);
     const Bands band = causal_bands(P, i0, j0);
     mm_bf16(bq, nb, K, P.scale, Q, kt + j0, ldk, false, s, nb, band.cols);  // S = scale Q K^T
-    for (int64_t i = 0; i < bq; ++i)
-      softmax_row_bf16(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E, pa + i * ldp);
+    int64_t i = 0;
+    for (; i + 4 <= bq; i += 4)
+      softmax_rows_bf16<4>(P, i0 + i, j0, nb, s + i * nb, m + i, l + i, acc + i * E, pa + i * ldp, ldp);
+    for (; i < bq; ++i) softmax_rows_bf16<1>(P, i0 + i, j0, nb, s + i * nb, m + i, l + i, acc + i * E, pa + i * ldp, ldp);
     mm_bf16(bq, E, nb, 1.0f, {pa, ldp, 1}, vb + j0 / 2 * ldv, ldv, true, acc, E, band.keys);  // acc += P V
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
