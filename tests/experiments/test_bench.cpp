@@ -88,8 +88,11 @@ TEST_CASE("heed bench: a GPT workload's profile and its limit, and a bf16 row af
   double ms = 0, items = 0, rate = 0, row_pct = 0, row_peak = 0;
   REQUIRE(std::sscanf(r.out.c_str() + row, "\ngpt-128 %lf %lf tokens %lf %lf%% %lf", &ms, &items, &rate, &row_pct,
                       &row_peak) == 5);
-  CHECK(row_peak > 0);
-  CHECK(row_pct == doctest::Approx(100 * rate / row_peak).epsilon(0.01));
+  REQUIRE(row_peak > 0.05);
+  // Each figure is printed to 0.1 (a sanitized build runs at a few GFLOP/s):
+  // the printed % lies within what the printed rate and peak allow.
+  CHECK(row_pct >= 100 * (rate - 0.05) / (row_peak + 0.05) - 0.05);
+  CHECK(row_pct <= 100 * (rate + 0.05) / (row_peak - 0.05) + 0.05);
   if (heed::bf16_unsupported_reason().empty()) {
     CHECK(has(r.out, "\ngpt-128 "));
     CHECK(has(r.out, "\ngpt-128 bf16 "));
