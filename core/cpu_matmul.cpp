@@ -754,10 +754,14 @@ std::string bf16_unsupported_reason() {
   const char* name = heed::cpu_isa_max() == CpuIsa::avx512 ? "AVX-512 without BF16"
                      : heed::cpu_isa_max() == CpuIsa::avx2 ? "AVX2"
                                                            : "an older instruction set";
+  const std::string cap = heed::cpu_isa() == heed::cpu_isa_max()
+                              ? std::string()
+                              : fmt::format(" (and heed is capped at {})",
+                                            heed::cpu_isa() == CpuIsa::avx2 ? "AVX2" : "baseline x86-64");
   return fmt::format(
-      "bf16 needs a CPU with AVX512-BF16, and this one runs {}: its products would be emulated at a fraction of "
+      "bf16 needs a CPU with AVX512-BF16, and this one runs {}{}: its products would be emulated at a fraction of "
       "float32's speed; use float32",
-      name);
+      name, cap);
 }
 
 void set_precision(Precision p) {
