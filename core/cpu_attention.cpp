@@ -205,7 +205,8 @@ Scratch<T>& scratch() {
 
 // Row sums use 16 partial results (core/lanes.h). The maximum is exact in
 // any order, so it is an OpenMP simd reduction (which the compiler
-// vectorises, where it left the lane-array form scalar).
+// vectorised where it left the lane-array form scalar; not everywhere: in
+// the bf16 forward it stayed scalar, so that path has its own vector max).
 template <class T>
 T row_max(const T* x, int64_t n, T init) {
   T r = init;
