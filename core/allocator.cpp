@@ -1,7 +1,11 @@
 // core/allocator.cpp
 #include "core/allocator.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -21,6 +25,50 @@ constexpr int64_t kMaxCachedBytes = int64_t{4} << 30;
 
 size_t round_up(size_t n) { return n == 0 ? kAlign : ((n + kAlign - 1) / kAlign) * kAlign; }
 
+// Blocks of 2 MiB or more (a GPT's activations and their gradients) are
+// mapped at a 2 MiB boundary and offered to the kernel for transparent huge
+// pages (madvise; Debian's default THP mode only backs regions that ask).
+// A training step streams hundreds of MB of them: on 4 KiB pages the TLB
+// covers a few MB and every few KB read costs a page walk.
+constexpr size_t kHuge = size_t{2} << 20;
+// HEED_NO_HUGE_PAGES=1 in the environment keeps them on the ordinary path
+// (to measure the difference); so does the sanitized build, where
+// AddressSanitizer must see every block.
+bool huge_pages_enabled() {
+#ifdef HEED_SANITIZE_BUILD
+  return false;
+#else
+  static const bool on = [] {
+    const char* env = std::getenv("HEED_NO_HUGE_PAGES");
+    return !(env && env[0] == '1');
+  }();
+  return on;
+#endif
+}
+size_t page_round(size_t n) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (n + page - 1) / page * page;
+}
+bool mapped(size_t n) { return n >= kHuge && huge_pages_enabled(); }
+
+void* system_alloc(size_t n) {
+  if (!mapped(n)) return std::aligned_alloc(kAlign, n);
+  const size_t len = page_round(n), over = len + kHuge;
+  void* raw = mmap(nullptr, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge;
+  const size_t head = start - reinterpret_cast<uintptr_t>(raw), tail = over - head - len;
+  if (head > 0) munmap(raw, head);
+  if (tail > 0) munmap(reinterpret_cast<char*>(start) + len, tail);
+  void* p = reinterpret_cast<void*>(start);
+  madvise(p, len, MADV_HUGEPAGE);  // advice only: without THP the pages stay small
+  return p;
+}
+void system_free(void* p, size_t n) {
+  if (mapped(n)) munmap(p, page_round(n));
+  else std::free(p);
+}
+
 struct Cache {
   std::mutex mu;
   std::unordered_map<size_t, std::vector<void*>> free;
@@ -36,7 +84,7 @@ struct Cache {
   }
   ~Cache() {
     for (auto& [n, v] : free)
-      for (void* p : v) std::free(p);
+      for (void* p : v) system_free(p, n);
   }
 };
 
@@ -68,7 +116,7 @@ void* allocate(size_t bytes) {
     c.s.bytes_in_use += static_cast<int64_t>(n);
     c.s.peak_bytes_in_use = std::max(c.s.peak_bytes_in_use, c.s.bytes_in_use);
   }
-  void* p = std::aligned_alloc(kAlign, n);
+  void* p = system_alloc(n);
   if (!p) fail("out of memory allocating {} bytes", bytes);
 #ifdef HEED_SANITIZE_BUILD
   // Fresh memory is often zero pages, which would hide a kernel that reads
@@ -93,7 +141,7 @@ void release(void* p, size_t bytes) {
       return;
     }
   }
-  std::free(p);
+  system_free(p, n);
 }
 
 Stats stats() {
@@ -116,7 +164,7 @@ void empty_cache() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   for (auto& [n, v] : c.free)
-    for (void* p : v) std::free(p);
+    for (void* p : v) system_free(p, n);
   c.free.clear();
   c.s.bytes_cached = 0;
 }

@@ -63,3 +63,34 @@ TEST_CASE("allocator: the peak gauge holds the most bytes in use since reset_pea
   alloc::reset_peak();
   CHECK(alloc::stats().peak_bytes_in_use == start.bytes_in_use);
 }
+
+TEST_CASE("allocator: a block of 2 MiB or more starts on a 2 MiB boundary, holds its data and is reused") {
+  // Such blocks are mapped for transparent huge pages (allocator.cpp);
+  // HEED_NO_HUGE_PAGES=1 keeps them on the ordinary path, as the sanitized
+  // build (which also turns the cache off) does.
+  const char* env = std::getenv("HEED_NO_HUGE_PAGES");
+  const bool huge = !(env && env[0] == '1') && alloc::caching_enabled();
+  const int64_t n = (int64_t{3} << 20) / 4 + 5;  // 3 MiB and a bit: a huge page and a tail of small ones
+  const void* first = nullptr;
+  {
+    Tensor a = Tensor::empty({n});
+    first = a.data<float>();
+    if (huge) CHECK(reinterpret_cast<uintptr_t>(first) % (uintptr_t{2} << 20) == 0);
+    float* p = a.data<float>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 1000);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += p[i];
+    CHECK(s == doctest::Approx(static_cast<double>(n / 1000) * 499500.0 + (n % 1000) * (n % 1000 - 1) / 2.0));
+    CHECK(p[n - 1] == static_cast<float>((n - 1) % 1000));
+  }
+  if (alloc::caching_enabled()) {
+    alloc::reset_counters();
+    Tensor b = Tensor::empty({n});
+    CHECK(static_cast<const void*>(b.data<float>()) == first);
+    CHECK(alloc::stats().system_allocs == 0);
+  }
+  // Handing the cached blocks back unmaps them; a new one still works.
+  alloc::empty_cache();
+  Tensor c = Tensor::zeros({n});
+  CHECK(c.data<float>()[n - 1] == 0.0f);
+}
