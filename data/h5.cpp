@@ -7,8 +7,11 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -131,7 +134,25 @@ File::File(const std::string& path, Mode mode) : path_(path) {
   // tries makes a damaged file hang the reader for ever. 30 tries wait about
   // a second in all, then report the damage.
   if (mode == Mode::read_swmr) H5Pset_metadata_read_attempts(fapl, 30);
+  if (mode == Mode::read_any) H5Pset_metadata_read_attempts(fapl, 30);
   switch (mode) {
+    case Mode::read_any: {
+      id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+      if (id_ < 0) id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
+      if (id_ < 0 && has_signature(path)) {
+        // Still marked open for writing: read a copy with the mark cleared.
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        const fs::path copy = fs::temp_directory_path(ec) /
+                              fmt::format("heed-read-{}-{}.h5", getpid(), fs::path(path).filename().string());
+        if (!ec && fs::copy_file(path, copy, fs::copy_options::overwrite_existing, ec) && !ec) {
+          copy_ = copy.string();
+          if (clear_status_flags(copy_)) id_ = H5Fopen(copy_.c_str(), H5F_ACC_RDONLY, fapl);
+          if (id_ < 0) close();
+        }
+      }
+      break;
+    }
     case Mode::create: id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl); break;
     case Mode::read: id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); break;
     case Mode::read_swmr: id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl); break;
@@ -152,13 +173,18 @@ File::File(const std::string& path, Mode mode) : path_(path) {
 
 File::~File() { close(); }
 
-File::File(File&& o) noexcept : path_(std::move(o.path_)), id_(o.id_) { o.id_ = -1; }
+File::File(File&& o) noexcept : path_(std::move(o.path_)), id_(o.id_), copy_(std::move(o.copy_)) {
+  o.id_ = -1;
+  o.copy_.clear();
+}
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {
     close();
     path_ = std::move(o.path_);
     id_ = o.id_;
+    copy_ = std::move(o.copy_);
     o.id_ = -1;
+    o.copy_.clear();
   }
   return *this;
 }
@@ -166,6 +192,11 @@ File& File::operator=(File&& o) noexcept {
 void File::close() {
   if (id_ >= 0) H5Fclose(id_);
   id_ = -1;
+  if (!copy_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(copy_, ec);
+    copy_.clear();
+  }
 }
 
 bool File::exists(const std::string& object) const {

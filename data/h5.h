@@ -22,7 +22,13 @@ class File {
     create,     // truncate or create; latest file format (needed for SWMR)
     read,       // read-only
     read_swmr,  // read-only while a writer appends (single-writer/multiple-reader)
-    append      // read-write on an existing file
+    append,     // read-write on an existing file
+    // Read-only, whatever state a killed writer left: as a SWMR reader, else
+    // plainly, else (a file still marked open for writing, e.g. killed while
+    // a resume had it open before SWMR began) from a private copy with that
+    // mark cleared (h5clear), removed on close. The file itself is never
+    // changed. from_copy() tells which.
+    read_any
   };
   File(const std::string& path, Mode mode);
   ~File();
@@ -32,6 +38,7 @@ class File {
   File& operator=(const File&) = delete;
 
   const std::string& path() const { return path_; }
+  bool from_copy() const { return !copy_.empty(); }  // read_any read a cleared copy
   int64_t id() const { return id_; }
   void close();
 
@@ -58,6 +65,7 @@ class File {
  private:
   std::string path_;
   int64_t id_ = -1;
+  std::string copy_;  // read_any: the cleared copy it reads, removed on close
 };
 
 std::string attr_str(const Attr& a);  // for printing

@@ -250,7 +250,7 @@ void Run::check_resumed_log() const {
   std::error_code ec;
   if (!fs::exists(out_, ec))
     fail("{}: the log '{}' of the run in '{}' is missing (give --out if it moved)", args_.command(), out_, resume_);
-  h5::File f(out_, h5::File::Mode::read_swmr);
+  h5::File f(out_, h5::File::Mode::read_any);  // the append that follows clears a killed writer's mark
   auto text = [&](const char* name) {
     if (!f.has_attr("/", name)) return std::string();
     h5::Attr a = f.get_attr("/", name);

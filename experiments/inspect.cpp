@@ -99,7 +99,8 @@ std::string attr_line(const h5::Attr& a, bool* multiline = nullptr) {
 }
 
 // SWMR reader first (works while a run appends, and on a log whose writer
-// was killed), then a plain reader (files written without the latest format).
+// was killed), then a plain reader (files written without the latest format),
+// then a cleared copy (a writer killed before SWMR began: h5::File::read_any).
 h5::File open_for_reading(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -108,11 +109,7 @@ h5::File open_for_reading(const std::string& path) {
   if (ec) fail("inspect: '{}' cannot be read: {}", path, ec.message());
   if (fs::is_directory(st)) fail("inspect: '{}' is a directory, expected an HDF5 file", path);
   try {
-    return h5::File(path, h5::File::Mode::read_swmr);
-  } catch (const Error&) {
-  }
-  try {
-    return h5::File(path, h5::File::Mode::read);
+    return h5::File(path, h5::File::Mode::read_any);
   } catch (const Error&) {
   }
   if (!h5::has_signature(path)) fail("inspect: '{}' is not an HDF5 file (no HDF5 signature)", path);
@@ -209,6 +206,9 @@ std::string summary(const h5::File& f, const std::string& path, const std::map<s
                      : root.count("heed_checkpoint_format") ? "heed checkpoint, format " + root_str("heed_checkpoint_format")
                                                             : "HDF5 file (not a heed log or checkpoint)";
   line(fmt::format("{}: {}", path, kind));
+  if (f.from_copy())
+    line("(still marked open for writing: its writer was killed before it finished opening the file; read "
+         "from a copy with the mark cleared, the file itself unchanged; resuming the run clears it)");
   if (root.count("experiment")) line(fmt::format("experiment: {}", root_str("experiment")));
 
   // Root attributes: plain ones first (in a reading order), then the dotted

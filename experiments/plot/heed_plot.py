@@ -97,8 +97,40 @@ def open_log(path):
     try:
         return h5py.File(path, "r")
     except OSError as e:
-        die(f"plot: cannot open '{path}' as an HDF5 file (not HDF5, truncated, or open in a writer "
-            f"that is not in SWMR mode): {e}")
+        first_error = e
+    # Still marked open for writing (a run killed while resuming, before SWMR
+    # began): read a private copy with the mark cleared, as `heed inspect`
+    # does; the log itself stays as it is.
+    copy = cleared_copy(path)
+    if copy is not None:
+        try:
+            f = h5py.File(copy, "r")
+            print(f"plot: '{path}' is still marked open for writing (its writer was killed); "
+                  "plotting a copy with the mark cleared", file=sys.stderr)
+            return f
+        except OSError:
+            pass
+    die(f"plot: cannot open '{path}' as an HDF5 file (not HDF5, truncated, or open in a writer "
+        f"that is not in SWMR mode): {first_error}")
+
+
+def cleared_copy(path):
+    """A temporary copy of path with HDF5's "open for writing" mark cleared
+    (h5clear -s --increment), removed at exit; None when that fails."""
+    import atexit
+    import shutil
+    import subprocess
+    import tempfile
+    fd, copy = tempfile.mkstemp(prefix="heed-plot-", suffix=".h5")
+    os.close(fd)
+    atexit.register(lambda: os.path.exists(copy) and os.remove(copy))
+    try:
+        shutil.copyfile(path, copy)
+        done = subprocess.run(["h5clear", "-s", "--increment", copy], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    return copy if done.returncode == 0 else None
 
 
 def text_attr(obj, name, default=None):

@@ -140,3 +140,47 @@ TEST_CASE("runlog: resume drops rows written after the checkpoint step and appen
   CHECK(f.read_tensor("series/maps/step").to_vector<int64_t>() == std::vector<int64_t>{4});
   test::check_error([&] { RunLog::resume(temp_path("basic-missing.h5"), 0); }, {"cannot open"});
 }
+
+TEST_CASE("runlog: a log whose resume was killed before SWMR began still reads, and is left as it was") {
+  // RunLog::resume opens the log read-write (not SWMR: it trims rows past the
+  // checkpoint first), then starts SWMR. A kill -9 in between leaves the file
+  // marked open for writing by a non-SWMR writer: SWMR readers and plain
+  // readers refuse it. read_any reads a copy with the mark cleared.
+  std::string path = temp_path("killed-resume.h5");
+  {
+    RunLog log = RunLog::create(path);
+    log.declare_scalar("loss");
+    log.begin();
+    for (int64_t s = 1; s <= 6; ++s) log.scalar("loss", s, static_cast<double>(s) / 2);
+  }
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    h5::File f(path, h5::File::Mode::append);  // as resume opens it
+    kill(getpid(), SIGKILL);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  const std::string before = test::slurp(path);
+  CHECK_THROWS(h5::File(path, h5::File::Mode::read_swmr));  // the state this test is about
+  {
+    h5::File f(path, h5::File::Mode::read_any);
+    CHECK(f.from_copy());
+    Tensor m = f.read_tensor("metrics/loss");
+    REQUIRE(m.size(0) == 6);
+    CHECK(m.at({5, 1}) == 3.0);
+  }
+  CHECK(test::slurp(path) == before);  // the file itself untouched
+  // A resume clears the mark and goes on.
+  {
+    RunLog log = RunLog::resume(path, 4);
+    log.scalar("loss", 5, 50.0);
+  }
+  h5::File f(path, h5::File::Mode::read_any);
+  CHECK_FALSE(f.from_copy());
+  Tensor m = f.read_tensor("metrics/loss");
+  REQUIRE(m.size(0) == 5);
+  CHECK(m.at({4, 1}) == 50.0);
+}
