@@ -152,6 +152,27 @@ try:
         check(r.returncode == 0, f"heed run {name} exited {r.returncode}: {r.stderr}")
         check_pngs(os.path.join(TMP, name + "_plots"), plot(out), sizes)
 
+    # ---- a log whose writer was killed before SWMR began (a resume opens
+    # its log read-write first): still marked open, which every reader
+    # refuses; heed plot draws from a cleared copy and leaves the log as it was ----
+    killed = os.path.join(TMP, "killed.h5")
+    shutil.copyfile(log, killed)
+    subprocess.run(["/usr/bin/python3", "-c",
+                    "import os, sys, h5py\nf = h5py.File(sys.argv[1], 'r+')\nos.kill(os.getpid(), 9)\n", killed])
+    try:
+        h5py.File(killed, "r", libver="latest", swmr=True).close()
+        check(False, "the killed writer's log opened as SWMR: the case under test did not arise")
+    except OSError:
+        pass
+    with open(killed, "rb") as f:
+        before = f.read()
+    r = run(["plot", killed, "-o", os.path.join(TMP, "killed_plots")])
+    check(r.returncode == 0 and "still marked open for writing" in r.stderr,
+          f"a log left open by a killed writer: exit {r.returncode}, {r.stderr!r}")
+    check(os.path.exists(os.path.join(TMP, "killed_plots", "losses.png")), "killed writer's log: no losses.png")
+    with open(killed, "rb") as f:
+        check(f.read() == before, "heed plot changed the log a killed writer left")
+
     # ---- clear failures ----
     r = run(["plot", os.path.join(TMP, "missing.h5")])
     check(r.returncode == 1 and "missing.h5" in r.stderr and "does not exist" in r.stderr,
