@@ -107,6 +107,24 @@ bool clear_status_flags(const std::string& path) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+// True when path's superblock (version 2 or 3, at offset 0) carries a
+// writer's "open for writing" mark and the file is as long as the end of
+// file it records: a file its writer left open, not one cut short. Only such
+// a file is worth reading through a cleared copy (read_any); clearing a
+// truncated one would make its missing bytes read as zeros.
+bool marked_open_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char sb[36] = {};
+  if (!in.read(reinterpret_cast<char*>(sb), sizeof sb)) return false;
+  if (std::memcmp(sb, "\x89HDF\r\n\x1a\n", 8) != 0 || sb[8] < 2 || sb[9] != 8) return false;
+  if (sb[11] == 0) return false;  // file consistency flags: none set
+  uint64_t eof = 0;
+  for (int i = 7; i >= 0; --i) eof = eof << 8 | sb[28 + i];  // end-of-file address, little-endian
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  return !ec && size >= eof;
+}
+
 }  // namespace
 
 bool has_signature(const std::string& path) {
@@ -139,7 +157,7 @@ File::File(const std::string& path, Mode mode) : path_(path) {
     case Mode::read_any: {
       id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
       if (id_ < 0) id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
-      if (id_ < 0 && has_signature(path)) {
+      if (id_ < 0 && marked_open_whole(path)) {
         // Still marked open for writing: read a copy with the mark cleared.
         namespace fs = std::filesystem;
         std::error_code ec;

@@ -114,9 +114,24 @@ def open_log(path):
         f"that is not in SWMR mode): {first_error}")
 
 
+def marked_open_whole(path):
+    """True when path's superblock (version 2 or 3) carries a writer's "open
+    for writing" mark and the file is as long as the end of file it records:
+    left open by a killed writer, not cut short (clearing a truncated file
+    would make its missing bytes read as zeros)."""
+    with open(path, "rb") as f:
+        sb = f.read(36)
+    if len(sb) < 36 or sb[:8] != b"\x89HDF\r\n\x1a\n" or sb[8] < 2 or sb[9] != 8 or sb[11] == 0:
+        return False
+    return os.path.getsize(path) >= int.from_bytes(sb[28:36], "little")
+
+
 def cleared_copy(path):
     """A temporary copy of path with HDF5's "open for writing" mark cleared
-    (h5clear -s --increment), removed at exit; None when that fails."""
+    (h5clear -s --increment), removed at exit; None when that fails or the
+    file is not one a killed writer left whole."""
+    if not marked_open_whole(path):
+        return None
     import atexit
     import shutil
     import subprocess

@@ -173,6 +173,12 @@ TEST_CASE("runlog: a log whose resume was killed before SWMR began still reads, 
     CHECK(m.at({5, 1}) == 3.0);
   }
   CHECK(test::slurp(path) == before);  // the file itself untouched
+  {  // Cut short as well: refused, not read with its missing bytes as zeros.
+    const std::string cut = temp_path("killed-resume-cut.h5");
+    std::filesystem::copy_file(path, cut, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(cut, std::filesystem::file_size(path) / 2);
+    CHECK_THROWS(h5::File(cut, h5::File::Mode::read_any));
+  }
   // A resume clears the mark and goes on.
   {
     RunLog log = RunLog::resume(path, 4);
