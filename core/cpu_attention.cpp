@@ -862,9 +862,21 @@ void backward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n
 // (...)`: a false if still opens an inactive region, inside which OpenBLAS's
 // own parallel region would be a nested one (libgomp then creates and
 // destroys threads on every GEMM).
+//
+// Tasks of equal work (whole heads, numbered batch-major) go to the threads
+// in order: thread t then takes the batch rows [t N / nt, (t + 1) N / nt),
+// as the products before and after attention split their rows, so q, k, v
+// come from its own core's cache and its outputs stay there for the next
+// op. Tasks of unequal work (runs of causal query blocks) are handed out one
+// by one. Against one by one for all (in-process A/B, 8 alternations,
+// attention with the projections around it): GPT-128 float32 1027 -> 984
+// us, bf16 1020 -> 875; GPT-256 float32 19.5 -> 18.7 ms, bf16 13.1 -> 12.6.
 template <class F>
-void for_tasks(int64_t tasks, bool worth_it, F&& f) {
-  if (tasks > 1 && worth_it) {
+void for_tasks(int64_t tasks, bool worth_it, F&& f, bool equal_work = false) {
+  if (tasks > 1 && worth_it && equal_work) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) f(t);
+  } else if (tasks > 1 && worth_it) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) f(t);
   } else {
@@ -971,12 +983,15 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
     const int64_t runs = std::clamp<int64_t>((kMinTasks + N * G - 1) / (N * G), 1, nqb), per = (nqb + runs - 1) / runs;
     const double work = static_cast<double>(N * H) * static_cast<double>(T) * static_cast<double>(P.S) *
                         static_cast<double>(P.K + E);
-    for_tasks(N * G * runs, work > kParallelGrain, [&](int64_t t) {
-      const int64_t n = t / (G * runs), g = (t / runs) % G, b0 = (t % runs) * per, b1 = std::min(nqb, b0 + per);
-      if (b0 >= nqb) return;
-      if (bf16) forward_group_bf16(P, n, g, b0, b1, o, lse);
-      else forward_group_f32(P, fk, n, g, b0, b1, o, lse);
-    });
+    for_tasks(
+        N * G * runs, work > kParallelGrain,
+        [&](int64_t t) {
+          const int64_t n = t / (G * runs), g = (t / runs) % G, b0 = (t % runs) * per, b1 = std::min(nqb, b0 + per);
+          if (b0 >= nqb) return;
+          if (bf16) forward_group_bf16(P, n, g, b0, b1, o, lse);
+          else forward_group_f32(P, fk, n, g, b0, b1, o, lse);
+        },
+        runs == 1);
   };
   if (q.dtype() == DType::f64) run(double{});
   else if (bf16_products(q)) run_groups(true, {});
@@ -1023,10 +1038,13 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
     const Heads<float> dq = heads<float>(r.dq, r.dq.data<float>()), dk = heads<float>(r.dk, r.dk.data<float>()),
                        dv = heads<float>(r.dv, r.dv.data<float>());
     const float* pl = l.data<float>();
-    for_tasks(N * G, true, [&](int64_t t) {
-      if (bf16) backward_group_bf16(P, t / G, t % G, ho, pl, hgo, dq, dk, dv);
-      else backward_group_f32(P, fk, t / G, t % G, ho, pl, hgo, dq, dk, dv);
-    });
+    for_tasks(
+        N * G, true,
+        [&](int64_t t) {
+          if (bf16) backward_group_bf16(P, t / G, t % G, ho, pl, hgo, dq, dk, dv);
+          else backward_group_f32(P, fk, t / G, t % G, ho, pl, hgo, dq, dk, dv);
+        },
+        true);
   };
   if (q.dtype() == DType::f64) run(double{});
   else if (bf16_products(q)) run_groups(true, {});
