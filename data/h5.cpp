@@ -151,8 +151,7 @@ File::File(const std::string& path, Mode mode) : path_(path) {
   // mid-flush), sleeping 1, 2, 4, ... ns between tries: HDF5's default of 100
   // tries makes a damaged file hang the reader for ever. 30 tries wait about
   // a second in all, then report the damage.
-  if (mode == Mode::read_swmr) H5Pset_metadata_read_attempts(fapl, 30);
-  if (mode == Mode::read_any) H5Pset_metadata_read_attempts(fapl, 30);
+  if (mode == Mode::read_swmr || mode == Mode::read_any) H5Pset_metadata_read_attempts(fapl, 30);
   switch (mode) {
     case Mode::read_any: {
       id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);

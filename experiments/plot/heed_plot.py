@@ -119,8 +119,11 @@ def marked_open_whole(path):
     for writing" mark and the file is as long as the end of file it records:
     left open by a killed writer, not cut short (clearing a truncated file
     would make its missing bytes read as zeros)."""
-    with open(path, "rb") as f:
-        sb = f.read(36)
+    try:
+        with open(path, "rb") as f:
+            sb = f.read(36)
+    except OSError:
+        return False
     if len(sb) < 36 or sb[:8] != b"\x89HDF\r\n\x1a\n" or sb[8] < 2 or sb[9] != 8 or sb[11] == 0:
         return False
     return os.path.getsize(path) >= int.from_bytes(sb[28:36], "little")
