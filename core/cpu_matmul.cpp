@@ -589,6 +589,58 @@ inline void add_row(const float* row, int64_t O, double* acc) {
   for (int64_t o = 0; o < O; ++o) acc[o] += double(row[o]);
 }
 
+// dW [O, I] = dY^T x over R tokens (g2 [R, O] contiguous, x2 [R, I] in
+// layout mx), float32. In two halves of the tokens, [0, R/2) and [R/2, R),
+// whose products are summed (first + second): thread t of two takes half t,
+// the rows every row-split op before it (the forward's slabs, LayerNorm,
+// GELU, dX's slabs) gave it, so each core reads only its own rows of dY and
+// x. (With the product cut into slabs of dW's rows instead, both cores read
+// all of x: its lines end up shared by the two caches, and the op that next
+// writes to the block they lie in waits for the other core's copies.) The
+// halves depend on R only: the same bits for any thread count.
+Tensor weight_grad(const Tensor& g2, const Tensor& x2, const BlasMat& mx) {
+  const int64_t R = g2.size(0), O = g2.size(1), I = x2.size(1);
+  const float *pg = g2.data<float>(), *px = x2.data<float>();
+  Tensor dw = Tensor::empty({O, I}, DType::f32);
+  float* pw = dw.data<float>();
+  if (R < 32 || 2 * R * O * I < (int64_t{1} << 21)) {
+    gemm_split<float>(true, mx.trans, O, I, R, pg, O, px, mx.ld, pw, I);
+    return dw;
+  }
+  Tensor second = Tensor::empty({O, I}, DType::f32);
+  float* p2 = second.data<float>();
+  const int64_t h = R / 2;
+  const Slabs s = gemm_slabs(O, I, h);
+  // A half's slab: dW's rows (or columns) [lo, hi) over tokens [r0, r1).
+  auto slab = [&](int64_t task) {
+    const int64_t half = task / s.count, i = task % s.count;
+    const int64_t r0 = half ? h : 0, r1 = half ? R : h;
+    float* C = half ? p2 : pw;
+    const float* A = pg + r0 * O;                            // dY^T: element (o, r) at A[r O + o]
+    const float* B = mx.trans ? px + r0 : px + r0 * mx.ld;  // x's rows from r0
+    const int64_t lo = i * s.size;
+    if (s.by_rows) {
+      const int64_t hi = std::min(lo + s.size, O);
+      gemm_one<float>(true, mx.trans, hi - lo, I, r1 - r0, A + lo, O, B, mx.ld, C + lo * I, I, 0.0f);
+    } else {
+      const int64_t hi = std::min(lo + s.size, I);
+      gemm_one<float>(true, mx.trans, O, hi - lo, r1 - r0, A, O, mx.trans ? B + lo * mx.ld : B + lo, mx.ld, C + lo,
+                      I, 0.0f);
+    }
+  };
+  const int64_t tasks = 2 * s.count;
+  const int nt = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), tasks));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) slab(t);
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = 0; c < I; ++c) pw[o * I + c] += p2[o * I + c];
+  }
+  return dw;
+}
+
 // The chunks' sums, in order: the bias gradient, the same for any thread count.
 void bias_from_chunks(const double* part, int64_t chunks, int64_t O, int64_t o0, int64_t o1, float* b) {
   for (int64_t o = o0; o < o1; ++o) {
@@ -629,7 +681,14 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
     } else if (need_x) {
       r.x = matmul(g, w);
     }
-    if (need_w) r.w = matmul(transpose(g2, 0, 1), reshape(x, {R, I}));
+    if (need_w && g.dtype() == DType::f32 && R > 0 && O > 0 && I > 0) {
+      const Tensor gc = contiguous(g2);
+      Tensor x2 = reshape(x, {R, I});
+      if (!blas_layout(R, I, x2.stride(0), x2.stride(1)).ok) x2 = contiguous(x2);
+      r.w = weight_grad(gc, x2, blas_layout(R, I, x2.stride(0), x2.stride(1)));
+    } else if (need_w) {
+      r.w = matmul(transpose(g2, 0, 1), reshape(x, {R, I}));
+    }
     if (need_b) r.b = sum(g2, {0}, false);
     return r;
   }

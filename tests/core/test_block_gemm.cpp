@@ -315,39 +315,59 @@ TEST_CASE("float32 linear and matmul: heed's GEMM, the scalar chain's bits, spli
   // kernel::linear_backward): cut into slabs by shape, x W^T with W
   // transposed once for all slabs. Every element must still be the chain of
   // the specification, which is what makes the numbers the same on AVX2 and
-  // AVX-512 CPUs.
+  // AVX-512 CPUs. The weight gradient of 2 MFLOP or more (R = 200 here: 3.6
+  // MFLOP) is two chains, over the first R / 2 tokens and over the rest,
+  // summed first + second; below (R = 20: 0.36 MFLOP), one chain. Either way
+  // the same bits on one thread as on two.
   if (!blk::sgemm_for(heed::cpu_isa())) {
     MESSAGE("no AVX2 here: float32 products go to oneDNN and OpenBLAS");
     return;
   }
-  const int64_t R = 200, I = 130, O = 70;
-  Tensor x = test::det_tensor({R, I}, 21), w = test::det_tensor({O, I}, 22), b = test::det_tensor({O}, 23);
-  Tensor g = test::det_tensor({R, O}, 24);
-  Tensor y = kernel::linear(x, w, b);
-  kernel::LinearGrads d = kernel::linear_backward(g, x, w, true, true, Tensor(), true);
-  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = b.data<float>(), *pg = g.data<float>();
-  int bad_y = 0, bad_dx = 0, bad_dw = 0;
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t o = 0; o < O; ++o) {
-      float s = 0.0f;
-      for (int64_t i = 0; i < I; ++i) s = std::fmaf(px[r * I + i], pw[o * I + i], s);
-      bad_y += !same_bits(y.data<float>()[r * O + o], s + pb[o]);
+  auto check = [](int64_t R) {
+    const int64_t I = 130, O = 70;
+    Tensor x = test::det_tensor({R, I}, 21), w = test::det_tensor({O, I}, 22), b = test::det_tensor({O}, 23);
+    Tensor g = test::det_tensor({R, O}, 24);
+    Tensor y = kernel::linear(x, w, b);
+    kernel::LinearGrads d = kernel::linear_backward(g, x, w, true, true, Tensor(), true);
+    const bool halves = 2 * R * O * I >= (int64_t{1} << 21);
+    CHECK(halves == (R == 200));
+    const float *px = x.data<float>(), *pw = w.data<float>(), *pb = b.data<float>(), *pg = g.data<float>();
+    int bad_y = 0, bad_dx = 0, bad_dw = 0;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t o = 0; o < O; ++o) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < I; ++i) s = std::fmaf(px[r * I + i], pw[o * I + i], s);
+        bad_y += !same_bits(y.data<float>()[r * O + o], s + pb[o]);
+      }
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t i = 0; i < I; ++i) {
+        float s = 0.0f;
+        for (int64_t o = 0; o < O; ++o) s = std::fmaf(pg[r * O + o], pw[o * I + i], s);
+        bad_dx += !same_bits(d.x.data<float>()[r * I + i], s);
+      }
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < I; ++i) {
+        auto chain = [&](int64_t r0, int64_t r1) {
+          float s = 0.0f;
+          for (int64_t r = r0; r < r1; ++r) s = std::fmaf(pg[r * O + o], px[r * I + i], s);
+          return s;
+        };
+        const float s = halves ? chain(0, R / 2) + chain(R / 2, R) : chain(0, R);
+        bad_dw += !same_bits(d.w.data<float>()[o * I + i], s);
+      }
+    CHECK(bad_y == 0);
+    CHECK(bad_dx == 0);
+    CHECK(bad_dw == 0);
+  };
+  const int before = heed::num_threads();
+  for (const int threads : {1, 2})
+    for (const int64_t R : {200, 20}) {
+      CAPTURE(threads);
+      CAPTURE(R);
+      heed::set_num_threads(threads);
+      check(R);
     }
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t i = 0; i < I; ++i) {
-      float s = 0.0f;
-      for (int64_t o = 0; o < O; ++o) s = std::fmaf(pg[r * O + o], pw[o * I + i], s);
-      bad_dx += !same_bits(d.x.data<float>()[r * I + i], s);
-    }
-  for (int64_t o = 0; o < O; ++o)
-    for (int64_t i = 0; i < I; ++i) {
-      float s = 0.0f;
-      for (int64_t r = 0; r < R; ++r) s = std::fmaf(pg[r * O + o], px[r * I + i], s);
-      bad_dw += !same_bits(d.w.data<float>()[o * I + i], s);
-    }
-  CHECK(bad_y == 0);
-  CHECK(bad_dx == 0);
-  CHECK(bad_dw == 0);
+  heed::set_num_threads(before);
 }
 
 TEST_CASE("sgemm resume: a product over K1 + K2 inner indices in two calls is one call's bits") {
