@@ -163,9 +163,11 @@ TEST_CASE("bf16 products are bit-identical on 1 and 2 threads; products below 1 
     CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
   }
   // The Linear backward (dY packed once for dX and dW, its column sums for
-  // the bias taken in the same pass, in one parallel region): GPT-256's fc1
-  // and fc2 shapes and an odd one whose weight gradient is cut by columns.
-  for (auto [R, I, O] : {std::array<int64_t, 3>{3072, 256, 1024}, {3072, 1024, 256}, {700, 40, 300}}) {
+  // the bias taken in the same pass, in one parallel region; the weight
+  // gradient in two halves of the tokens): GPT-256's fc1 and fc2 shapes, an
+  // odd one whose weight gradient is cut by columns, one with an odd half.
+  for (auto [R, I, O] :
+       {std::array<int64_t, 3>{3072, 256, 1024}, {3072, 1024, 256}, {700, 40, 300}, {515, 37, 129}}) {
     Tensor x = test::det_tensor({R, I}, 17, -1, 1), w = test::det_tensor({O, I}, 18, -0.3, 0.3);
     Tensor g = test::det_tensor({R, O}, 19, -1, 1);
     std::vector<std::vector<float>> got;
