@@ -58,8 +58,10 @@ struct RunLog::Impl {
   }
 
   void require(bool want_appending, const char* what) const {
-    if (appending != want_appending)
-      fail("RunLog '{}': {} {} begin()", file.path(), what, want_appending ? "needs" : "must come before");
+    if (appending == want_appending) return;
+    if (std::string(what) == "begin")
+      fail("RunLog '{}': begin() was already called (a log from RunLog::resume is appending already)", file.path());
+    fail("RunLog '{}': {} {} begin()", file.path(), what, want_appending ? "needs" : "must come before");
   }
 
   hid_t create_extendible(const std::string& path, hid_t type, const Shape& item, int64_t chunk_rows) {

@@ -61,6 +61,7 @@ TEST_CASE("runlog: misuse is refused with a message naming the problem") {
   log.declare_series("s", {2});
   test::check_error([&] { log.scalar("a", 1, 1.0); }, {"scalar", "needs", "begin()"});
   log.begin();
+  test::check_error([&] { log.begin(); }, {"begin() was already called"});
   test::check_error([&] { log.declare_scalar("b"); }, {"declare_scalar", "before begin()"});
   test::check_error([&] { log.scalar("nope", 1, 1.0); }, {"metric 'nope' was not declared"});
   test::check_error([&] { log.series("s", 1, Tensor::zeros({3})); }, {"series 's'", "[2]", "[3]"});
@@ -130,6 +131,7 @@ TEST_CASE("runlog: resume drops rows written after the checkpoint step and appen
   }
   {
     RunLog log = RunLog::resume(path, 6);
+    test::check_error([&] { log.begin(); }, {"begin() was already called", "RunLog::resume"});
     for (int64_t s = 7; s <= 8; ++s) log.scalar("loss", s, 100.0 + static_cast<double>(s));
   }
   h5::File f(path, h5::File::Mode::read);
