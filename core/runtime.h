@@ -32,16 +32,23 @@ struct ThreadPacing {
   double reduced_seconds = 0;   // time spent below num_threads()
 };
 ThreadPacing thread_pacing();
-// Makes heed's waiting threads give the cores away quickly (libgomp's spin
-// count, GOMP_SPINCOUNT, 1000 instead of 300,000), so that processes sharing
-// the cores (two trainings, a sampler beside a training) each keep a fair
-// share instead of slowing each other down many times over. libgomp reads it
-// once at start-up, so this re-executes the program (same arguments, same
-// process id) with the variable set, once; it returns at once when
-// OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (the user's choice wins). Call it
-// first thing in main(), before any output or file is touched: guard_main
-// does.
+// Makes heed's waiting threads give the cores away sooner (libgomp's spin
+// count, GOMP_SPINCOUNT: share_cores_spin() instead of 300,000, ~8 ms), so
+// that processes sharing the cores (two trainings, a sampler beside a
+// training) each keep a fair share instead of slowing each other down many
+// times over. libgomp reads it once at start-up, so this re-executes the
+// program (same arguments, same process id) with the variable set, once; it
+// returns at once when OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (the user's
+// choice wins). Call it first thing in main(), before any output or file is
+// touched: guard_main does.
 void share_cores();
+// The spin count share_cores sets: 30,000 (~0.8 ms) with adaptive threads
+// (HEED_ADAPTIVE_THREADS unset, 1 or on), which leave one thread per process
+// when the cores are shared; 1,000 (~27 us) without them (HEED_ADAPTIVE_THREADS
+// 0 or off), where a longer spin would take the other process's time. A
+// program that calls set_adaptive_threads(false) should set
+// HEED_ADAPTIVE_THREADS=0 too, so that share_cores picks the short spin.
+const char* share_cores_spin(bool adaptive);
 // A one-line description of the backends ("OpenBLAS 0.3.21 (OpenMP), ...").
 std::string backend_info();
 

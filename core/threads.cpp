@@ -31,11 +31,31 @@
 namespace heed {
 
 namespace {
-// Spin iterations before a waiting thread sleeps (a few tens of microseconds
-// here): long enough to cover the gaps between the parallel regions of a
-// training step, short enough to give the cores away when the machine is busy.
-constexpr const char* kSpinCount = "1000";
+// HEED_ADAPTIVE_THREADS: adaptive threads unless 0 or off.
+bool env_adaptive() {
+  const char* v = std::getenv("HEED_ADAPTIVE_THREADS");
+  if (!v) return true;
+  const std::string s(v);
+  if (s == "0" || s == "off") return false;
+  if (s == "1" || s == "on") return true;
+  fail("HEED_ADAPTIVE_THREADS: expected 0, 1, off or on, got '{}'", s);
+}
 }  // namespace
+
+// Spin iterations before a waiting thread sleeps (a PAUSE is ~27 ns on Zen
+// 4). With adaptive threads (the default), 30,000 (~0.8 ms): longer than the
+// gaps between a training step's parallel regions, so the other thread is
+// awake when the next one opens; when another process wants the cores,
+// adaptive threads drop to one thread per process, which leaves nobody to
+// spin. 1,000 (~27 us) slept through GPT-128's longer gaps ~85 times a step
+// and woke with a futex each time: alone, 8 alternating pairs of `heed bench
+// --only gpt-128 --precision f32`, 1,000 against 30,000: 27.5-34.3 against
+// 25.5-31.4 ms, 7 of 8 pairs slower (median +3.5%, mean +5.5%). Without
+// adaptive threads (HEED_ADAPTIVE_THREADS=0) both threads stay under load,
+// and a long spin takes the other process's time slices (two GPT-128
+// processes with fixed threads: 151 ms a step at 10,000, 363 ms at 30,000):
+// there, 1,000.
+const char* share_cores_spin(bool adaptive) { return adaptive ? "30000" : "1000"; }
 
 void share_cores() {
   // The user's own choice, or already restarted.
@@ -54,7 +74,13 @@ void share_cores() {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  setenv("GOMP_SPINCOUNT", kSpinCount, 1);
+  bool adaptive = true;
+  try {
+    adaptive = env_adaptive();
+  } catch (const Error&) {
+    // A bad HEED_ADAPTIVE_THREADS is reported where threads are first paced.
+  }
+  setenv("GOMP_SPINCOUNT", share_cores_spin(adaptive), 1);
   setenv("HEED_SHARE_CORES", "1", 1);  // marks the restarted process (and stops a loop if exec is refused below)
   execv("/proc/self/exe", argv.data());
   // exec failed (no /proc?): carry on with libgomp's defaults.
@@ -99,15 +125,6 @@ int64_t run_queue_wait_ns() {
   unsigned long long on_cpu = 0, waited = 0;
   if (std::sscanf(buf, "%llu %llu", &on_cpu, &waited) != 2) return -1;
   return static_cast<int64_t>(waited);
-}
-
-bool env_adaptive() {
-  const char* v = std::getenv("HEED_ADAPTIVE_THREADS");
-  if (!v) return true;
-  const std::string s(v);
-  if (s == "0" || s == "off") return false;
-  if (s == "1" || s == "on") return true;
-  fail("HEED_ADAPTIVE_THREADS: expected 0, 1, off or on, got '{}'", s);
 }
 
 std::atomic<int> g_adaptive{-1};  // -1: not read from the environment yet

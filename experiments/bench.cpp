@@ -630,8 +630,10 @@ int run_load(int64_t threads, int64_t sample_chars) {
   const std::vector<std::pair<std::string, int64_t>> trainers{{"toy-attention", 60}, {"gpt-128", 40}};
   const std::vector<Policy> policies{
       {"default", "300000", false, "libgomp's default spin (300000), fixed threads"},
-      {"spin", "1000", false, "heed's spin (share_cores: 1000), fixed threads"},
-      {"heed", "1000", true, "heed's spin and adaptive threads (the default)"}};
+      {"spin", share_cores_spin(false), false,
+       fmt::format("heed's short spin ({}), fixed threads", share_cores_spin(false))},
+      {"heed", share_cores_spin(true), true,
+       fmt::format("heed's spin ({}) and adaptive threads (the default)", share_cores_spin(true))}};
   const std::string th = std::to_string(threads);
   fmt::print("heed bench --load: {} threads per process, {} cores, {}\n"
              "each figure: median ms per step (or seconds) of one process; x: against the same alone\n\n",
@@ -702,9 +704,10 @@ int run_load(int64_t threads, int64_t sample_chars) {
     fmt::print("  {:<44} sampler: alone {:.2f} s, beside training {:.2f} s\n", label, alone_s, beside_s);
     std::fflush(stdout);
   }
-  fmt::print("\n{:<40} {:>30} {:>30} {:>30}\n", "", "libgomp default spin (300000)", "heed's spin (1000)",
-             "+ adaptive threads (heed)");
-  fmt::print("{:<40} {:>30} {:>30} {:>30}\n", "", "fixed threads", "fixed threads", "");
+  fmt::print("\n{:<40} {:>30} {:>30} {:>30}\n", "", "libgomp default spin (300000)",
+             fmt::format("heed's short spin ({})", share_cores_spin(false)),
+             fmt::format("heed's spin ({})", share_cores_spin(true)));
+  fmt::print("{:<40} {:>30} {:>30} {:>30}\n", "", "fixed threads", "fixed threads", "+ adaptive threads (heed)");
   for (const auto& r : rows)
     fmt::print("{:<40} {:>30} {:>30} {:>30}\n", r, cells[r]["default"], cells[r]["spin"], cells[r]["heed"]);
   fmt::print("\ntargets: two processes each within 2.5x of alone, the sampler within 3x, and heed's settings no\n"
@@ -767,8 +770,8 @@ int run_bench(const std::vector<std::string>& args) {
       .text("dp-worker", &dp_worker, "(internal) the mpirun side of --data-parallel for this workload")
       .flag("load", &load,
             "instead: processes sharing the cores: toy-attention and gpt-128 alone and two at once, and a sampler "
-            "alone and beside a training run, with libgomp's default spin-wait, heed's short spin, and heed's short spin "
-            "with adaptive threads (the default)")
+            "alone and beside a training run, with libgomp's default spin-wait, heed's short spin (fixed threads), and "
+            "heed's spin with adaptive threads (the default)")
       .integer("sample-chars", &sample_chars, "--load: characters the sampler generates", 1)
       .text("load-worker", &load_worker, "(internal) a child process of --load");
   if (!a.parse(args)) return 0;
