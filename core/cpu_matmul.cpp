@@ -648,6 +648,14 @@ class WeightGrad {
   float* second_ = nullptr;
 };
 
+// Chunk c of `chunks` of dY's R rows [R, O], summed column by column in
+// double into part's row c.
+inline void bias_chunk(const float* dy, int64_t R, int64_t O, int64_t chunks, int64_t c, double* part) {
+  const int64_t r0 = R * c / chunks, r1 = R * (c + 1) / chunks;
+  std::fill(part + c * O, part + (c + 1) * O, 0.0);
+  for (int64_t row = r0; row < r1; ++row) add_row(dy + row * O, O, part + c * O);
+}
+
 // The chunks' sums, in order: the bias gradient, the same for any thread count.
 void bias_from_chunks(const double* part, int64_t chunks, int64_t O, int64_t o0, int64_t o1, float* b) {
   for (int64_t o = o0; o < o1; ++o) {
@@ -755,11 +763,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
     {
       if (need_b) {
 #pragma omp for schedule(static) nowait
-        for (int64_t c = 0; c < chunks; ++c) {
-          const int64_t r0 = R * c / chunks, r1 = R * (c + 1) / chunks;
-          std::fill(part + c * O, part + (c + 1) * O, 0.0);
-          for (int64_t row = r0; row < r1; ++row) add_row(pg + row * O, O, part + c * O);
-        }
+        for (int64_t c = 0; c < chunks; ++c) bias_chunk(pg, R, O, chunks, c, part);
       }
 #pragma omp for schedule(static) nowait
       for (int64_t i = 0; i < nx; ++i) dx_slab(i);
@@ -832,11 +836,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     if (need_b) {
 #pragma omp for schedule(static) nowait
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t r0 = R * c / chunks, r1 = R * (c + 1) / chunks;
-        std::fill(part + c * O, part + (c + 1) * O, 0.0);
-        for (int64_t row = r0; row < r1; ++row) add_row(pg + row * O, O, part + c * O);
-      }
+      for (int64_t c = 0; c < chunks; ++c) bias_chunk(pg, R, O, chunks, c, part);
     }
     if (need_x) dx.shared(t, n);
     // Each half's shared operand packed whole by the thread that multiplies it.
