@@ -259,7 +259,7 @@ Slabs gemm_slabs(int64_t M, int64_t N, int64_t K) {
 std::atomic<bool> g_bf16{false};
 constexpr int64_t kBf16MinFlops = int64_t{1} << 20;
 // Weight gradients from this size are computed in two halves of the tokens
-// (weight_grad, linear_backward).
+// (WeightGrad, linear_backward).
 constexpr int64_t kHalvesMinFlops = int64_t{1} << 21;
 
 // work(i) for each i < count, over heed's threads unless already inside a
@@ -789,7 +789,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   //    (for dX) or its columns of dY (dY^T's rows, for dW). dX's slabs go to
   //    the threads in order, then dW's: from 2 MFLOP, two products over the
   //    two halves of the tokens, half t's packing and slabs on thread t of
-  //    two, summed first + second after (as float32's weight_grad).
+  //    two, summed first + second after (as float32's WeightGrad).
   // 4. The bias gradient: the chunks' sums in order.
   // One region instead of three or four: a GPT-128 layer's products are
   // ~100 us each, where every extra fork and join costs a few.
@@ -813,7 +813,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   Bf16Product dx(false, false, R, I, O, pg, O, wc.data<float>(), I, need_x ? r.x.data<float>() : nullptr, I,
                  into ? 1.0f : 0.0f, nullptr);
   if (need_x) dx.bind(bf16_buffer(dxa, dx.a_words()), bf16_buffer(dxb, dx.b_words()));
-  // dW in two halves of the tokens, as float32's weight_grad: dw[0] over
+  // dW in two halves of the tokens, as float32's WeightGrad: dw[0] over
   // [0, R/2) into dW, dw[1] over [R/2, R) into `second`, then dW += second.
   r.w = Tensor::empty({O, I}, DType::f32);
   const bool halves = R >= 32 && 2 * R * O * I >= kHalvesMinFlops;

@@ -50,7 +50,7 @@ bool env_adaptive() {
 // spin. 1,000 (~27 us) slept through GPT-128's longer gaps ~85 times a step
 // and woke with a futex each time: alone, 8 alternating pairs of `heed bench
 // --only gpt-128 --precision f32`, 1,000 against 30,000: 27.5-34.3 against
-// 25.5-31.4 ms, 7 of 8 pairs slower (median +3.5%, mean +5.5%). Without
+// 25.5-31.4 ms, 7 of 8 pairs slower (median +3.5%, mean +5.7%). Without
 // adaptive threads (HEED_ADAPTIVE_THREADS=0) both threads stay under load,
 // and a long spin takes the other process's time slices (two GPT-128
 // processes with fixed threads: 151 ms a step at 10,000, 363 ms at 30,000):
