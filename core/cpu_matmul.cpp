@@ -258,9 +258,12 @@ Slabs gemm_slabs(int64_t M, int64_t N, int64_t K) {
 // kBf16MinFlops stay float32 (rounding the operands costs more than bf16 saves).
 std::atomic<bool> g_bf16{false};
 constexpr int64_t kBf16MinFlops = int64_t{1} << 20;
-// Weight gradients from this size are computed in two halves of the tokens
-// (WeightGrad, linear_backward).
-constexpr int64_t kHalvesMinFlops = int64_t{1} << 21;
+// Where a weight gradient dW [O, I] over R tokens splits its tokens: from 2
+// MFLOP (and 32 tokens), in two halves at R / 2 (WeightGrad, linear_backward);
+// else not at all (R).
+int64_t token_split(int64_t R, int64_t O, int64_t I) {
+  return R >= 32 && 2 * R * O * I >= (int64_t{1} << 21) ? R / 2 : R;
+}
 
 // work(i) for each i < count, over heed's threads unless already inside a
 // parallel region (then in order on the calling thread). before(t, nt),
@@ -607,7 +610,7 @@ class WeightGrad {
  public:
   WeightGrad(int64_t R, int64_t O, int64_t I, const float* dy, const float* x, const BlasMat& mx, float* dw,
              std::vector<float>& second)
-      : R_(R), O_(O), I_(I), h_(R >= 32 && 2 * R * O * I >= kHalvesMinFlops ? R / 2 : R), dy_(dy), x_(x), mx_(mx),
+      : R_(R), O_(O), I_(I), h_(token_split(R, O, I)), dy_(dy), x_(x), mx_(mx),
         dw_(dw), s_(gemm_slabs(O, I, h_)) {
     if (halves() && dw) {
       if (second.size() < size_t(O * I)) second.resize(size_t(O * I));
@@ -816,8 +819,8 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   // dW in two halves of the tokens, as float32's WeightGrad: dw[0] over
   // [0, R/2) into dW, dw[1] over [R/2, R) into `second`, then dW += second.
   r.w = Tensor::empty({O, I}, DType::f32);
-  const bool halves = R >= 32 && 2 * R * O * I >= kHalvesMinFlops;
-  const int64_t h = halves ? R / 2 : R;
+  const int64_t h = token_split(R, O, I);
+  const bool halves = h < R;
   Tensor second = halves ? Tensor::empty({O, I}, DType::f32) : Tensor();
   const float* px = x2.data<float>();
   Bf16Product dw[2] = {
