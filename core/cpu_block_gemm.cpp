@@ -24,10 +24,12 @@ namespace {
 struct Avx512 : simd::Avx512 {
   static constexpr int kNR = 4;                      // 64 columns
   static constexpr int kMaxMR[5] = {0, 16, 12, 8, 6};  // of 32 registers
+  static constexpr bool kPackRows = false;           // sgemm: B's unit-stride rows read in place
 };
 struct Avx2 : simd::Avx2 {
   static constexpr int kNR = 2;               // 16 columns
   static constexpr int kMaxMR[3] = {0, 12, 6};  // of 16 registers
+  static constexpr bool kPackRows = true;       // sgemm: B (and a transposed A) always packed
 };
 
 namespace avx512 {

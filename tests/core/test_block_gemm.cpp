@@ -253,7 +253,8 @@ std::vector<std::pair<const char*, blk::SgemmFn>> sgemms() { return per_isa(blk:
 TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then + bias, then + old C, bit for bit") {
   // heed's GEMM for whole products (core/cpu_sgemm_simd.inc): register tiles,
   // K blocks of 512 (a chain cut there resumes from C), B copied into panels
-  // when its rows are not unit-stride. None of that may show in the bits:
+  // when its rows are not unit-stride (on AVX2 always, and a transposed A a
+  // row tile at a time). None of that may show in the bits:
   // each element must equal the scalar chain, at every instruction set, so
   // an AVX2 machine trains to the same numbers as an AVX-512 one.
   const auto ks = sgemms();
