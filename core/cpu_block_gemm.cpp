@@ -10,6 +10,7 @@
 // same float32 operations per element: the same bits on either.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/attention_rows.h"
