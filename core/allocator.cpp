@@ -69,10 +69,55 @@ void system_free(void* p, size_t n) {
   else std::free(p);
 }
 
+// Mid-sized blocks, from 64 KiB up to 2 MiB (GPT-128's activations, a
+// layer's weights, gradients and optimiser state), are carved one after the
+// other from 16 MiB chunks that start on a 2 MiB boundary and are offered
+// for huge pages: one page per 2 MiB instead of 512. GPT-128's float32
+// step, 8 alternating pairs of bench runs without and with: 23.95 -> 23.18
+// ms (medians, 6 of 8 pairs faster); its bf16 step and GPT-256's (whose
+// activations were already on huge pages) unchanged; RSS +2 MB. Carved blocks never go
+// back to the system (a chunk is not freed piece by piece): released, they
+// stay in the cache's free lists, whatever its limit and empty_cache().
+// Chunks stop at kArenaMax in all; later blocks take the ordinary path.
+// Only with the cache (the sanitized build and HEED_NO_CACHE=1 hand every
+// block back) and with huge pages (HEED_NO_HUGE_PAGES=1).
+constexpr size_t kArenaMin = size_t{64} << 10;
+constexpr size_t kArenaChunk = size_t{16} << 20;
+constexpr size_t kArenaMax = size_t{1} << 30;
+bool arena_size(size_t n) { return n >= kArenaMin && n < kHuge && huge_pages_enabled(); }
+
+struct Arena {
+  std::vector<std::pair<uintptr_t, uintptr_t>> chunks;  // [begin, end)
+  uintptr_t next = 0, end = 0;
+  size_t mapped = 0;
+  // A block of n bytes (a multiple of 64), or null when the chunks are spent.
+  void* carve(size_t n) {
+    if (end - next < n) {
+      if (mapped + kArenaChunk > kArenaMax) return nullptr;
+      void* c = system_alloc(kArenaChunk);  // 2 MiB-aligned, advised for huge pages
+      if (!c) return nullptr;
+      mapped += kArenaChunk;
+      next = reinterpret_cast<uintptr_t>(c);
+      end = next + kArenaChunk;
+      chunks.emplace_back(next, end);
+    }
+    void* p = reinterpret_cast<void*>(next);
+    next += n;
+    return p;
+  }
+  bool owns(const void* p) const {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    for (const auto& [b, e] : chunks)
+      if (a >= b && a < e) return true;
+    return false;
+  }
+};
+
 struct Cache {
   std::mutex mu;
   std::unordered_map<size_t, std::vector<void*>> free;
   Stats s;
+  Arena arena;  // under mu
   bool enabled;
   Cache() {
 #ifdef HEED_SANITIZE_BUILD
@@ -84,7 +129,8 @@ struct Cache {
   }
   ~Cache() {
     for (auto& [n, v] : free)
-      for (void* p : v) system_free(p, n);
+      for (void* p : v)
+        if (!arena.owns(p)) system_free(p, n);
   }
 };
 
@@ -115,6 +161,8 @@ void* allocate(size_t bytes) {
     c.s.system_allocs++;
     c.s.bytes_in_use += static_cast<int64_t>(n);
     c.s.peak_bytes_in_use = std::max(c.s.peak_bytes_in_use, c.s.bytes_in_use);
+    if (c.enabled && arena_size(n))
+      if (void* p = c.arena.carve(n)) return p;
   }
   void* p = system_alloc(n);
   if (!p) fail("out of memory allocating {} bytes", bytes);
@@ -135,7 +183,7 @@ void release(void* p, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(c.mu);
     c.s.bytes_in_use -= static_cast<int64_t>(n);
-    if (c.enabled && c.s.bytes_cached + static_cast<int64_t>(n) <= kMaxCachedBytes) {
+    if (c.enabled && (c.s.bytes_cached + static_cast<int64_t>(n) <= kMaxCachedBytes || c.arena.owns(p))) {
       c.free[n].push_back(p);
       c.s.bytes_cached += static_cast<int64_t>(n);
       return;
@@ -163,10 +211,17 @@ void reset_peak() {
 void empty_cache() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  for (auto& [n, v] : c.free)
-    for (void* p : v) system_free(p, n);
-  c.free.clear();
-  c.s.bytes_cached = 0;
+  int64_t kept = 0;
+  for (auto& [n, v] : c.free) {
+    std::vector<void*> carved;
+    for (void* p : v) {
+      if (c.arena.owns(p)) carved.push_back(p);
+      else system_free(p, n);
+    }
+    kept += static_cast<int64_t>(n * carved.size());
+    v = std::move(carved);
+  }
+  c.s.bytes_cached = kept;
 }
 
 bool caching_enabled() { return cache().enabled; }

@@ -11,8 +11,11 @@
 //
 // Blocks of 2 MiB or more start on a 2 MiB boundary and are offered to the
 // kernel for transparent huge pages (a training step streams hundreds of MB
-// of activations; 4 KiB pages cost a TLB miss every few KB). Not under the
-// sanitizers, nor with HEED_NO_HUGE_PAGES=1 in the environment.
+// of activations; 4 KiB pages cost a TLB miss every few KB). Blocks from 64
+// KiB up to 2 MiB are carved from 16 MiB chunks offered the same way, and
+// never go back to the system: released, they stay cached (up to 1 GiB of
+// chunks; later ones take the ordinary path). Not under the sanitizers,
+// nor with HEED_NO_HUGE_PAGES=1 in the environment.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +40,7 @@ void reset_counters();  // zeroes system_allocs and cache_hits (not the byte gau
 // Starts a new peak: peak_bytes_in_use = bytes_in_use. The peak of a call is
 // then stats().peak_bytes_in_use after it minus bytes_in_use before it.
 void reset_peak();
-void empty_cache();     // returns every cached block to the system
+void empty_cache();     // returns every cached block to the system but the carved ones (above)
 bool caching_enabled();
 
 }  // namespace heed::alloc

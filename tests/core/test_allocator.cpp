@@ -94,3 +94,41 @@ TEST_CASE("allocator: a block of 2 MiB or more starts on a 2 MiB boundary, holds
   Tensor c = Tensor::zeros({n});
   CHECK(c.data<float>()[n - 1] == 0.0f);
 }
+
+TEST_CASE("allocator: blocks from 64 KiB to 2 MiB are carved apart, hold their data and stay cached") {
+  // From huge-page chunks (allocator.cpp), only with the cache and huge
+  // pages; elsewhere the same checks hold for the ordinary path.
+  const char* env = std::getenv("HEED_NO_HUGE_PAGES");
+  const bool carved = !(env && env[0] == '1') && alloc::caching_enabled();
+  const std::vector<int64_t> floats = {16 * 1024, 25 * 1024 + 3, 100 * 1024, 384 * 1024, (int64_t{2} << 20) / 4 - 16};
+  {
+    std::vector<Tensor> ts;
+    for (size_t k = 0; k < floats.size(); ++k) {
+      ts.push_back(Tensor::empty({floats[k]}));
+      float* p = ts.back().data<float>();
+      CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+      for (int64_t i = 0; i < floats[k]; ++i) p[i] = static_cast<float>(k * 1000 + i % 1000);
+    }
+    // Disjoint, and each still holds what was written into it.
+    for (size_t a = 0; a < ts.size(); ++a) {
+      const auto lo = reinterpret_cast<uintptr_t>(ts[a].data<float>()), hi = lo + 4 * uintptr_t(floats[a]);
+      for (size_t b = 0; b < ts.size(); ++b) {
+        if (a == b) continue;
+        const auto lo2 = reinterpret_cast<uintptr_t>(ts[b].data<float>()), hi2 = lo2 + 4 * uintptr_t(floats[b]);
+        CHECK((hi <= lo2 || hi2 <= lo));
+      }
+      const float* p = ts[a].data<float>();
+      int64_t bad = 0;
+      for (int64_t i = 0; i < floats[a]; ++i) bad += p[i] != static_cast<float>(a * 1000 + i % 1000);
+      CHECK(bad == 0);
+    }
+  }
+  alloc::empty_cache();
+  if (carved) {
+    // empty_cache keeps carved blocks: the same sizes come back without the system.
+    alloc::reset_counters();
+    std::vector<Tensor> again;
+    for (int64_t n : floats) again.push_back(Tensor::empty({n}));
+    CHECK(alloc::stats().system_allocs == 0);
+  }
+}
