@@ -84,6 +84,18 @@ HEED_BF16 void tile(int64_t np, const uint32_t* a, int64_t ars, int64_t aps, con
   // unrolled before GCC decides where the array lives: hence the pragmas.
   __m512 x[MR][NR];
   const bool from_c = accumulate && alpha == 1.0f && !add_after;
+  // C's lines asked for (for writing) before the inner loop, when it does
+  // not start from them, as heed's float32 GEMM does: a product's output is
+  // often a block not in cache, and the stores at the tile's end stalled on
+  // it. Training steps with and without, alternating in pairs of steps in
+  // one process: GPT-128 bf16 +4.0, +1.4, +3.1, +1.7% (400 steps), GPT-256
+  // bf16 +3.2, +2.6% (60).
+  if (!from_c) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NR; ++v) __builtin_prefetch(c + r * ldc + 16 * v, 1, 3);
+  }
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
