@@ -75,9 +75,10 @@ void system_free(void* p, size_t n) {
 // for huge pages: one page per 2 MiB instead of 512. GPT-128's float32
 // step, 8 alternating pairs of bench runs without and with: 23.95 -> 23.18
 // ms (medians, 6 of 8 pairs faster); its bf16 step and GPT-256's (whose
-// activations were already on huge pages) unchanged; RSS +2 MB. Carved blocks never go
-// back to the system (a chunk is not freed piece by piece): released, they
-// stay in the cache's free lists, whatever its limit and empty_cache().
+// activations were already on huge pages) unchanged; RSS +2 MB. Carved
+// blocks never go back to the system (a chunk is not freed piece by
+// piece): released, they stay in the cache's free lists, whatever its
+// limit and empty_cache().
 // Chunks stop at kArenaMax in all; later blocks take the ordinary path.
 // Only with the cache (the sanitized build and HEED_NO_CACHE=1 hand every
 // block back) and with huge pages (HEED_NO_HUGE_PAGES=1).

@@ -30,7 +30,7 @@ struct Avx512 : simd::Avx512 {
 struct Avx2 : simd::Avx2 {
   static constexpr int kNR = 2;               // 16 columns
   static constexpr int kMaxMR[3] = {0, 12, 6};  // of 16 registers
-  static constexpr bool kPackRows = true;       // sgemm: B (and a transposed A) always packed
+  static constexpr bool kPackRows = true;       // sgemm: B and a transposed A copied (kPackMin*)
 };
 
 namespace avx512 {
