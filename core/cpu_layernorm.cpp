@@ -15,6 +15,8 @@
 // their fixed row blocks keep the weight gradients deterministic.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -41,30 +43,108 @@ void check_ln(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
 }
 
 // ---- direct loops: one row per iteration, each row by one thread ----
+// float32 rows run on 16-float vectors (GCC's vector extension, so the same
+// lanes on AVX2 and AVX-512), lane l holding partial sum l and lanes_sum's
+// tree done in registers, the forward two rows at a time; their pointers are
+// restrict (an output row never overlaps the inputs: a fresh tensor, or a
+// thread's row buffer). The loops written per element had the compiler
+// re-check overlaps every row, keep the partial sums in memory and add them
+// up one scalar at a time. Same arithmetic in the same order (the outputs'
+// bits unchanged); GPT-128's [768, 128], median us, old -> new, 2 threads:
+// forward 15.4 -> 13.7, backward 28.5 -> 16.3, backward adding into a
+// gradient sum 30.8 -> 19.2 (one thread: 29.5 -> 26.1, 53 -> 28, 61 -> 38).
+template <class T>
+struct RowStats {
+  T mean, var;
+};
+template <class T>
+RowStats<T> forward_row(const T* __restrict xr, const T* __restrict w, const T* __restrict b, T* __restrict yr,
+                        int64_t D, double eps) {
+  // Two passes (mean, then squared deviations): no cancellation for rows
+  // with a large mean, unlike E[x^2] - E[x]^2. Each sum in kLanes partial
+  // results (core/lanes.h): they vectorise, in a fixed order.
+  T a[kLanes] = {};
+  int64_t d0 = 0;
+  for (; d0 + kLanes <= D; d0 += kLanes)
+    for (int l = 0; l < kLanes; ++l) a[l] += xr[d0 + l];
+  for (int64_t d = d0; d < D; ++d) a[d - d0] += xr[d];
+  const T m = lanes_sum(a) / static_cast<T>(D);
+  T q[kLanes] = {};
+  for (d0 = 0; d0 + kLanes <= D; d0 += kLanes)
+    for (int l = 0; l < kLanes; ++l) q[l] += (xr[d0 + l] - m) * (xr[d0 + l] - m);
+  for (int64_t d = d0; d < D; ++d) q[d - d0] += (xr[d] - m) * (xr[d] - m);
+  const T v = lanes_sum(q) / static_cast<T>(D);
+  const T rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(v) + eps));
+  for (int64_t d = 0; d < D; ++d) yr[d] = (xr[d] - m) * rstd * w[d] + b[d];
+  return {m, v};
+}
+
+// float: the same sums as forward_row, lane l of a 16-float vector holding
+// partial l, two rows at a time (their chains overlap; one row at a time
+// waited on each reduction in turn).
+using F16 = float __attribute__((vector_size(64)));
+inline F16 load16(const float* p) {
+  F16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+// lanes_sum's tree on a vector: (a[l] + a[l + 8]), then (h[l] + h[l + 4]),
+// then (k0 + k1) + (k2 + k3): the same additions, in vector registers.
+using F8 = float __attribute__((vector_size(32)));
+using F4 = float __attribute__((vector_size(16)));
+inline float sum16(F16 v) {
+  const F8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const F4 k = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  return (k[0] + k[1]) + (k[2] + k[3]);
+}
+
+template <int NR>
+void forward_rows_f32(const float* __restrict x, const float* __restrict w, const float* __restrict b,
+                      float* __restrict y, float* mean, float* var, int64_t D, double eps) {
+  F16 a[NR] = {};
+  int64_t d0 = 0;
+  for (; d0 + kLanes <= D; d0 += kLanes)
+    for (int i = 0; i < NR; ++i) a[i] += load16(x + i * D + d0);
+  float m[NR], rstd[NR];
+  for (int i = 0; i < NR; ++i) {
+    for (int64_t d = d0; d < D; ++d) a[i][d - d0] += x[i * D + d];
+    m[i] = sum16(a[i]) / static_cast<float>(D);
+  }
+  F16 q[NR] = {};
+  for (d0 = 0; d0 + kLanes <= D; d0 += kLanes)
+    for (int i = 0; i < NR; ++i) {
+      const F16 t = load16(x + i * D + d0) - m[i];
+      q[i] += t * t;
+    }
+  for (int i = 0; i < NR; ++i) {
+    for (int64_t d = d0; d < D; ++d) q[i][d - d0] += (x[i * D + d] - m[i]) * (x[i * D + d] - m[i]);
+    const float v = sum16(q[i]) / static_cast<float>(D);
+    rstd[i] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v) + eps));
+    mean[i] = m[i];
+    var[i] = v;
+  }
+  for (int i = 0; i < NR; ++i)
+    for (int64_t d = 0; d < D; ++d) y[i * D + d] = (x[i * D + d] - m[i]) * rstd[i] * w[d] + b[d];
+}
+
 template <class T>
 void loop_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* var, int64_t R, int64_t D, double eps) {
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t pairs = (R + 1) / 2;
 #pragma omp parallel for schedule(static) if (R * D > kParallelGrain)
-  for (int64_t r = 0; r < R; ++r) {
-    const T* xr = x + r * D;
-    T* yr = y + r * D;
-    // Two passes (mean, then squared deviations): no cancellation for rows
-    // with a large mean, unlike E[x^2] - E[x]^2. Each sum in kLanes partial
-    // results (core/lanes.h): they vectorise, in a fixed order.
-    T a[kLanes] = {};
-    int64_t d0 = 0;
-    for (; d0 + kLanes <= D; d0 += kLanes)
-      for (int l = 0; l < kLanes; ++l) a[l] += xr[d0 + l];
-    for (int64_t d = d0; d < D; ++d) a[d - d0] += xr[d];
-    const T m = lanes_sum(a) / static_cast<T>(D);
-    T q[kLanes] = {};
-    for (d0 = 0; d0 + kLanes <= D; d0 += kLanes)
-      for (int l = 0; l < kLanes; ++l) q[l] += (xr[d0 + l] - m) * (xr[d0 + l] - m);
-    for (int64_t d = d0; d < D; ++d) q[d - d0] += (xr[d] - m) * (xr[d] - m);
-    const T v = lanes_sum(q) / static_cast<T>(D);
-    const T rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(v) + eps));
-    for (int64_t d = 0; d < D; ++d) yr[d] = (xr[d] - m) * rstd * w[d] + b[d];
-    mean[r] = m;
-    var[r] = v;
+    for (int64_t k = 0; k < pairs; ++k) {
+      const int64_t r = 2 * k;
+      if (r + 2 <= R) forward_rows_f32<2>(x + r * D, w, b, y + r * D, mean + r, var + r, D, eps);
+      else forward_rows_f32<1>(x + r * D, w, b, y + r * D, mean + r, var + r, D, eps);
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (R * D > kParallelGrain)
+    for (int64_t r = 0; r < R; ++r) {
+      const RowStats<T> st = forward_row(x + r * D, w, b, y + r * D, D, eps);
+      mean[r] = st.mean;
+      var[r] = st.var;
+    }
   }
 }
 
@@ -72,6 +152,68 @@ void loop_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* var, int
 // are summed in fixed blocks of kRowBlock into partials [blocks, D], which are
 // then added in block order.
 constexpr int64_t kRowBlock = 64;
+
+// One row of the backward: its input gradient into gxr, its terms of the
+// weight and bias gradients added to its block's partials pwb and pbb.
+template <class T>
+void backward_row(const T* __restrict xr, const T* __restrict gr, const T* __restrict w, T m, T rstd, int64_t D,
+                  T* __restrict gxr, T* __restrict pwb, T* __restrict pbb) {
+  // sum_d dn and sum_d dn * xhat, in kLanes partial sums (core/lanes.h):
+  // they vectorise, and their fixed tree keeps the result deterministic.
+  T a_dn[kLanes] = {}, a_dnx[kLanes] = {};
+  int64_t d0 = 0;
+  for (; d0 + kLanes <= D; d0 += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t d = d0 + l;
+      const T xhat = (xr[d] - m) * rstd;
+      const T dn = gr[d] * w[d];
+      a_dn[l] += dn;
+      a_dnx[l] += dn * xhat;
+      pwb[d] += gr[d] * xhat;
+      pbb[d] += gr[d];
+    }
+  for (int64_t d = d0; d < D; ++d) {
+    const T xhat = (xr[d] - m) * rstd;
+    const T dn = gr[d] * w[d];
+    a_dn[d - d0] += dn;
+    a_dnx[d - d0] += dn * xhat;
+    pwb[d] += gr[d] * xhat;
+    pbb[d] += gr[d];
+  }
+  const T s_dn = lanes_sum(a_dn) / static_cast<T>(D), s_dnx = lanes_sum(a_dnx) / static_cast<T>(D);
+  for (int64_t d = 0; d < D; ++d) {
+    const T xhat = (xr[d] - m) * rstd;
+    gxr[d] = rstd * (gr[d] * w[d] - s_dn - xhat * s_dnx);
+  }
+}
+
+// float: backward_row's sums, lane l of a 16-float vector holding partial l.
+void backward_row(const float* __restrict xr, const float* __restrict gr, const float* __restrict w, float m,
+                  float rstd, int64_t D, float* __restrict gxr, float* __restrict pwb, float* __restrict pbb) {
+  F16 a_dn = {}, a_dnx = {};
+  int64_t d0 = 0;
+  for (; d0 + kLanes <= D; d0 += kLanes) {
+    const F16 g = load16(gr + d0), xhat = (load16(xr + d0) - m) * rstd, dn = g * load16(w + d0);
+    a_dn += dn;
+    a_dnx += dn * xhat;
+    const F16 pw = load16(pwb + d0) + g * xhat, pb = load16(pbb + d0) + g;
+    std::memcpy(pwb + d0, &pw, sizeof pw);
+    std::memcpy(pbb + d0, &pb, sizeof pb);
+  }
+  for (int64_t d = d0; d < D; ++d) {
+    const float xhat = (xr[d] - m) * rstd;
+    const float dn = gr[d] * w[d];
+    a_dn[d - d0] += dn;
+    a_dnx[d - d0] += dn * xhat;
+    pwb[d] += gr[d] * xhat;
+    pbb[d] += gr[d];
+  }
+  const float s_dn = sum16(a_dn) / static_cast<float>(D), s_dnx = sum16(a_dnx) / static_cast<float>(D);
+  for (int64_t d = 0; d < D; ++d) {
+    const float xhat = (xr[d] - m) * rstd;
+    gxr[d] = rstd * (gr[d] * w[d] - s_dn - xhat * s_dnx);
+  }
+}
 
 // gx: the input gradient, written; or, with add_into, a sum the input
 // gradient is added into. Then a row's gradient is made in a row buffer first
@@ -91,40 +233,11 @@ void loop_backward(const T* gy, const T* x, const T* w, const T* mean, const T* 
     T* pbb = pb.data() + blk * D;
     const int64_t r1 = std::min(R, (blk + 1) * kRowBlock);
     for (int64_t r = blk * kRowBlock; r < r1; ++r) {
-      const T* xr = x + r * D;
-      const T* gr = gy + r * D;
-      T* gxr = add_into ? row.data() : gx + r * D;
-      const T m = mean[r];
       const T rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var[r]) + eps));
-      // sum_d dn and sum_d dn * xhat, in kLanes partial sums (core/lanes.h):
-      // they vectorise, and their fixed tree keeps the result deterministic.
-      T a_dn[kLanes] = {}, a_dnx[kLanes] = {};
-      int64_t d0 = 0;
-      for (; d0 + kLanes <= D; d0 += kLanes)
-        for (int l = 0; l < kLanes; ++l) {
-          const int64_t d = d0 + l;
-          const T xhat = (xr[d] - m) * rstd;
-          const T dn = gr[d] * w[d];
-          a_dn[l] += dn;
-          a_dnx[l] += dn * xhat;
-          pwb[d] += gr[d] * xhat;
-          pbb[d] += gr[d];
-        }
-      for (int64_t d = d0; d < D; ++d) {
-        const T xhat = (xr[d] - m) * rstd;
-        const T dn = gr[d] * w[d];
-        a_dn[d - d0] += dn;
-        a_dnx[d - d0] += dn * xhat;
-        pwb[d] += gr[d] * xhat;
-        pbb[d] += gr[d];
-      }
-      const T s_dn = lanes_sum(a_dn) / static_cast<T>(D), s_dnx = lanes_sum(a_dnx) / static_cast<T>(D);
-      for (int64_t d = 0; d < D; ++d) {
-        const T xhat = (xr[d] - m) * rstd;
-        gxr[d] = rstd * (gr[d] * w[d] - s_dn - xhat * s_dnx);
-      }
+      backward_row(x + r * D, gy + r * D, w, mean[r], rstd, D, add_into ? row.data() : gx + r * D, pwb, pbb);
       if (add_into) {
         T* sr = gx + r * D;
+        const T* gxr = row.data();
         for (int64_t d = 0; d < D; ++d) sr[d] += gxr[d];
       }
     }
