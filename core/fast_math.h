@@ -25,8 +25,10 @@ inline float exp_reduce(float xc, int32_t& n_out) {
   // (exact for |x / ln2| < 2^22); floorf would not vectorise without
   // -fno-trapping-math.
   const float shifter = 12582912.0f;
-  float n = (xc * 1.44269504088896341f + shifter) - shifter;
-  n = n == n ? n : 0.0f;
+  const float n = (xc * 1.44269504088896341f + shifter) - shifter;
+  // A NaN n (from a NaN xc) leaves r NaN as xc would; only the integer
+  // conversion below must not see it. (Zeroing n itself here led GCC to
+  // evaluate the polynomial twice, once per case, in the GELU loop.)
   float r = xc - n * 0.693145751953125f;  // ln2 high part (exact in float)
   r = r - n * 1.428606765330187e-06f;     // ln2 low part
   float p = 1.0f / 720.0f;
@@ -36,7 +38,7 @@ inline float exp_reduce(float xc, int32_t& n_out) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  n_out = static_cast<int32_t>(n);
+  n_out = static_cast<int32_t>(n == n ? n : 0.0f);
   return p;
 }
 
