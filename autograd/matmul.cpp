@@ -52,24 +52,35 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
       });
 }
 
+namespace {
+// linear's backward: dX (into the sum of x's other gradients when it may),
+// dW and db from one kernel call; with a residual (input 3), its gradient is
+// dY itself.
+auto linear_grad(const Tensor& x, const Tensor& w) {
+  return [xs = w.requires_grad() ? autograd::saved(x) : Tensor(), ws = autograd::saved(w)](const Tensor& g,
+                                                                                         autograd::Grads& gi) {
+    if (gi.needs(0) || gi.needs(1) || gi.needs(2)) {
+      const Tensor sum = gi.sum_target(0);
+      k::LinearGrads d = k::linear_backward(g, xs, ws, gi.needs(0), gi.needs(1), sum, gi.needs(2));
+      if (gi.needs(0)) {
+        if (sum.defined()) gi.set_summed(0, d.x);
+        else gi.set(0, d.x);
+      }
+      if (gi.needs(1)) gi.set(1, d.w);
+      if (gi.needs(2)) gi.set(2, d.b);
+    }
+    if (gi.needs(3)) gi.set(3, g);
+  };
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  Tensor y = k::linear(x, w, b);
-  return autograd::record(
-      "linear", y, {x, w, b},
-      [xs = w.requires_grad() ? autograd::saved(x) : Tensor(), ws = autograd::saved(w)](const Tensor& g,
-                                                                                       autograd::Grads& gi) {
-        if (gi.needs(0) || gi.needs(1) || gi.needs(2)) {
-          // dX goes straight into the sum of x's other gradients when it may.
-          const Tensor sum = gi.sum_target(0);
-          k::LinearGrads d = k::linear_backward(g, xs, ws, gi.needs(0), gi.needs(1), sum, gi.needs(2));
-          if (gi.needs(0)) {
-            if (sum.defined()) gi.set_summed(0, d.x);
-            else gi.set(0, d.x);
-          }
-          if (gi.needs(1)) gi.set(1, d.w);
-          if (gi.needs(2)) gi.set(2, d.b);
-        }
-      });
+  return autograd::record("linear", k::linear(x, w, b), {x, w, b}, linear_grad(x, w));
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
+  if (!residual.defined()) return linear(x, w, b);
+  return autograd::record("linear", k::linear(x, w, b, residual), {x, w, b, residual}, linear_grad(x, w));
 }
 
 }  // namespace heed

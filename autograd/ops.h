@@ -60,8 +60,14 @@ Tensor operator-(const Tensor& a);
 // are treated as a row (left) or column (right) vector and that dim dropped.
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x [.., I] w^T + b with w [O, I], b [O] or undefined: a Linear layer's
-// product and bias in one pass (the bias starts the GEMM's accumulator).
+// product and bias in one pass (the bias added in the GEMM's epilogue).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+// residual + linear(x, w, b) (residual: the output's shape; undefined: plain
+// linear) in the same pass, the residual added in the GEMM's epilogue after
+// the bias: the values of the separate add, bit for bit, without its pass
+// over memory (a transformer block's output projections,
+// nn::Linear::forward_add). Its gradient is the output's.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual);
 
 // ---- convolution (autograd/conv.cpp) ----
 // x [N, C, T], w [O, C, K], b [O] or undefined -> [N, O, T'].

@@ -74,10 +74,14 @@ using kernel::Band;
 // starting from C. panel > 0: B is stored in panels of 64 columns, panel q
 // (columns 64q ..) at b + q * panel with rows ldb words apart (ldb >= 64),
 // so that a tile's pairs of B are neighbours in memory, not a row of B
-// apart (wide B, e.g. 1024 columns: a page per pair).
+// apart (wide B, e.g. 1024 columns: a page per pair). A bias may also go
+// with add_after: C = (A B + bias) + old C. addend (with accumulate,
+// add_after and alpha 1; laid out like C, not overlapping it) is added
+// instead of the old C: C = (A B + bias) + addend, the bits of a separate
+// add (a residual stream the product joins).
 void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b,
           int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band = {},
-          const float* bias = nullptr, bool add_after = false, int64_t panel = 0);
+          const float* bias = nullptr, bool add_after = false, int64_t panel = 0, const float* addend = nullptr);
 
 }  // namespace bf16
 }  // namespace heed::kernel

@@ -38,20 +38,22 @@ using GemmFn = void (*)(int64_t M, int64_t N, int64_t P, const float* a, int64_t
 // baseline or one this CPU lacks: callers then use a library GEMM.
 GemmFn gemm_for(CpuIsa isa);
 
-// C [M, N] = A B (+ bias on every row) (+ C when add), for whole products
+// C [M, N] = A B (+ bias on every row) (+ add), for whole products
 // (core/cpu_sgemm_simd.inc: float32 products and convolutions run on it
 // where the CPU has AVX2 or AVX-512). A(i, p) = a[i * ars + p * aps],
 // B(p, j) = b[p * brs + j * bcs] (any strides; fastest with B's rows or
 // columns unit-stride), C's rows c[i * ldc + 0 .. N). Every element of C is
 // one float32 chain of fused multiply-adds over p = 0 .. K - 1 from 0 (as
-// gemm's), then + bias[j], then + the old C: the same bits for any blocking,
-// on either instruction set. With resume the chain starts from C instead (C
-// holds a chain an earlier call left off: a product over K1 + K2 inner
-// indices in two calls is the same bits as in one), the bias added at the
-// end as usual; resume and add exclude each other. Single-threaded: callers
-// split the work over threads.
+// gemm's), then + bias[j], then + add[i * ldc + j]: the same bits for any
+// blocking, on either instruction set. add (null: none) is laid out like C:
+// C itself (beta = 1), or a matrix that does not overlap C (a residual
+// stream the product is added to: the bits of a separate add after it).
+// With resume the chain starts from C instead (C holds a chain an earlier
+// call left off: a product over K1 + K2 inner indices in two calls is the
+// same bits as in one), the bias added at the end as usual; resume and add
+// exclude each other. Single-threaded: callers split the work over threads.
 using SgemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t aps, const float* b,
-                         int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias, bool add,
+                         int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias, const float* add,
                          bool resume);
 SgemmFn sgemm_for(CpuIsa isa);
 

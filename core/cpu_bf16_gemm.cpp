@@ -79,7 +79,8 @@ void pack_pairs_scalar(const float* src, int64_t rs, int64_t cs, int64_t rows, i
 // columns of `last`.
 template <int MR, int NR>
 HEED_BF16 void tile(int64_t np, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b, int64_t ldb, float* c,
-                    int64_t ldc, __mmask16 last, float alpha, bool accumulate, const float* bias, bool add_after) {
+                    int64_t ldc, __mmask16 last, float alpha, bool accumulate, const float* bias, bool add_after,
+                    const float* addend) {
   // The accumulators stay in registers only if every loop over them is
   // unrolled before GCC decides where the array lives: hence the pragmas.
   __m512 x[MR][NR];
@@ -128,7 +129,7 @@ HEED_BF16 void tile(int64_t np, const uint32_t* a, int64_t ars, int64_t aps, con
       if (!from_c) {
         if (alpha != 1.0f) y = _mm512_mul_ps(y, al);
         if (bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, bias + 16 * v));
-        if (accumulate) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, cp));
+        if (accumulate) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, addend ? addend + r * ldc + 16 * v : cp));
       }
       _mm512_mask_storeu_ps(cp, m, y);
     }
@@ -142,10 +143,12 @@ constexpr int kMaxMR[5] = {0, 16, 12, 8, 6};
 // A tile of mr <= kMaxMR[NR] rows.
 template <int NR, int MR = kMaxMR[NR]>
 void run_tile(int64_t mr, int64_t np, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b, int64_t ldb,
-              float* c, int64_t ldc, __mmask16 last, float alpha, bool accumulate, const float* bias, bool add_after) {
+              float* c, int64_t ldc, __mmask16 last, float alpha, bool accumulate, const float* bias, bool add_after,
+              const float* addend) {
   if constexpr (MR > 0) {
-    if (mr == MR) return tile<MR, NR>(np, a, ars, aps, b, ldb, c, ldc, last, alpha, accumulate, bias, add_after);
-    run_tile<NR, MR - 1>(mr, np, a, ars, aps, b, ldb, c, ldc, last, alpha, accumulate, bias, add_after);
+    if (mr == MR)
+      return tile<MR, NR>(np, a, ars, aps, b, ldb, c, ldc, last, alpha, accumulate, bias, add_after, addend);
+    run_tile<NR, MR - 1>(mr, np, a, ars, aps, b, ldb, c, ldc, last, alpha, accumulate, bias, add_after, addend);
   }
 }
 
@@ -206,11 +209,15 @@ void pack_rows(const float* src, int64_t rs, int64_t cs, int64_t rows, int64_t c
 
 void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b,
           int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate, const Band& band, const float* bias,
-          bool add_after, int64_t panel) {
+          bool add_after, int64_t panel, const float* addend) {
   const bool banded = band.col_end != Band::kAll || band.inner_begin != -Band::kAll || band.inner_end != Band::kAll;
-  if (bias && (alpha != 1.0f || accumulate || banded))
-    fail("bf16::gemm: a bias goes with alpha 1, no accumulation and no band, got alpha {}, accumulate {}, band {}",
-         alpha, accumulate, banded);
+  if (bias && (alpha != 1.0f || (accumulate && !add_after) || banded))
+    fail("bf16::gemm: a bias goes with alpha 1, no band and no accumulation onto C's chains, got alpha {}, "
+         "accumulate {} (add after {}), band {}",
+         alpha, accumulate, add_after, banded);
+  if (addend && !(accumulate && add_after && alpha == 1.0f))
+    fail("bf16::gemm: an addend goes with accumulate, add_after and alpha 1, got {}, {}, {}", accumulate, add_after,
+         alpha);
   for (int64_t j0 = 0; j0 < N; j0 += 64) {
     const int64_t mr = kMaxMR[(std::min<int64_t>(64, N - j0) + 15) / 16];
     for (int64_t i0 = 0; i0 < M; i0 += mr) {
@@ -227,11 +234,13 @@ void gemm(int64_t M, int64_t N, int64_t P, const uint32_t* a, int64_t ars, int64
       const uint32_t* bj = panel ? b + j0 / 64 * panel + p0 * ldb : b + p0 * ldb + j0;
       float* ci = c + i0 * ldc + j0;
       const float* bj_bias = bias ? bias + j0 : nullptr;
+      const float* di = addend ? addend + i0 * ldc + j0 : nullptr;
+      const int64_t q = p1 - p0;
       switch (nr) {
-        case 1: run_tile<1>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after); break;
-        case 2: run_tile<2>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after); break;
-        case 3: run_tile<3>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after); break;
-        default: run_tile<4>(m, p1 - p0, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after); break;
+        case 1: run_tile<1>(m, q, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after, di); break;
+        case 2: run_tile<2>(m, q, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after, di); break;
+        case 3: run_tile<3>(m, q, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after, di); break;
+        default: run_tile<4>(m, q, ai, ars, aps, bj, ldb, ci, ldc, last, alpha, accumulate, bj_bias, add_after, di); break;
       }
     }
   }

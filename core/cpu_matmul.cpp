@@ -200,17 +200,29 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
 // otherwise (heed keeps OpenBLAS at one thread: set_num_threads).
 // With a bias (beta 0), C = op(A) op(B) + bias on every row: in the GEMM's
 // epilogue, or written into C first for OpenBLAS to accumulate onto.
+// With add (beta 0; laid out like C, not overlapping it), C = (op(A) op(B)
+// + bias) + add: the bits of a separate add after the product (heed's GEMM
+// adds it in its epilogue; after the libraries' GEMMs, a pass over C).
 template <class T>
 void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-              T* C, int64_t ldc, T beta, const T* bias = nullptr) {
+              T* C, int64_t ldc, T beta, const T* bias = nullptr, const T* add = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
     const block::SgemmFn sgemm = block::sgemm_for(heed::cpu_isa());
     if (sgemm && (beta == 0.0f || beta == 1.0f)) {
-      sgemm(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, bias, beta == 1.0f, false);
+      sgemm(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, bias,
+            beta == 1.0f ? C : add, false);
       return;
     }
+  }
+  auto add_after = [&] {
+    if (add)
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t c = 0; c < N; ++c) C[r * ldc + c] = C[r * ldc + c] + add[r * ldc + c];
+  };
+  if constexpr (std::is_same_v<T, float>) {
     if (2 * M * N * K >= (int64_t{1} << 20) && (beta == 0.0f || beta == 1.0f)) {
       dnnl_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias);
+      add_after();
       return;
     }
   }
@@ -219,6 +231,7 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int
     beta = T(1);
   }
   gemm<T>(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta);
+  add_after();
 }
 
 // How gemm_split cuts a product: into `count` slabs of output rows (or of
@@ -320,9 +333,9 @@ void for_slabs(int64_t count, const Work& work, const Before& before = nullptr) 
 class Bf16Product {
  public:
   Bf16Product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-              int64_t ldb, float* C, int64_t ldc, float beta, const float* bias)
+              int64_t ldb, float* C, int64_t ldc, float beta, const float* bias, const float* add = nullptr)
       : s_(gemm_slabs(M, N, K)), ta_(ta), tb_(tb), M_(M), N_(N), K_(K), P_((K + 1) / 2), A_(A), lda_(lda), B_(B),
-        ldb_(ldb), C_(C), ldc_(ldc), beta_(beta), bias_(bias),
+        ldb_(ldb), C_(C), ldc_(ldc), beta_(beta), bias_(bias), add_(beta == 1.0f ? nullptr : add),
         // B's panels: all of B for row slabs, a column slab's own for column ones.
         bregion_(((s_.by_rows ? N : s_.size) + 63) / 64 * 64 * P_) {}
 
@@ -351,20 +364,20 @@ class Bf16Product {
 
   void slab(int64_t i) const {
     const int64_t lo = i * s_.size;
-    const bool acc = beta_ == 1.0f;
+    const bool acc = beta_ == 1.0f || add_;
     if (s_.by_rows) {
       const int64_t m = std::min(lo + s_.size, M_) - lo;
       uint32_t* a = pa_ + lo * P_;  // the slab's own rows: [m, P], or [P, m] by pairs
       if (ta_) bf16::pack_pairs(A_ + lo, lda_, 1, K_, m, a, m);
       else bf16::pack_rows(A_ + lo * lda_, lda_, 1, m, K_, a, P_);
       bf16::gemm(m, N_, P_, a, ta_ ? 1 : P_, ta_ ? m : 1, pb_, 64, C_ + lo * ldc_, ldc_, 1.0f, acc, {}, bias_, true,
-                 64 * P_);
+                 64 * P_, add_ ? add_ + lo * ldc_ : nullptr);
     } else {
       const int64_t w = std::min(lo + s_.size, N_) - lo;
       uint32_t* b = pb_ + i * bregion_;  // the slab's own columns' panels
       pack_b(lo, w, 0, P_, b);
       bf16::gemm(M_, w, P_, pa_, ta_ ? 1 : P_, ta_ ? M_ : 1, b, 64, C_ + lo, ldc_, 1.0f, acc, {},
-                 bias_ ? bias_ + lo : nullptr, true, 64 * P_);
+                 bias_ ? bias_ + lo : nullptr, true, 64 * P_, add_ ? add_ + lo : nullptr);
     }
   }
 
@@ -392,6 +405,7 @@ class Bf16Product {
   int64_t ldc_;
   float beta_;
   const float* bias_;
+  const float* add_;
   int64_t bregion_;
   uint32_t *pa_ = nullptr, *pb_ = nullptr;
 };
@@ -404,9 +418,9 @@ uint32_t* bf16_buffer(std::vector<uint32_t>& v, int64_t n) {
 
 // One Bf16Product over heed's threads (for_slabs).
 void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                     int64_t ldb, float* C, int64_t ldc, float beta, const float* bias) {
+                     int64_t ldb, float* C, int64_t ldc, float beta, const float* bias, const float* add) {
   thread_local std::vector<uint32_t> bufa, bufb;
-  Bf16Product p(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias);
+  Bf16Product p(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias, add);
   p.bind(bf16_buffer(bufa, p.a_words()), bf16_buffer(bufb, p.b_words()));
   for_slabs(p.count(), [&](int64_t i) { p.slab(i); }, [&](int t, int nt) { p.shared(t, nt); });
 }
@@ -414,15 +428,15 @@ void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const fl
 // C = op(A) op(B) (+ C when beta = 1), split over heed's threads in slabs
 // (gemm_slabs), each slab one single-threaded call. Inside an active parallel
 // region the slabs run one after the other on the calling thread. A bias
-// (contiguous, N long; beta 0) is added to every row of C. Under
-// set_precision(bf16) float32 products of 1 MFLOP or more run in bf16
-// (gemm_split_bf16).
+// (contiguous, N long) is added to every row of C, then add (beta 0; laid
+// out like C: gemm_one). Under set_precision(bf16) float32 products of 1
+// MFLOP or more run in bf16 (gemm_split_bf16).
 template <class T>
 void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
-                int64_t ldb, T* C, int64_t ldc, T beta = T(0), const T* bias = nullptr) {
+                int64_t ldb, T* C, int64_t ldc, T beta = T(0), const T* bias = nullptr, const T* add = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
     if (g_bf16.load(std::memory_order_relaxed) && 2 * M * N * K >= kBf16MinFlops && (beta == 0.0f || beta == 1.0f)) {
-      gemm_split_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias);
+      gemm_split_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias, add);
       return;
     }
   }
@@ -431,11 +445,12 @@ void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
     int64_t lo = i * s.size, hi = lo + s.size;
     if (s.by_rows) {
       hi = std::min(hi, M);
-      gemm_one<T>(ta, tb, hi - lo, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc, beta, bias);
+      gemm_one<T>(ta, tb, hi - lo, N, K, ta ? A + lo : A + lo * lda, lda, B, ldb, C + lo * ldc, ldc, beta, bias,
+                  add ? add + lo * ldc : nullptr);
     } else {
       hi = std::min(hi, N);
       gemm_one<T>(ta, tb, M, hi - lo, K, A, lda, tb ? B + lo * ldb : B + lo, ldb, C + lo, ldc, beta,
-                  bias ? bias + lo : nullptr);
+                  bias ? bias + lo : nullptr, add ? add + lo : nullptr);
     }
   });
 }
@@ -443,22 +458,27 @@ void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
 // y [R, O] = x [R, I] w[O, I]^T (+ b): the bias goes with the GEMM, slab by
 // slab (oneDNN adds it in its epilogue; before OpenBLAS it is written into
 // the slab, which the GEMM then accumulates onto), never in a pass of its own.
+// add (contiguous, y's shape, or undefined): y = add + (x w^T + b), added in
+// the same epilogue.
 template <class T>
-void linear_impl(const Tensor& x2, const Tensor& w, const Tensor& b, const Tensor& y) {
+void linear_impl(const Tensor& x2, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& add) {
   const int64_t R = x2.size(0), I = x2.size(1), O = w.size(0);
   T* py = y.data<T>();
   if (R == 0 || O == 0) return;
   const Tensor bc = b.defined() ? contiguous(b) : Tensor();
+  const T* pa = add.defined() ? add.data<T>() : nullptr;
   if (I == 0) {
-    if (!bc.defined()) fill_(y, 0.0);
-    else
-      for (int64_t r = 0; r < R; ++r) std::copy(bc.data<T>(), bc.data<T>() + O, py + r * O);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t o = 0; o < O; ++o) {
+        const T v = bc.defined() ? bc.data<T>()[o] : T(0);
+        py[r * O + o] = pa ? v + pa[r * O + o] : v;
+      }
     return;
   }
   BlasMat mx = blas_layout(R, I, x2.stride(0), x2.stride(1));
   BlasMat mw = blas_layout(I, O, w.stride(1), w.stride(0));  // w^T as [I, O]
   gemm_split<T>(mx.trans, mw.trans, R, O, I, x2.data<T>(), mx.ld, w.data<T>(), mw.ld, py, O, T(0),
-                bc.defined() ? bc.data<T>() : nullptr);
+                bc.defined() ? bc.data<T>() : nullptr, pa);
 }
 
 template <class T>
@@ -903,7 +923,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   return r;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& add) {
   check_defined(x, "linear");
   check_defined(w, "linear");
   if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1) || (b.defined() && (b.dim() != 1 || b.size(0) != w.size(0))))
@@ -920,9 +940,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor wt = blas_layout(I, O, w.stride(1), w.stride(0)).ok ? w : contiguous(w);
   Shape out_shape = x.shape();
   out_shape.back() = O;
+  if (add.defined() && (add.shape() != out_shape || add.dtype() != x.dtype()))
+    fail("linear: the tensor to add is {} {}, expected the output's {} {}", shape_str(add.shape()),
+         dtype_name(add.dtype()), shape_str(out_shape), dtype_name(x.dtype()));
+  const Tensor addc = add.defined() ? contiguous(add) : Tensor();
   Tensor y = Tensor::empty(out_shape, x.dtype());
-  if (x.dtype() == DType::f64) linear_impl<double>(x2, wt, b, y);
-  else linear_impl<float>(x2, wt, b, y);
+  if (x.dtype() == DType::f64) linear_impl<double>(x2, wt, b, y, addc);
+  else linear_impl<float>(x2, wt, b, y, addc);
   return y;
 }
 

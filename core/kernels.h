@@ -107,8 +107,11 @@ Tensor argmax(const Tensor& t, int64_t dim, bool keepdim = false);
 // on either of the last two dims) go to GEMM without a copy.
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x [.., I] w[O, I]^T + b (b [O] or undefined) -> [.., O], as one GEMM over
-// all leading dims with the bias as its starting value.
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+// all leading dims with the bias added in its epilogue. With add (the
+// output's shape and dtype), add + linear(x, w, b) in the same pass: the
+// GEMM's epilogue adds it after the bias, so the bits are those of the
+// separate add (a residual connection).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& add = Tensor());
 // The gradients of y = linear(x, w, b) for dL/dy = g: dx = g w (x's shape),
 // dw = g^T x ([O, I], leading dims folded into rows) and db = g summed over
 // its rows ([O], need_b), each when asked. Under set_precision(bf16) g is

@@ -108,6 +108,24 @@ Tensor MultiHeadAttention::forward(const Tensor& q_in, const Tensor& kv_in) {
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in) {
+  return project(q_in, k_in, v_in, Tensor());
+}
+
+Tensor MultiHeadAttention::forward_add(const Tensor& x, const Tensor& residual) {
+  if (options.kdim_ != options.d_model_ || options.vdim_ != options.d_model_)
+    fail("MultiHeadAttention({}): self-attention needs kdim == vdim == d_model; call forward(q_in, k_in, v_in)",
+         extra_repr());
+  check_defined(residual, "MultiHeadAttention residual");
+  if (x.defined() && residual.shape() != x.shape())
+    fail("MultiHeadAttention({}): the residual to add is {}, expected the input's {}", extra_repr(),
+         shape_str(residual.shape()), shape_str(x.shape()));
+  return project(x, x, x, residual);
+}
+
+// forward(q_in, k_in, v_in), plus residual (when defined) after the output
+// projection: in its epilogue on the fused path, else a separate add.
+Tensor MultiHeadAttention::project(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                   const Tensor& residual) {
   const auto& c = options;
   check_input(q_in, "query", c.d_model_);
   check_input(k_in, "key", c.kdim_);
@@ -125,12 +143,14 @@ Tensor MultiHeadAttention::forward(const Tensor& q_in, const Tensor& k_in, const
     Tensor k = reshape(k_proj->forward(k_in), {N, S, c.kv_heads_, c.head_dim_});  // [N, S, G, K]
     Tensor v = reshape(v_proj->forward(v_in), {N, S, c.kv_heads_, c.head_dim_});  // [N, S, G, K]
     Tensor o = scaled_dot_product_attention(q, k, v, c.causal_, scale);          // [N, T, H, K]
-    return out_proj->forward(reshape(o, {N, T, c.heads_ * c.head_dim_}));
+    Tensor o2 = reshape(o, {N, T, c.heads_ * c.head_dim_});
+    return residual.defined() ? out_proj->forward_add(o2, residual) : out_proj->forward(o2);
   }
   Tensor q = split_heads(q_proj->forward(q_in) * scale, c.heads_, c.head_dim_);  // [N, H, T, K]
   Tensor k = split_heads(k_proj->forward(k_in), c.kv_heads_, c.head_dim_);       // [N, G, S, K]
   Tensor v = split_heads(v_proj->forward(v_in), c.kv_heads_, c.head_dim_);       // [N, G, S, K]
-  return attend(q, k, v, c.causal_ ? causal_mask(T) : Tensor());
+  Tensor y = attend(q, k, v, c.causal_ ? causal_mask(T) : Tensor());
+  return residual.defined() ? residual + y : y;
 }
 
 // The fused kernel serves every call except those that need the

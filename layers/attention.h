@@ -68,6 +68,10 @@ class MultiHeadAttention : public Module {
 
   // Self-attention: x [N, T, D] -> [N, T, D].
   Tensor forward(const Tensor& x) override;
+  // residual + forward(x) (residual [N, T, D]), the add in the output
+  // projection's epilogue when it may (no attention weights kept, no active
+  // dropout): the same values as the separate add.
+  Tensor forward_add(const Tensor& x, const Tensor& residual);
   // Cross-attention: queries from q_in [N, T, D], keys and values from
   // kv_in [N, S, Dk] (needs kdim == vdim). S may differ from T; causal
   // cross-attention needs S == T.
@@ -96,6 +100,7 @@ class MultiHeadAttention : public Module {
 
  private:
   void check_input(const Tensor& t, const char* what, int64_t width) const;
+  Tensor project(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& residual);
   // q [N, H, T, K], k and v [N, G, S, K], mask [T, S] (1 = hidden) or
   // undefined -> [N, T, D].
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);

@@ -30,6 +30,20 @@ Tensor Linear::forward(const Tensor& x) {
   return linear(x, weight, bias);
 }
 
+Tensor Linear::forward_add(const Tensor& x, const Tensor& residual) {
+  check_defined(x, "Linear");
+  check_defined(residual, "Linear residual");
+  if (x.dim() < 1 || x.size(-1) != options.in_features_)
+    fail("Linear({}, {}): expected input [.., {}], got {}", options.in_features_, options.out_features_,
+         options.in_features_, shape_str(x.shape()));
+  Shape out = x.shape();
+  out.back() = options.out_features_;
+  if (residual.shape() != out)
+    fail("Linear({}, {}): the residual to add is {}, expected the output's {}", options.in_features_,
+         options.out_features_, shape_str(residual.shape()), shape_str(out));
+  return linear(x, weight, bias, residual);
+}
+
 std::string Linear::extra_repr() const {
   return fmt::format("in_features={}, out_features={}, bias={}", options.in_features_, options.out_features_,
                      bias.defined() ? "True" : "False");

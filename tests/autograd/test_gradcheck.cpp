@@ -97,6 +97,8 @@ std::vector<Case> cases() {
       {"linear 2d", {{3, 4}, {5, 4}, {5}}, [](V x) { return linear(x[0], x[1], x[2]); }},
       {"linear 3d", {{2, 3, 4}, {5, 4}, {5}}, [](V x) { return linear(x[0], x[1], x[2]); }},
       {"linear no bias", {{2, 3, 4}, {5, 4}}, [](V x) { return linear(x[0], x[1]); }},
+      {"linear + residual", {{2, 3, 4}, {5, 4}, {5}, {2, 3, 5}}, [](V x) { return linear(x[0], x[1], x[2], x[3]); }},
+      {"linear + residual nc", {{4, 3}, {5, 4}, {5}, {5, 3}}, [](V x) { return linear(T(x[0]), x[1], x[2], T(x[3])); }},
       {"linear nc x^T, w^T", {{4, 3}, {4, 5}, {5}}, [](V x) { return linear(T(x[0]), T(x[1]), x[2]); }},
       {"matmul nc a^T b", {{4, 3}, {4, 5}}, [](V x) { return matmul(T(x[0]), x[1]); }},
       {"matmul nc a b^T", {{3, 4}, {5, 4}}, [](V x) { return matmul(x[0], T(x[1])); }},

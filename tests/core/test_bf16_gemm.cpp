@@ -179,7 +179,7 @@ TEST_CASE("bf16 gemm: float32 accumulation of the rounded operands' products, fo
   }
 }
 
-TEST_CASE("bf16 gemm's epilogues: a bias, or the old C, added after the whole sum with a float32 add's bits") {
+TEST_CASE("bf16 gemm's epilogues: a bias, the old C or a residual, added after the whole sum with a float32 add's bits") {
   if (!b16::supported()) {
     MESSAGE("no AVX512-BF16 here: the bf16 GEMM is never called");
     return;
@@ -196,21 +196,27 @@ TEST_CASE("bf16 gemm's epilogues: a bias, or the old C, added after the whole su
       b16::pack_rows(af.data(), K, 1, M, K, pa.data(), np);
       b16::pack_pairs(bf.data(), N, 1, K, N, pb.data(), ldb);
       std::vector<float> plain(static_cast<size_t>(M * ldc), 0.0f), with_bias = plain, added(old.begin(), old.end()),
-          chained(old.begin(), old.end());
+          chained(old.begin(), old.end()), residual(old.begin(), old.end()), fresh(static_cast<size_t>(M * ldc), 9.0f);
+      for (float& r : residual) r = r * 0.5f - 1.0f;
       b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, plain.data(), ldc, 1.0f, false);
       b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, with_bias.data(), ldc, 1.0f, false, {}, biasf.data());
       b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, added.data(), ldc, 1.0f, true, {}, nullptr, true);
       b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, chained.data(), ldc, 1.0f, true);
-      int bias_off = 0, add_off = 0, chain_differs = 0;
+      // A residual: (A B + bias) + another matrix, C's old values unread.
+      b16::gemm(M, N, np, pa.data(), np, 1, pb.data(), ldb, fresh.data(), ldc, 1.0f, true, {}, biasf.data(), true, 0,
+                residual.data());
+      int bias_off = 0, add_off = 0, chain_differs = 0, residual_off = 0;
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) {
           const size_t e = static_cast<size_t>(i * ldc + j);
           bias_off += with_bias[e] != plain[e] + biasf[static_cast<size_t>(j)];
           add_off += added[e] != plain[e] + static_cast<float>(old[e]);
           chain_differs += chained[e] != added[e];
+          residual_off += fresh[e] != with_bias[e] + residual[e];
         }
       CHECK(bias_off == 0);
       CHECK(add_off == 0);
+      CHECK(residual_off == 0);
       // Without add_after the sum starts from C: other roundings, somewhere.
       if (M * N > 100) CHECK(chain_differs > 0);
     }
@@ -218,7 +224,13 @@ TEST_CASE("bf16 gemm's epilogues: a bias, or the old C, added after the whole su
   std::vector<uint32_t> one(16, 0);
   std::vector<float> c(16, 0.0f), bias(16, 1.0f);
   CHECK_THROWS_WITH_AS(b16::gemm(1, 16, 1, one.data(), 1, 1, one.data(), 16, c.data(), 16, 0.5f, false, {}, bias.data()),
-                       doctest::Contains("a bias goes with alpha 1, no accumulation and no band"), Error);
+                       doctest::Contains("a bias goes with alpha 1, no band and no accumulation onto C's chains"),
+                       Error);
+  CHECK_THROWS_WITH_AS(b16::gemm(1, 16, 1, one.data(), 1, 1, one.data(), 16, c.data(), 16, 1.0f, true, {}, bias.data()),
+                       doctest::Contains("no accumulation onto C's chains"), Error);
+  CHECK_THROWS_WITH_AS(
+      b16::gemm(1, 16, 1, one.data(), 1, 1, one.data(), 16, c.data(), 16, 1.0f, false, {}, nullptr, false, 0, c.data()),
+      doctest::Contains("an addend goes with accumulate, add_after and alpha 1"), Error);
 }
 
 TEST_CASE("bf16 gemm with a band: the needed part equals the whole product's") {
