@@ -88,15 +88,10 @@ inline F16 load16(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-// lanes_sum's tree on a vector: (a[l] + a[l + 8]), then (h[l] + h[l + 4]),
-// then (k0 + k1) + (k2 + k3): the same additions, in vector registers.
-using F8 = float __attribute__((vector_size(32)));
-using F4 = float __attribute__((vector_size(16)));
-inline float sum16(F16 v) {
-  const F8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const F4 k = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
-  return (k[0] + k[1]) + (k[2] + k[3]);
+inline float sum16(F16 v) {  // lanes_sum's tree, in vector registers
+  float a[kLanes];
+  std::memcpy(a, &v, sizeof a);
+  return lanes_sum(a);
 }
 
 template <int NR>
