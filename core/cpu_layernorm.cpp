@@ -157,16 +157,31 @@ void backward_row(const T* __restrict xr, const T* __restrict gr, const T* __res
   // they vectorise, and their fixed tree keeps the result deterministic.
   T a_dn[kLanes] = {}, a_dnx[kLanes] = {};
   int64_t d0 = 0;
-  for (; d0 + kLanes <= D; d0 += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const int64_t d = d0 + l;
-      const T xhat = (xr[d] - m) * rstd;
-      const T dn = gr[d] * w[d];
-      a_dn[l] += dn;
-      a_dnx[l] += dn * xhat;
-      pwb[d] += gr[d] * xhat;
-      pbb[d] += gr[d];
+  if constexpr (std::is_same_v<T, float>) {
+    // Lane l of a 16-float vector holds partial l.
+    F16 v_dn = {}, v_dnx = {};
+    for (; d0 + kLanes <= D; d0 += kLanes) {
+      const F16 g = load16(gr + d0), xhat = (load16(xr + d0) - m) * rstd, dn = g * load16(w + d0);
+      v_dn += dn;
+      v_dnx += dn * xhat;
+      const F16 pw = load16(pwb + d0) + g * xhat, pb = load16(pbb + d0) + g;
+      std::memcpy(pwb + d0, &pw, sizeof pw);
+      std::memcpy(pbb + d0, &pb, sizeof pb);
     }
+    std::memcpy(a_dn, &v_dn, sizeof a_dn);
+    std::memcpy(a_dnx, &v_dnx, sizeof a_dnx);
+  } else {
+    for (; d0 + kLanes <= D; d0 += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const int64_t d = d0 + l;
+        const T xhat = (xr[d] - m) * rstd;
+        const T dn = gr[d] * w[d];
+        a_dn[l] += dn;
+        a_dnx[l] += dn * xhat;
+        pwb[d] += gr[d] * xhat;
+        pbb[d] += gr[d];
+      }
+  }
   for (int64_t d = d0; d < D; ++d) {
     const T xhat = (xr[d] - m) * rstd;
     const T dn = gr[d] * w[d];
@@ -178,34 +193,6 @@ void backward_row(const T* __restrict xr, const T* __restrict gr, const T* __res
   const T s_dn = lanes_sum(a_dn) / static_cast<T>(D), s_dnx = lanes_sum(a_dnx) / static_cast<T>(D);
   for (int64_t d = 0; d < D; ++d) {
     const T xhat = (xr[d] - m) * rstd;
-    gxr[d] = rstd * (gr[d] * w[d] - s_dn - xhat * s_dnx);
-  }
-}
-
-// float: backward_row's sums, lane l of a 16-float vector holding partial l.
-void backward_row(const float* __restrict xr, const float* __restrict gr, const float* __restrict w, float m,
-                  float rstd, int64_t D, float* __restrict gxr, float* __restrict pwb, float* __restrict pbb) {
-  F16 a_dn = {}, a_dnx = {};
-  int64_t d0 = 0;
-  for (; d0 + kLanes <= D; d0 += kLanes) {
-    const F16 g = load16(gr + d0), xhat = (load16(xr + d0) - m) * rstd, dn = g * load16(w + d0);
-    a_dn += dn;
-    a_dnx += dn * xhat;
-    const F16 pw = load16(pwb + d0) + g * xhat, pb = load16(pbb + d0) + g;
-    std::memcpy(pwb + d0, &pw, sizeof pw);
-    std::memcpy(pbb + d0, &pb, sizeof pb);
-  }
-  for (int64_t d = d0; d < D; ++d) {
-    const float xhat = (xr[d] - m) * rstd;
-    const float dn = gr[d] * w[d];
-    a_dn[d - d0] += dn;
-    a_dnx[d - d0] += dn * xhat;
-    pwb[d] += gr[d] * xhat;
-    pbb[d] += gr[d];
-  }
-  const float s_dn = sum16(a_dn) / static_cast<float>(D), s_dnx = sum16(a_dnx) / static_cast<float>(D);
-  for (int64_t d = 0; d < D; ++d) {
-    const float xhat = (xr[d] - m) * rstd;
     gxr[d] = rstd * (gr[d] * w[d] - s_dn - xhat * s_dnx);
   }
 }
