@@ -93,12 +93,7 @@ void MultiHeadAttention::check_input(const Tensor& t, const char* what, int64_t 
          std::string(what) == "query" ? "T" : "S", width, shape_str(t.shape()));
 }
 
-Tensor MultiHeadAttention::forward(const Tensor& x) {
-  if (options.kdim_ != options.d_model_ || options.vdim_ != options.d_model_)
-    fail("MultiHeadAttention({}): self-attention needs kdim == vdim == d_model; call forward(q_in, k_in, v_in)",
-         extra_repr());
-  return forward(x, x, x);
-}
+Tensor MultiHeadAttention::forward(const Tensor& x) { return forward_add(x, Tensor()); }
 
 Tensor MultiHeadAttention::forward(const Tensor& q_in, const Tensor& kv_in) {
   if (options.kdim_ != options.vdim_)
@@ -115,8 +110,7 @@ Tensor MultiHeadAttention::forward_add(const Tensor& x, const Tensor& residual) 
   if (options.kdim_ != options.d_model_ || options.vdim_ != options.d_model_)
     fail("MultiHeadAttention({}): self-attention needs kdim == vdim == d_model; call forward(q_in, k_in, v_in)",
          extra_repr());
-  check_defined(residual, "MultiHeadAttention residual");
-  if (x.defined() && residual.shape() != x.shape())
+  if (x.defined() && residual.defined() && residual.shape() != x.shape())
     fail("MultiHeadAttention({}): the residual to add is {}, expected the input's {}", extra_repr(),
          shape_str(residual.shape()), shape_str(x.shape()));
   return project(x, x, x, residual);

@@ -68,9 +68,9 @@ class MultiHeadAttention : public Module {
 
   // Self-attention: x [N, T, D] -> [N, T, D].
   Tensor forward(const Tensor& x) override;
-  // residual + forward(x) (residual [N, T, D]), the add in the output
-  // projection's epilogue when it may (no attention weights kept, no active
-  // dropout): the same values as the separate add.
+  // residual + forward(x) (residual [N, T, D]; undefined: forward(x)), the
+  // add in the output projection's epilogue when it may (no attention weights
+  // kept, no active dropout): the same values as the separate add.
   Tensor forward_add(const Tensor& x, const Tensor& residual);
   // Cross-attention: queries from q_in [N, T, D], keys and values from
   // kv_in [N, S, Dk] (needs kdim == vdim). S may differ from T; causal

@@ -22,25 +22,20 @@ Linear::Linear(const LinearOptions& o) : Module("Linear"), options(o) {
   }
 }
 
-Tensor Linear::forward(const Tensor& x) {
-  check_defined(x, "Linear");
-  if (x.dim() < 1 || x.size(-1) != options.in_features_)
-    fail("Linear({}, {}): expected input [.., {}], got {}", options.in_features_, options.out_features_,
-         options.in_features_, shape_str(x.shape()));
-  return linear(x, weight, bias);
-}
+Tensor Linear::forward(const Tensor& x) { return forward_add(x, Tensor()); }
 
 Tensor Linear::forward_add(const Tensor& x, const Tensor& residual) {
   check_defined(x, "Linear");
-  check_defined(residual, "Linear residual");
   if (x.dim() < 1 || x.size(-1) != options.in_features_)
     fail("Linear({}, {}): expected input [.., {}], got {}", options.in_features_, options.out_features_,
          options.in_features_, shape_str(x.shape()));
-  Shape out = x.shape();
-  out.back() = options.out_features_;
-  if (residual.shape() != out)
-    fail("Linear({}, {}): the residual to add is {}, expected the output's {}", options.in_features_,
-         options.out_features_, shape_str(residual.shape()), shape_str(out));
+  if (residual.defined()) {
+    Shape out = x.shape();
+    out.back() = options.out_features_;
+    if (residual.shape() != out)
+      fail("Linear({}, {}): the residual to add is {}, expected the output's {}", options.in_features_,
+           options.out_features_, shape_str(residual.shape()), shape_str(out));
+  }
   return linear(x, weight, bias, residual);
 }
 

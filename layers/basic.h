@@ -30,8 +30,9 @@ class Linear : public Module {
   explicit Linear(const LinearOptions& o);
   Linear(int64_t in, int64_t out) : Linear(LinearOptions(in, out)) {}
   Tensor forward(const Tensor& x) override;
-  // residual + forward(x) in one pass (residual: the output's shape), the
-  // add in the product's epilogue: the same values as the separate add.
+  // residual + forward(x) in one pass (residual: the output's shape;
+  // undefined: forward(x)), the add in the product's epilogue: the same
+  // values as the separate add.
   Tensor forward_add(const Tensor& x, const Tensor& residual);
   std::string extra_repr() const override;
   Tensor weight;  // [Out, In]

@@ -42,8 +42,9 @@ class FeedForward : public Module {
   explicit FeedForward(const FeedForwardOptions& o);
   explicit FeedForward(int64_t dim) : FeedForward(FeedForwardOptions(dim)) {}
   Tensor forward(const Tensor& x) override;
-  // residual + forward(x), the add in fc2's epilogue when no dropout is
-  // active (else a separate add after the dropout): the same values.
+  // residual + forward(x) (undefined residual: forward(x)), the add in fc2's
+  // epilogue when no dropout is active (else a separate add after the
+  // dropout): the same values.
   Tensor forward_add(const Tensor& x, const Tensor& residual);
   std::string extra_repr() const override;
   std::shared_ptr<Linear> fc1;  // D -> hidden
