@@ -44,66 +44,103 @@ void check_ln(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
 
 // ---- direct loops: one row per iteration, each row by one thread ----
 // float32 rows run on 16-float vectors (GCC's vector extension, so the same
-// lanes on AVX2 and AVX-512), lane l holding partial sum l, lanes_sum's tree
-// done in registers; the rows' pointers are restrict (an output row never
-// overlaps the inputs: a fresh tensor, or a thread's row buffer). The loops
-// written per element had the compiler re-check overlaps every row, keep the
-// partial sums in memory and add them up one scalar at a time. Same
-// arithmetic in the same order (the outputs' bits unchanged); GPT-128's
-// [768, 128], median us, old -> new, 2 threads: backward 28.5 -> 16.3,
-// backward adding into a gradient sum 30.8 -> 19.2, forward 15.4 -> 13.7
-// (one thread: 53 -> 28, 61 -> 38, 29.5 -> 26-27).
-// float: lane l of a 16-float vector holds partial sum l.
+// lanes on AVX2 and AVX-512), lane l holding partial sum l and lanes_sum's
+// tree done in registers, the forward two rows at a time; their pointers are
+// restrict (an output row never overlaps the inputs: a fresh tensor, or a
+// thread's row buffer). The loops written per element had the compiler
+// re-check overlaps every row, keep the partial sums in memory and add them
+// up one scalar at a time. Same arithmetic in the same order (the outputs'
+// bits unchanged); GPT-128's [768, 128], median us, old -> new, 2 threads:
+// forward 15.4 -> 13.7, backward 28.5 -> 16.3, backward adding into a
+// gradient sum 30.8 -> 19.2 (one thread: 29.5 -> 26.1, 53 -> 28, 61 -> 38).
+template <class T>
+struct RowStats {
+  T mean, var;
+};
+template <class T>
+RowStats<T> forward_row(const T* __restrict xr, const T* __restrict w, const T* __restrict b, T* __restrict yr,
+                        int64_t D, double eps) {
+  // Two passes (mean, then squared deviations): no cancellation for rows
+  // with a large mean, unlike E[x^2] - E[x]^2. Each sum in kLanes partial
+  // results (core/lanes.h): they vectorise, in a fixed order.
+  T a[kLanes] = {};
+  int64_t d0 = 0;
+  for (; d0 + kLanes <= D; d0 += kLanes)
+    for (int l = 0; l < kLanes; ++l) a[l] += xr[d0 + l];
+  for (int64_t d = d0; d < D; ++d) a[d - d0] += xr[d];
+  const T m = lanes_sum(a) / static_cast<T>(D);
+  T q[kLanes] = {};
+  for (d0 = 0; d0 + kLanes <= D; d0 += kLanes)
+    for (int l = 0; l < kLanes; ++l) q[l] += (xr[d0 + l] - m) * (xr[d0 + l] - m);
+  for (int64_t d = d0; d < D; ++d) q[d - d0] += (xr[d] - m) * (xr[d] - m);
+  const T v = lanes_sum(q) / static_cast<T>(D);
+  const T rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(v) + eps));
+  for (int64_t d = 0; d < D; ++d) yr[d] = (xr[d] - m) * rstd * w[d] + b[d];
+  return {m, v};
+}
+
+// float: the same sums as forward_row, lane l of a 16-float vector holding
+// partial l, two rows at a time (their chains overlap; one row at a time
+// waited on each reduction in turn).
 using F16 = float __attribute__((vector_size(64)));
 inline F16 load16(const float* p) {
   F16 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+inline float sum16(F16 v) {  // lanes_sum's tree, in vector registers
+  float a[kLanes];
+  std::memcpy(a, &v, sizeof a);
+  return lanes_sum(a);
+}
 
-// One row of the forward: y, and the row's mean and variance.
-template <class T>
-void forward_row(const T* __restrict xr, const T* __restrict w, const T* __restrict b, T* __restrict yr, int64_t D,
-                 double eps, T& mean, T& var) {
-  // Two passes (mean, then squared deviations): no cancellation for rows
-  // with a large mean, unlike E[x^2] - E[x]^2. Each sum in kLanes partial
-  // results (core/lanes.h): they vectorise, in a fixed order.
-  T a[kLanes] = {}, q[kLanes] = {};
+template <int NR>
+void forward_rows_f32(const float* __restrict x, const float* __restrict w, const float* __restrict b,
+                      float* __restrict y, float* mean, float* var, int64_t D, double eps) {
+  F16 a[NR] = {};
   int64_t d0 = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    F16 v = {};
-    for (; d0 + kLanes <= D; d0 += kLanes) v += load16(xr + d0);
-    std::memcpy(a, &v, sizeof a);
-  } else {
-    for (; d0 + kLanes <= D; d0 += kLanes)
-      for (int l = 0; l < kLanes; ++l) a[l] += xr[d0 + l];
+  for (; d0 + kLanes <= D; d0 += kLanes)
+    for (int i = 0; i < NR; ++i) a[i] += load16(x + i * D + d0);
+  float m[NR], rstd[NR];
+  for (int i = 0; i < NR; ++i) {
+    for (int64_t d = d0; d < D; ++d) a[i][d - d0] += x[i * D + d];
+    m[i] = sum16(a[i]) / static_cast<float>(D);
   }
-  for (int64_t d = d0; d < D; ++d) a[d - d0] += xr[d];
-  const T m = lanes_sum(a) / static_cast<T>(D);
-  d0 = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    F16 v = {};
-    for (; d0 + kLanes <= D; d0 += kLanes) {
-      const F16 t = load16(xr + d0) - m;
-      v += t * t;
+  F16 q[NR] = {};
+  for (d0 = 0; d0 + kLanes <= D; d0 += kLanes)
+    for (int i = 0; i < NR; ++i) {
+      const F16 t = load16(x + i * D + d0) - m[i];
+      q[i] += t * t;
     }
-    std::memcpy(q, &v, sizeof q);
-  } else {
-    for (; d0 + kLanes <= D; d0 += kLanes)
-      for (int l = 0; l < kLanes; ++l) q[l] += (xr[d0 + l] - m) * (xr[d0 + l] - m);
+  for (int i = 0; i < NR; ++i) {
+    for (int64_t d = d0; d < D; ++d) q[i][d - d0] += (x[i * D + d] - m[i]) * (x[i * D + d] - m[i]);
+    const float v = sum16(q[i]) / static_cast<float>(D);
+    rstd[i] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v) + eps));
+    mean[i] = m[i];
+    var[i] = v;
   }
-  for (int64_t d = d0; d < D; ++d) q[d - d0] += (xr[d] - m) * (xr[d] - m);
-  const T v = lanes_sum(q) / static_cast<T>(D);
-  const T rstd = static_cast<T>(1.0 / std::sqrt(static_cast<double>(v) + eps));
-  for (int64_t d = 0; d < D; ++d) yr[d] = (xr[d] - m) * rstd * w[d] + b[d];
-  mean = m;
-  var = v;
+  for (int i = 0; i < NR; ++i)
+    for (int64_t d = 0; d < D; ++d) y[i * D + d] = (x[i * D + d] - m[i]) * rstd[i] * w[d] + b[d];
 }
 
 template <class T>
 void loop_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* var, int64_t R, int64_t D, double eps) {
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t pairs = (R + 1) / 2;
 #pragma omp parallel for schedule(static) if (R * D > kParallelGrain)
-  for (int64_t r = 0; r < R; ++r) forward_row(x + r * D, w, b, y + r * D, D, eps, mean[r], var[r]);
+    for (int64_t k = 0; k < pairs; ++k) {
+      const int64_t r = 2 * k;
+      if (r + 2 <= R) forward_rows_f32<2>(x + r * D, w, b, y + r * D, mean + r, var + r, D, eps);
+      else forward_rows_f32<1>(x + r * D, w, b, y + r * D, mean + r, var + r, D, eps);
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (R * D > kParallelGrain)
+    for (int64_t r = 0; r < R; ++r) {
+      const RowStats<T> st = forward_row(x + r * D, w, b, y + r * D, D, eps);
+      mean[r] = st.mean;
+      var[r] = st.var;
+    }
+  }
 }
 
 // gw and gb sum over rows. To stay deterministic for any thread count, rows
