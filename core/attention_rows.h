@@ -22,6 +22,9 @@ struct Kernels {
   // Backward: p[j] = e^(s[j] - lse) and ds[j] = p[j] (ds[j] - D) for j < vis
   // (ds holds dP there), both 0 for vis <= j < n.
   void (*probs_and_grads)(float* s, float* ds, int64_t vis, int64_t n, float lse, float D);
+  // Backward from probabilities the forward kept: ds[j] = p[j] (ds[j] - D)
+  // for j < vis, 0 for vis <= j < n (p is not written).
+  void (*grads)(const float* p, float* ds, int64_t vis, int64_t n, float D);
 };
 
 // The kernels of an instruction set (AVX2 or AVX-512) this CPU has, else null.

@@ -15,7 +15,9 @@
 //   acc_i = acc_i e^(m_i - m_i') + sum_j e^(s_ij - m_i') v_j
 // and at the end o_i = acc_i / l_i, lse_i = m_i + log l_i (kept for backward).
 //
-// Backward recomputes the probabilities from lse (p_ij = e^(s_ij - lse_i)):
+// Backward recomputes the probabilities from lse (p_ij = e^(s_ij - lse_i)),
+// or (keep_probs, float32 block path, all keys one block) reads the ones the
+// forward kept (p_ij = e^(s_ij - m_i) / l_i):
 //   D_i = dO_i . o_i,  dP_ij = dO_i . v_j,  dS_ij = p_ij (dP_ij - D_i)
 //   dV_j += p_ij dO_i,  dQ_i += scale dS_ij k_j,  dK_j += scale dS_ij q_i
 // One task per (n, g) owns dK and dV of that key/value head and dQ of its r
@@ -783,9 +785,11 @@ F32Scratch& f32_scratch() {
 }
 
 // One block of queries [i0, i1) of head (n, h), given its key/value head's
-// K^T (kt) and V (vb) as B operands.
+// K^T (kt) and V (vb) as B operands. probs (this head's [T, S] rows, or
+// null): where all keys are one block, the probabilities are kept there,
+// p_ij = e^(s_ij - m_i) / l_i.
 void forward_block_f32(const Problem<float>& P, const F32Kernels& fk, RowsB kt, RowsB vb, int64_t n, int64_t h,
-                       int64_t i0, int64_t i1, Heads<float> o, float* lse) {
+                       int64_t i0, int64_t i1, Heads<float> o, float* lse, float* probs) {
   const int64_t bq = i1 - i0, E = P.E, K = P.K;
   Scratch<float>& w = scratch<float>();
   w.fit(P.bq, P.bk, E, P.T_);
@@ -800,6 +804,13 @@ void forward_block_f32(const Problem<float>& P, const F32Kernels& fk, RowsB kt, 
     for (int64_t i = 0; i < bq; ++i)
       softmax_row(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E, VectorRows{fk.rows});
     fk.gemm(bq, E, nb, s, nb, 1, vb.from_row(j0), vb.ld, acc, E, 1.0f, true, band.keys);  // acc += P V
+    if (probs)  // the only key block (keep_probs)
+      for (int64_t i = 0; i < bq; ++i) {
+        const float inv = 1.0f / l[i];
+        const float* e = s + i * nb;
+        float* pr = probs + (i0 + i) * P.S;
+        for (int64_t j = 0; j < nb; ++j) pr[j] = e[j] * inv;
+      }
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
 }
@@ -807,25 +818,31 @@ void forward_block_f32(const Problem<float>& P, const F32Kernels& fk, RowsB kt, 
 // The forward of query blocks [b0, b1) of every query head of key/value
 // head (n, g), as forward_group_bf16.
 void forward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n, int64_t g, int64_t b0, int64_t b1,
-                       Heads<float> o, float* lse) {
+                       Heads<float> o, float* lse, float* probs) {
   const int64_t r = P.H / P.G, keys = P.key_end(std::min(P.T_, b1 * P.bq));
   F32Scratch& x = f32_scratch();
   const RowsB kt = rows_b(P.k.at(n, g).t(), P.K, keys, x.kt), vb = rows_b(P.v.at(n, g), keys, P.E, x.vb);
   for (int64_t h = g * r; h < (g + 1) * r; ++h)
     for (int64_t b = b0; b < b1; ++b)
-      forward_block_f32(P, fk, kt, vb, n, h, b * P.bq, std::min(P.T_, (b + 1) * P.bq), o, lse);
+      forward_block_f32(P, fk, kt, vb, n, h, b * P.bq, std::min(P.T_, (b + 1) * P.bq), o, lse,
+                        probs ? probs + (n * P.H + h) * P.T_ * P.S : nullptr);
 }
 
-// The backward of one (n, g), in the order of backward_group_bf16.
+// The backward of one (n, g), in the order of backward_group_bf16. probs:
+// the forward's kept probabilities [N, H, T, S] (all keys one block), or
+// null to recompute them.
 void backward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n, int64_t g, Heads<const float> o,
-                        const float* lse, Heads<const float> go, Heads<float> dq, Heads<float> dk, Heads<float> dv) {
+                        const float* lse, Heads<const float> go, Heads<float> dq, Heads<float> dk, Heads<float> dv,
+                        const float* probs) {
   const int64_t r = P.H / P.G, E = P.E, K = P.K, S = P.S, T = P.T_;
   Scratch<float>& w = scratch<float>();
   w.fit(P.bq, P.bk, E, T);
   F32Scratch& x = f32_scratch();
   float *s = w.s.data(), *dp = w.dp.data();
   const Mat<const float> Kh = P.k.at(n, g), V = P.v.at(n, g);
-  const RowsB kt = rows_b(Kh.t(), K, S, x.kt), vt = rows_b(V.t(), E, S, x.vt), kb = rows_b(Kh, S, K, x.kb);
+  // K^T (B of S) only where the scores are recomputed.
+  const RowsB kt = probs ? RowsB{nullptr, 0} : rows_b(Kh.t(), K, S, x.kt);
+  const RowsB vt = rows_b(V.t(), E, S, x.vt), kb = rows_b(Kh, S, K, x.kb);
   hold_zeroed(x.dk, S * K);
   hold_zeroed(x.dv, S * E);
   hold(x.dq, P.bq * K);
@@ -833,6 +850,7 @@ void backward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n
   for (int64_t h = g * r; h < (g + 1) * r; ++h) {
     const Mat<const float> Qh = P.q.at(n, h), O = o.at(n, h), GO = go.at(n, h);
     const float* lse_h = lse + (n * P.H + h) * T;
+    const float* ph = probs ? probs + (n * P.H + h) * T * S : nullptr;
     float* D = w.d.data();  // D_i = dO_i . o_i
     for (int64_t i = 0; i < T; ++i) D[i] = dot(GO.p + i * GO.rs, GO.cs, O.p + i * O.rs, O.cs, E);
     const RowsB qb = rows_b(Qh, T, K, x.qb), gb = rows_b(GO, T, E, x.gb);
@@ -842,12 +860,22 @@ void backward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n
       for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
         const int64_t nb = std::min(P.bk, jend - j0);
         const Bands band = causal_bands(P, i0, j0);
-        fk.gemm(bq, nb, K, Qb.p, Qb.rs, Qb.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S
         fk.gemm(bq, nb, E, GOb.p, GOb.rs, GOb.cs, vt.p + j0, vt.ld, dp, nb, 1.0f, false, band.cols);  // dP = dO V^T
-        for (int64_t i = 0; i < bq; ++i)  // P, and dS = P (dP - D) in place of dP
-          fk.rows->probs_and_grads(s + i * nb, dp + i * nb, visible_keys(P, i0 + i, j0, nb), nb, lse_h[i0 + i],
-                                   D[i0 + i]);
-        fk.gemm(nb, E, bq, s, 1, nb, gb.from_row(i0), gb.ld, dV + j0 * E, E, 1.0f, true, band.queries);   // dV += P^T dO
+        // P (row stride ps), and dS = P (dP - D) in place of dP.
+        const float* pm = s;
+        int64_t ps = nb;
+        if (ph) {  // kept by the forward (j0 = 0, the only key block)
+          pm = ph + i0 * S;
+          ps = S;
+          for (int64_t i = 0; i < bq; ++i)
+            fk.rows->grads(pm + i * S, dp + i * nb, visible_keys(P, i0 + i, j0, nb), nb, D[i0 + i]);
+        } else {
+          fk.gemm(bq, nb, K, Qb.p, Qb.rs, Qb.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S
+          for (int64_t i = 0; i < bq; ++i)
+            fk.rows->probs_and_grads(s + i * nb, dp + i * nb, visible_keys(P, i0 + i, j0, nb), nb, lse_h[i0 + i],
+                                     D[i0 + i]);
+        }
+        fk.gemm(nb, E, bq, pm, 1, ps, gb.from_row(i0), gb.ld, dV + j0 * E, E, 1.0f, true, band.queries);  // dV += P^T dO
         fk.gemm(nb, K, bq, dp, 1, nb, qb.from_row(i0), qb.ld, dK + j0 * K, K, 1.0f, true, band.queries);  // dK += dS^T Q
         fk.gemm(bq, K, nb, dp, nb, 1, kb.from_row(j0), kb.ld, dQ, K, 1.0f, j0 > 0, band.keys);           // dQ += dS K
       }
@@ -942,7 +970,7 @@ void even_blocks(Problem<float>& P) {
 int64_t attention_scratch_bytes() { return g_scratch_bytes.load(); }
 
 AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
-                               int64_t block_q, int64_t block_k) {
+                               int64_t block_q, int64_t block_k, bool keep_probs) {
   check_inputs(q_in, k_in, v_in);
   if (causal && k_in.size(1) < q_in.size(1))
     fail("attention: causal attention needs at least as many keys as queries, got T={} queries and S={} keys",
@@ -976,6 +1004,8 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
     if (bf16) even_blocks(P);
     const Heads<float> o = heads<float>(r.out, r.out.data<float>());
     float* lse = r.lse.data<float>();
+    if (keep_probs && !bf16 && P.S <= P.bk) r.probs = Tensor::empty({N, H, T, P.S});
+    float* probs = r.probs.defined() ? r.probs.data<float>() : nullptr;
     // Tasks: (n, g, a run of query blocks), at least kMinTasks of them when
     // there are enough blocks. Results do not depend on the split: every
     // query block computes the same whichever task runs it.
@@ -989,7 +1019,7 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
           const int64_t n = t / (G * runs), g = (t / runs) % G, b0 = (t % runs) * per, b1 = std::min(nqb, b0 + per);
           if (b0 >= nqb) return;
           if (bf16) forward_group_bf16(P, n, g, b0, b1, o, lse);
-          else forward_group_f32(P, fk, n, g, b0, b1, o, lse);
+          else forward_group_f32(P, fk, n, g, b0, b1, o, lse, probs);
         },
         runs == 1);
   };
@@ -1002,7 +1032,7 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
 
 AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
-                                  int64_t block_q, int64_t block_k) {
+                                  int64_t block_q, int64_t block_k, const Tensor& probs) {
   check_inputs(q_in, k_in, v_in);
   const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
   if (grad_out.shape() != out.shape())
@@ -1010,6 +1040,11 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
          shape_str(out.shape()));
   const Tensor o = readable(out), go = readable(grad_out), l = contiguous(lse);
   const int64_t N = q.size(0), G = k.size(2);
+  if (probs.defined() &&
+      (probs.dtype() != DType::f32 || q.dtype() != DType::f32 || !probs.is_contiguous() ||
+       probs.shape() != Shape{N, q.size(2), q.size(1), k.size(1)}))
+    fail("attention backward: kept probabilities {} {} do not match [N, H, T, S] = {} float32 (contiguous)",
+         dtype_name(probs.dtype()), shape_str(probs.shape()), shape_str({N, q.size(2), q.size(1), k.size(1)}));
   AttentionGrads r;
   r.dq = empty_like_layout(q, q.shape());
   r.dk = empty_like_layout(k, k.shape());
@@ -1038,11 +1073,13 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
     const Heads<float> dq = heads<float>(r.dq, r.dq.data<float>()), dk = heads<float>(r.dk, r.dk.data<float>()),
                        dv = heads<float>(r.dv, r.dv.data<float>());
     const float* pl = l.data<float>();
+    // The forward's probabilities, where it kept them for this path.
+    const float* pp = !bf16 && probs.defined() && P.S <= P.bk ? probs.data<float>() : nullptr;
     for_tasks(
         N * G, true,
         [&](int64_t t) {
           if (bf16) backward_group_bf16(P, t / G, t % G, ho, pl, hgo, dq, dk, dv);
-          else backward_group_f32(P, fk, t / G, t % G, ho, pl, hgo, dq, dk, dv);
+          else backward_group_f32(P, fk, t / G, t % G, ho, pl, hgo, dq, dk, dv, pp);
         },
         true);
   };

@@ -209,18 +209,29 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
 // attention runs its block products with bf16 operands and float32
 // accumulation (odd block sizes are then rounded up to even); results stay
 // independent of the thread count.
+//
+// keep_probs: where all S keys fit in one key block (S <= block_k) and the
+// float32 block path runs (AVX2 or AVX-512, float32 products), the forward
+// also returns the probabilities P [N, H, T, S] (row i's columns past its
+// block's visible keys unspecified), at most block_k floats per query: the
+// backward given them skips recomputing the scores (one of its five block
+// products) and their exponentials. Elsewhere probs stays undefined and the
+// backward recomputes as usual.
 struct AttentionOut {
-  Tensor out;  // [N, T, H, E], laid out like q
-  Tensor lse;  // [N, H, T] log-sum-exp of each query's scores, for backward
+  Tensor out;    // [N, T, H, E], laid out like q
+  Tensor lse;    // [N, H, T] log-sum-exp of each query's scores, for backward
+  Tensor probs;  // [N, H, T, S] with keep_probs where it applies, else undefined
 };
 AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                               int64_t block_q = 0, int64_t block_k = 0);
+                               int64_t block_q = 0, int64_t block_k = 0, bool keep_probs = false);
 struct AttentionGrads {
   Tensor dq, dk, dv;  // shaped and laid out as q, k, v
 };
+// probs: the forward's AttentionOut::probs (same problem and blocks), or
+// undefined to recompute them.
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
-                                  int64_t block_q = 0, int64_t block_k = 0);
+                                  int64_t block_q = 0, int64_t block_k = 0, const Tensor& probs = Tensor());
 // Bytes of scratch the attention kernels hold between calls, all threads
 // together, outside the caching allocator: per thread one block of scores,
 // and per key/value head the float32 path's K^T and V^T copies and dK, dV

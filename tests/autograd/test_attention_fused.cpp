@@ -5,6 +5,7 @@
 // Plus finite differences in float64.
 #include <cmath>
 
+#include "core/kernels.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -181,4 +182,82 @@ TEST_CASE("fused attention in float32 at every instruction set: the plain path's
     for (size_t i = 0; i < results[0].size(); ++i) CHECK(results[0][i] == results[1][i]);
   else
     MESSAGE("one vector instruction set here: AVX2 against AVX-512 not compared");
+}
+
+TEST_CASE("fused attention keeps its probabilities when all keys are one block: softmax's values, and the gradients of recomputing them") {
+  namespace k = heed::kernel;
+  // {N, T, S, H, G, K, E, causal}: all keys fit one default block (128, causal 64).
+  const std::vector<Case> cases{{2, 9, 9, 2, 2, 4, 4, true}, {1, 7, 11, 4, 2, 3, 5, false}, {2, 37, 40, 2, 1, 8, 6, true},
+                                {3, 64, 64, 4, 4, 32, 32, true}, {2, 100, 100, 1, 1, 16, 16, false}};
+  std::vector<std::vector<std::vector<float>>> per_isa;
+  for (CpuIsa isa : {CpuIsa::baseline, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (isa > heed::cpu_isa_max()) continue;
+    INFO("isa " << heed::cpu_isa_name(isa));
+    test::KernelIsa at(isa);
+    std::vector<std::vector<float>> results;
+    for (const Case& c : cases) {
+      INFO("T=" << c.T << " S=" << c.S << " H=" << c.H << " G=" << c.G << " causal=" << c.causal);
+      const double scale = 0.4;
+      Tensor q = test::det_tensor({c.N, c.T, c.H, c.K}, 1, -1.5, 1.5), kk = test::det_tensor({c.N, c.S, c.G, c.K}, 2, -1.5, 1.5),
+             v = test::det_tensor({c.N, c.S, c.G, c.E}, 3), go = test::det_tensor({c.N, c.T, c.H, c.E}, 4);
+      const k::AttentionOut kept = k::attention_forward(q, kk, v, c.causal, scale, 0, 0, true);
+      const k::AttentionOut plain = k::attention_forward(q, kk, v, c.causal, scale);
+      CHECK_FALSE(plain.probs.defined());
+      CHECK(kept.out.to_vector<float>() == plain.out.to_vector<float>());  // keeping them changes nothing else
+      CHECK(kept.lse.to_vector<float>() == plain.lse.to_vector<float>());
+      if (isa == CpuIsa::baseline) {  // no float32 block path: recomputed as before
+        CHECK_FALSE(kept.probs.defined());
+        continue;
+      }
+      REQUIRE(kept.probs.defined());
+      CHECK(kept.probs.shape() == Shape{c.N, c.H, c.T, c.S});
+      // p_ij = e^(s_ij - lse_i) for the keys query i sees.
+      const std::vector<float> P = kept.probs.to_vector<float>(), L = kept.lse.to_vector<float>();
+      const Tensor qc = contiguous(q), kc = contiguous(kk);
+      const float *pq = qc.data<float>(), *pk = kc.data<float>();
+      double worst = 0, worst_sum = 0;
+      for (int64_t n = 0; n < c.N; ++n)
+        for (int64_t h = 0; h < c.H; ++h)
+          for (int64_t i = 0; i < c.T; ++i) {
+            const int64_t g = h / (c.H / c.G), visible = c.causal ? i + c.S - c.T + 1 : c.S;
+            const double lse = L[static_cast<size_t>((n * c.H + h) * c.T + i)];
+            double sum = 0;
+            for (int64_t j = 0; j < visible; ++j) {
+              double s = 0;
+              for (int64_t d = 0; d < c.K; ++d)
+                s += double(pq[((n * c.T + i) * c.H + h) * c.K + d]) * pk[((n * c.S + j) * c.G + g) * c.K + d];
+              const double p = P[static_cast<size_t>(((n * c.H + h) * c.T + i) * c.S + j)];
+              worst = std::max(worst, std::abs(p - std::exp(scale * s - lse)));
+              sum += p;
+            }
+            worst_sum = std::max(worst_sum, std::abs(sum - 1.0));
+          }
+      CHECK(worst < 5e-6);  // float32 scores up to ~30 in size
+      CHECK(worst_sum < 1e-5);
+      // The backward from them: the recomputing backward's gradients up to rounding.
+      const k::AttentionGrads a = k::attention_backward(q, kk, v, kept.out, kept.lse, go, c.causal, scale, 0, 0, kept.probs);
+      const k::AttentionGrads b = k::attention_backward(q, kk, v, plain.out, plain.lse, go, c.causal, scale);
+      CHECK(max_diff(a.dq, b.dq) < 1e-5);
+      CHECK(max_diff(a.dk, b.dk) < 1e-5);
+      CHECK(max_diff(a.dv, b.dv) < 1e-5);
+      CHECK(max_diff(a.dq, Tensor::zeros(a.dq.shape())) > 1e-3);  // not trivially zero
+      results.push_back(P);
+      for (const Tensor* t : {&a.dq, &a.dk, &a.dv}) results.push_back(t->to_vector<float>());
+    }
+    // Not kept: more keys than one block, or float64.
+    const Case big{1, 20, 20, 1, 1, 4, 4, false};
+    Tensor q = test::det_tensor({1, 20, 1, 4}, 5), kk = test::det_tensor({1, 20, 1, 4}, 6), v = test::det_tensor({1, 20, 1, 4}, 7);
+    CHECK_FALSE(k::attention_forward(q, kk, v, big.causal, 1.0, 8, 8, true).probs.defined());
+    CHECK_FALSE(k::attention_forward(k::to_dtype(q, DType::f64), k::to_dtype(kk, DType::f64), k::to_dtype(v, DType::f64), false,
+                                     1.0, 0, 0, true)
+                    .probs.defined());
+    if (isa != CpuIsa::baseline) per_isa.push_back(results);
+  }
+  if (per_isa.size() == 2)  // AVX2 and AVX-512: the same bits
+    for (size_t i = 0; i < per_isa[0].size(); ++i) CHECK(per_isa[0][i] == per_isa[1][i]);
+  // Probabilities of the wrong shape are refused, naming both.
+  Tensor q = test::det_tensor({1, 4, 2, 8}, 8), kk = test::det_tensor({1, 4, 2, 8}, 9), v = test::det_tensor({1, 4, 2, 8}, 10);
+  const k::AttentionOut f = k::attention_forward(q, kk, v, false, 1.0);
+  CHECK_THROWS_WITH_AS(k::attention_backward(q, kk, v, f.out, f.lse, f.out, false, 1.0, 0, 0, Tensor::zeros({1, 2, 4, 5})),
+                       doctest::Contains("[1, 2, 4, 5]"), Error);
 }
