@@ -37,6 +37,11 @@ Tensor FeedForward::forward_add(const Tensor& x, const Tensor& residual) {
   check_defined(x, "FeedForward");
   if (x.dim() < 1 || x.size(-1) != options.dim_)
     fail("FeedForward({}): expected input [.., {}], got {}", extra_repr(), options.dim_, shape_str(x.shape()));
+  // Checked here, not only by fc2's fused add: the dropout path's separate
+  // add would broadcast a smaller residual.
+  if (residual.defined() && residual.shape() != x.shape())
+    fail("FeedForward({}): the residual to add is {}, expected the input's {}", extra_repr(),
+         shape_str(residual.shape()), shape_str(x.shape()));
   Tensor h = activation(fc1->forward(x), options.activation_);  // [.., hidden]
   if (!residual.defined()) return dropout(fc2->forward(h), options.dropout_, is_training());
   if (options.dropout_ > 0 && is_training()) return residual + dropout(fc2->forward(h), options.dropout_, true);

@@ -82,6 +82,16 @@ TEST_CASE("linear + residual: a residual of the wrong shape or dtype is named, w
   nn::Linear lin(4, 5);
   CHECK_THROWS_WITH_AS(lin.forward_add(x, Tensor::zeros({3, 5})),
                        doctest::Contains("the residual to add is [3, 5], expected the output's [2, 3, 5]"), Error);
+  // FeedForward on both of its paths: the fused add, and (dropout while
+  // training) the separate add, which would otherwise broadcast [4] over [2, 3, 4].
+  for (double p : {0.0, 0.5}) {
+    CAPTURE(p);
+    nn::FeedForward ffn(nn::FeedForwardOptions(4).hidden(8).dropout(p));
+    ffn.train();
+    CHECK_THROWS_WITH_AS(ffn.forward_add(x, Tensor::zeros({4})),
+                         doctest::Contains("the residual to add is [4], expected the input's [2, 3, 4]"), Error);
+    CHECK(ffn.forward_add(x, Tensor::zeros({2, 3, 4})).shape() == Shape{2, 3, 4});
+  }
 }
 
 TEST_CASE("TransformerBlock: the residual adds fused into out_proj and fc2 give the written-out block's bits") {
