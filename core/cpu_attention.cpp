@@ -16,8 +16,8 @@
 // and at the end o_i = acc_i / l_i, lse_i = m_i + log l_i (kept for backward).
 //
 // Backward recomputes the probabilities from lse (p_ij = e^(s_ij - lse_i)),
-// or (keep_probs, float32 block path, all keys one block) reads the ones the
-// forward kept (p_ij = e^(s_ij - m_i) / l_i):
+// or (keep_probs, the float32 or bf16 block path, all keys one block) reads
+// the ones the forward kept (p_ij = e^(s_ij - m_i) / l_i, in float32):
 //   D_i = dO_i . o_i,  dP_ij = dO_i . v_j,  dS_ij = p_ij (dP_ij - D_i)
 //   dV_j += p_ij dO_i,  dQ_i += scale dS_ij k_j,  dK_j += scale dS_ij q_i
 // One task per (n, g) owns dK and dV of that key/value head and dQ of its r
@@ -549,9 +549,11 @@ Bf16Scratch& bf16_scratch() {
 // rows' chains (maximum, exponentials, sum: a short row is all latency)
 // overlap. A GPT-128 block's forward ran its rows one by one at 41% of its
 // time.
+// keep (or null): the R rows' e^(s - m) in float32 too (row stride P.S, the
+// kept probabilities' rows before their division by l).
 template <int R>
 HEED_BF16 void softmax_rows_bf16(const Problem<float>& P, int64_t i, int64_t j0, int64_t nb, const float* srow,
-                                 float* m, float* l, float* acc, uint32_t* dst, int64_t ldp) {
+                                 float* m, float* l, float* acc, uint32_t* dst, int64_t ldp, float* keep) {
   using namespace bf16::simd;
   int64_t vis[R];
   float mx[R], corr[R];
@@ -582,6 +584,10 @@ HEED_BF16 void softmax_rows_bf16(const Problem<float>& P, int64_t i, int64_t j0,
       const __m512 e1 = _mm512_maskz_mov_ps(m1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, x + 16), shift[r])));
       sum[r] = _mm512_add_ps(sum[r], _mm512_add_ps(e0, e1));
       _mm512_mask_storeu_epi32(dst + r * ldp + j / 2, words, pair_run(e0, e1));
+      if (keep) {
+        _mm512_mask_storeu_ps(keep + r * P.S + j, first(nb - j), e0);
+        _mm512_mask_storeu_ps(keep + r * P.S + j + 16, first(nb - j - 16), e1);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -599,9 +605,11 @@ HEED_BF16 void softmax_rows_bf16(const Problem<float>& P, int64_t i, int64_t j0,
 // (dP_ij - D_i) in float32, rounded into pb (P's rows paired: P^T for dV),
 // dsb (dS's rows paired: dS^T for dK), both with row stride ldb, and dsa (dS
 // row by row, stride lda: for dQ). lse and D start at query i0.
+// kept (or null): the forward's probabilities of these rows (row stride
+// P.S), read instead of e^(s - lse) (s is then not read).
 HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq, int64_t j0, int64_t nb,
                                 const float* s, const float* dp, const float* lse, const float* D, uint32_t* pb,
-                                uint32_t* dsb, int64_t ldb, uint32_t* dsa, int64_t lda) {
+                                uint32_t* dsb, int64_t ldb, uint32_t* dsa, int64_t lda, const float* kept) {
   using namespace bf16::simd;
   for (int64_t i = 0; i < bq; i += 2) {
     const bool two = i + 1 < bq;  // an odd last row pairs with zeros
@@ -609,13 +617,16 @@ HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq,
     const __m512 lse0 = _mm512_set1_ps(lse[i]), lse1 = _mm512_set1_ps(two ? lse[i + 1] : 0.0f);
     const __m512 D0 = _mm512_set1_ps(D[i]), D1 = _mm512_set1_ps(two ? D[i + 1] : 0.0f);
     const float *s0 = s + i * nb, *s1 = s0 + nb, *dp0 = dp + i * nb, *dp1 = dp0 + nb;
+    const float *k0 = kept ? kept + i * P.S : nullptr, *k1 = kept ? k0 + P.S : nullptr;
     for (int64_t j = 0; j < nb; j += 32) {
       __m512 ds0[2], ds1[2];  // dS of rows i and i + 1
       for (int hf = 0; hf < 2; ++hf) {
         const int64_t c = j + 16 * hf;
         const __mmask16 v0 = first(vis0 - c), v1 = first(vis1 - c), in0 = first(nb - c);
-        const __m512 p0 = _mm512_maskz_mov_ps(v0, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v0, s0 + c), lse0)));
-        const __m512 p1 = _mm512_maskz_mov_ps(v1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v1, s1 + c), lse1)));
+        const __m512 p0 = kept ? _mm512_maskz_loadu_ps(v0, k0 + c)
+                               : _mm512_maskz_mov_ps(v0, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v0, s0 + c), lse0)));
+        const __m512 p1 = kept ? _mm512_maskz_loadu_ps(v1, k1 + c)
+                               : _mm512_maskz_mov_ps(v1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v1, s1 + c), lse1)));
         // dS is zero where p is (a hidden key, or beyond nb), and dP is read
         // only where visible (the banded product leaves the rest unwritten).
         ds0[hf] = _mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(v0, dp0 + c), D0));
@@ -633,7 +644,7 @@ HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq,
 // One block of queries [i0, i1) of head (n, h), given its key/value head's
 // K^T and V packed (kt: row stride ldk; vb: row stride ldv).
 void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk, const uint32_t* vb, int64_t ldv,
-                        int64_t n, int64_t h, int64_t i0, int64_t i1, Heads<float> o, float* lse) {
+                        int64_t n, int64_t h, int64_t i0, int64_t i1, Heads<float> o, float* lse, float* probs) {
   const int64_t bq = i1 - i0, E = P.E, K = P.K;
   Scratch<float>& w = scratch<float>();
   w.fit(P.bq, P.bk, E, P.T_);
@@ -650,9 +661,18 @@ void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk
     mm_bf16(bq, nb, K, P.scale, Q, kt + j0, ldk, false, s, nb, band.cols);  // S = scale Q K^T
     int64_t i = 0;
     for (; i + 4 <= bq; i += 4)
-      softmax_rows_bf16<4>(P, i0 + i, j0, nb, s + i * nb, m + i, l + i, acc + i * E, pa + i * ldp, ldp);
-    for (; i < bq; ++i) softmax_rows_bf16<1>(P, i0 + i, j0, nb, s + i * nb, m + i, l + i, acc + i * E, pa + i * ldp, ldp);
+      softmax_rows_bf16<4>(P, i0 + i, j0, nb, s + i * nb, m + i, l + i, acc + i * E, pa + i * ldp, ldp,
+                           probs ? probs + (i0 + i) * P.S : nullptr);
+    for (; i < bq; ++i)
+      softmax_rows_bf16<1>(P, i0 + i, j0, nb, s + i * nb, m + i, l + i, acc + i * E, pa + i * ldp, ldp,
+                           probs ? probs + (i0 + i) * P.S : nullptr);
     mm_bf16(bq, E, nb, 1.0f, {pa, ldp, 1}, vb + j0 / 2 * ldv, ldv, true, acc, E, band.keys);  // acc += P V
+    if (probs)  // the only key block (keep_probs): p = e / l
+      for (int64_t r = 0; r < bq; ++r) {
+        const float inv = 1.0f / l[r];
+        float* pr = probs + (i0 + r) * P.S;
+        for (int64_t j = 0; j < nb; ++j) pr[j] = pr[j] * inv;
+      }
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
 }
@@ -662,7 +682,7 @@ void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk
 // blocks see, into this thread's scratch, where they stay in cache for all
 // of them.
 void forward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, int64_t b0, int64_t b1, Heads<float> o,
-                        float* lse) {
+                        float* lse, float* probs) {
   const int64_t r = P.H / P.G, keys = P.key_end(std::min(P.T_, b1 * P.bq)), ldk = round16(keys), ldv = round16(P.E);
   Bf16Scratch& x = bf16_scratch();
   uint32_t* kt = words(x.kt, pairs(P.K) * ldk);
@@ -671,14 +691,16 @@ void forward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, int64_t b
   pack_b(P.v.at(n, g), keys, P.E, vb);
   for (int64_t h = g * r; h < (g + 1) * r; ++h)
     for (int64_t b = b0; b < b1; ++b)
-      forward_block_bf16(P, kt, ldk, vb, ldv, n, h, b * P.bq, std::min(P.T_, (b + 1) * P.bq), o, lse);
+      forward_block_bf16(P, kt, ldk, vb, ldv, n, h, b * P.bq, std::min(P.T_, (b + 1) * P.bq), o, lse,
+                         probs ? probs + (n * P.H + h) * P.T_ * P.S : nullptr);
 }
 
 // The bf16 backward of one (n, g), in the order of backward_group. dK, dV
 // and each query block's dQ sum in float32 scratch and are written out once
 // (scale applied there).
 void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<const float> o, const float* lse,
-                         Heads<const float> go, Heads<float> dq, Heads<float> dk, Heads<float> dv) {
+                         Heads<const float> go, Heads<float> dq, Heads<float> dk, Heads<float> dv,
+                         const float* probs) {
   const int64_t r = P.H / P.G, E = P.E, K = P.K, S = P.S, T = P.T_;
   Scratch<float>& w = scratch<float>();
   w.fit(P.bq, P.bk, E, T);
@@ -690,7 +712,7 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
   uint32_t* kt = words(x.kt, pairs(K) * ld_s);
   uint32_t* vt = words(x.vt, pairs(E) * ld_s);
   uint32_t* kb = words(x.kb, pairs(S) * ld_k);
-  pack_b(Kh.t(), K, S, kt);
+  if (!probs) pack_b(Kh.t(), K, S, kt);  // the scores are recomputed
   pack_b(V.t(), E, S, vt);
   pack_b(Kh, S, K, kb);
   hold_zeroed(x.dk, S * K);
@@ -712,8 +734,10 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
       }
       D[i] = dot(GO.p + i * GO.rs, GO.cs, O.p + i * O.rs, O.cs, E);
     }
-    // Q and dO both ways: A of S and dP, B of dK and dV.
-    const PackedA Qa = pack_a(Qh, T, K, words(x.qa, packed_a_size(T, K)));
+    // Q and dO both ways: A of S and dP, B of dK and dV (Q as A only where
+    // the scores are recomputed).
+    const float* ph = probs ? probs + (n * P.H + h) * T * S : nullptr;
+    const PackedA Qa = ph ? PackedA{} : pack_a(Qh, T, K, words(x.qa, packed_a_size(T, K)));
     const PackedA Ga = pack_a(GO, T, E, words(x.ga, packed_a_size(T, E)));
     uint32_t* qb = words(x.qb, pairs(T) * ld_k);
     uint32_t* gb = words(x.gb, pairs(T) * ld_e);
@@ -724,9 +748,10 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
       for (int64_t j0 = 0; j0 < jend; j0 += P.bk) {
         const int64_t nb = std::min(P.bk, jend - j0);
         const Bands band = causal_bands(P, i0, j0);
-        mm_bf16(bq, nb, K, P.scale, Qa.from_row(i0), kt + j0, ld_s, false, s, nb, band.cols);  // S
-        mm_bf16(bq, nb, E, 1.0f, Ga.from_row(i0), vt + j0, ld_s, false, dp, nb, band.cols);   // dP = dO V^T
-        block_grads_bf16(P, i0, bq, j0, nb, s, dp, lse_h + i0, D + i0, pb, dsb, ld_b, dsa, ld_a);
+        if (!ph) mm_bf16(bq, nb, K, P.scale, Qa.from_row(i0), kt + j0, ld_s, false, s, nb, band.cols);  // S
+        mm_bf16(bq, nb, E, 1.0f, Ga.from_row(i0), vt + j0, ld_s, false, dp, nb, band.cols);  // dP = dO V^T
+        block_grads_bf16(P, i0, bq, j0, nb, s, dp, lse_h + i0, D + i0, pb, dsb, ld_b, dsa, ld_a,
+                         ph ? ph + i0 * S : nullptr);
         const uint32_t *gbi = gb + i0 / 2 * ld_e, *qbi = qb + i0 / 2 * ld_k;  // from query i0's pair
         mm_bf16(nb, E, bq, 1.0f, {pb, 1, ld_b}, gbi, ld_e, true, dV + j0 * E, E, band.queries);   // dV += P^T dO
         mm_bf16(nb, K, bq, 1.0f, {dsb, 1, ld_b}, qbi, ld_k, true, dK + j0 * K, K, band.queries);  // dK += dS^T Q
@@ -1004,7 +1029,7 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
     if (bf16) even_blocks(P);
     const Heads<float> o = heads<float>(r.out, r.out.data<float>());
     float* lse = r.lse.data<float>();
-    if (keep_probs && !bf16 && P.S <= P.bk) r.probs = Tensor::empty({N, H, T, P.S});
+    if (keep_probs && P.S <= P.bk) r.probs = Tensor::empty({N, H, T, P.S});
     float* probs = r.probs.defined() ? r.probs.data<float>() : nullptr;
     // Tasks: (n, g, a run of query blocks), at least kMinTasks of them when
     // there are enough blocks. Results do not depend on the split: every
@@ -1018,7 +1043,7 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
         [&](int64_t t) {
           const int64_t n = t / (G * runs), g = (t / runs) % G, b0 = (t % runs) * per, b1 = std::min(nqb, b0 + per);
           if (b0 >= nqb) return;
-          if (bf16) forward_group_bf16(P, n, g, b0, b1, o, lse);
+          if (bf16) forward_group_bf16(P, n, g, b0, b1, o, lse, probs);
           else forward_group_f32(P, fk, n, g, b0, b1, o, lse, probs);
         },
         runs == 1);
@@ -1074,11 +1099,11 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
                        dv = heads<float>(r.dv, r.dv.data<float>());
     const float* pl = l.data<float>();
     // The forward's probabilities, where it kept them for this path.
-    const float* pp = !bf16 && probs.defined() && P.S <= P.bk ? probs.data<float>() : nullptr;
+    const float* pp = probs.defined() && P.S <= P.bk ? probs.data<float>() : nullptr;
     for_tasks(
         N * G, true,
         [&](int64_t t) {
-          if (bf16) backward_group_bf16(P, t / G, t % G, ho, pl, hgo, dq, dk, dv);
+          if (bf16) backward_group_bf16(P, t / G, t % G, ho, pl, hgo, dq, dk, dv, pp);
           else backward_group_f32(P, fk, t / G, t % G, ho, pl, hgo, dq, dk, dv, pp);
         },
         true);

@@ -210,9 +210,9 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
 // accumulation (odd block sizes are then rounded up to even); results stay
 // independent of the thread count.
 //
-// keep_probs: where all S keys fit in one key block (S <= block_k) and the
-// float32 block path runs (AVX2 or AVX-512, float32 products), the forward
-// also returns the probabilities P [N, H, T, S] (row i's columns past its
+// keep_probs: where all S keys fit in one key block (S <= block_k) and a
+// block path runs (float32 on AVX2 or AVX-512, or bf16 products), the
+// forward also returns the probabilities P [N, H, T, S] (row i's columns past its
 // block's visible keys unspecified), at most block_k floats per query: the
 // backward given them skips recomputing the scores (one of its five block
 // products) and their exponentials. Elsewhere probs stays undefined and the

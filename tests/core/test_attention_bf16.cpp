@@ -342,3 +342,48 @@ TEST_CASE("bf16 attention is bit-identical on 1 and 2 threads") {
     }
   }
 }
+
+TEST_CASE("bf16 attention keeps its probabilities when all keys are one block: rows summing to 1, zeros where causal hides a key, the gradients of recomputing them up to bf16 rounding") {
+  if (!bf16_here()) {
+    MESSAGE("no native bf16 here: ", bf16_unsupported_reason());
+    return;
+  }
+  PrecisionScope ps(Precision::bf16);
+  struct Shape7 {
+    int64_t N, T, S, H, G, K;
+    bool causal;
+  };
+  for (const Shape7 c : {Shape7{3, 64, 64, 4, 4, 32, true}, Shape7{2, 37, 40, 2, 1, 8, true},
+                         Shape7{2, 100, 100, 1, 1, 16, false}, Shape7{1, 7, 11, 4, 2, 3, false}}) {
+    INFO("T=" << c.T << " S=" << c.S << " H=" << c.H << " G=" << c.G << " K=" << c.K << " causal=" << c.causal);
+    Tensor q = test::det_tensor({c.N, c.T, c.H, c.K}, 41, -1.5, 1.5), k = test::det_tensor({c.N, c.S, c.G, c.K}, 42, -1.5, 1.5),
+           v = test::det_tensor({c.N, c.S, c.G, c.K}, 43), go = test::det_tensor({c.N, c.T, c.H, c.K}, 44);
+    const kernel::AttentionOut kept = kernel::attention_forward(q, k, v, c.causal, 0.4, 0, 0, true);
+    const kernel::AttentionOut plain = kernel::attention_forward(q, k, v, c.causal, 0.4);
+    CHECK(kept.out.to_vector<float>() == plain.out.to_vector<float>());
+    CHECK(kept.lse.to_vector<float>() == plain.lse.to_vector<float>());
+    REQUIRE(kept.probs.defined());
+    const std::vector<float> P = kept.probs.to_vector<float>();
+    double worst_sum = 0;
+    int64_t hidden_nonzero = 0;
+    for (int64_t row = 0; row < c.N * c.H * c.T; ++row) {
+      const int64_t i = row % c.T, visible = c.causal ? i + c.S - c.T + 1 : c.S;
+      double sum = 0;
+      for (int64_t j = 0; j < c.S; ++j) {
+        const float p = P[static_cast<size_t>(row * c.S + j)];
+        if (j < visible) sum += p;
+        else hidden_nonzero += p != 0.0f;
+      }
+      worst_sum = std::max(worst_sum, std::abs(sum - 1.0));
+    }
+    CHECK(worst_sum < 1e-5);
+    CHECK(hidden_nonzero == 0);
+    const kernel::AttentionGrads a = kernel::attention_backward(q, k, v, kept.out, kept.lse, go, c.causal, 0.4, 0, 0, kept.probs);
+    const kernel::AttentionGrads b = kernel::attention_backward(q, k, v, plain.out, plain.lse, go, c.causal, 0.4);
+    for (auto [x, y] : {std::pair{&a.dq, &b.dq}, std::pair{&a.dk, &b.dk}, std::pair{&a.dv, &b.dv}}) {
+      const double scale = test::max_diff(*y, Tensor::zeros(y->shape()));
+      CHECK(scale > 1e-3);
+      CHECK(test::max_diff(*x, *y) <= 1e-2 * scale);  // P or dS rounded to bf16 one ulp apart here and there
+    }
+  }
+}
