@@ -16,7 +16,11 @@
 // blockwise with an online softmax) and plain, the matmul + softmax + matmul
 // path MultiHeadAttention takes when it keeps its maps. Both are credited the
 // same FLOPs (the two products forward, four backward; causal counts only the
-// unmasked scores), so their FLOP rates compare directly.
+// unmasked scores), so their FLOP rates compare directly. Where all keys fit
+// one block (toy, gpt-128), training's fused path keeps the probabilities
+// (keep_probs): attention_fused_forward_keep and attention_fused_backward_kept
+// time that path; the other two, recomputing them, as inference and longer
+// sequences run.
 //
 // The fast Walsh-Hadamard transform (kernel::fwht_, in place) runs on rows of
 // d = 128 .. 65536 floats, 64 MiB in all (far beyond the caches) and 256 KiB
@@ -250,6 +254,26 @@ void attention_benchmarks() {
         benchmark::DoNotOptimize(k::attention_backward(q, kk, v, f.out, f.lse, go, a.causal, a.scale()));
       count_flops(st, 2 * fwd);
     });
+    if (a.T <= (a.causal ? 64 : 128)) {  // one default key block: training keeps the probabilities
+      add("attention_fused_forward_keep/" + a.name(), a.label, [=](benchmark::State& st) {
+        Tensor q = rnd({a.N, a.T, a.H, a.K}, 1), kk = rnd({a.N, a.T, a.H, a.K}, 2), v = rnd({a.N, a.T, a.H, a.K}, 3);
+        for (auto _ : st) benchmark::DoNotOptimize(k::attention_forward(q, kk, v, a.causal, a.scale(), 0, 0, true));
+        count_flops(st, fwd);
+      });
+      add("attention_fused_backward_kept/" + a.name(), a.label, [=](benchmark::State& st) {
+        Tensor q = rnd({a.N, a.T, a.H, a.K}, 1), kk = rnd({a.N, a.T, a.H, a.K}, 2), v = rnd({a.N, a.T, a.H, a.K}, 3);
+        Tensor go = rnd({a.N, a.T, a.H, a.K}, 4);
+        k::AttentionOut f = k::attention_forward(q, kk, v, a.causal, a.scale(), 0, 0, true);
+        if (!f.probs.defined()) {
+          st.SkipWithError("probabilities not kept here (baseline instruction set?)");
+          return;
+        }
+        for (auto _ : st)
+          benchmark::DoNotOptimize(
+              k::attention_backward(q, kk, v, f.out, f.lse, go, a.causal, a.scale(), 0, 0, f.probs));
+        count_flops(st, 2 * fwd);
+      });
+    }
     // Plain: q, k, v [N, H, T, K] contiguous.
     add("attention_plain_forward/" + a.name(), a.label, [=](benchmark::State& st) {
       Tensor q = rnd({a.N, a.H, a.T, a.K}, 1), kk = rnd({a.N, a.H, a.T, a.K}, 2), v = rnd({a.N, a.H, a.T, a.K}, 3);
