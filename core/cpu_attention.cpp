@@ -311,6 +311,19 @@ void softmax_row(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb, T* srow
     for (int64_t c = 0; c < P.E; ++c) acc[c] *= corr;
 }
 
+// keep_probs: rows [i0, i0 + bq) of one head's kept probabilities (row
+// stride P.S), p = e / l, from the only key block's nb exponentials e (row
+// stride lde; e may be those rows themselves).
+inline void keep_rows(const Problem<float>& P, const float* e, int64_t lde, const float* l, int64_t i0, int64_t bq,
+                      int64_t nb, float* probs) {
+  for (int64_t i = 0; i < bq; ++i) {
+    const float inv = 1.0f / l[i];
+    const float* er = e + i * lde;
+    float* pr = probs + (i0 + i) * P.S;
+    for (int64_t j = 0; j < nb; ++j) pr[j] = er[j] * inv;
+  }
+}
+
 // Starts the forward of a block of bq queries: m = -inf, l = 0, acc = 0.
 template <class T>
 void start_rows(Scratch<T>& w, int64_t bq, int64_t E) {
@@ -667,12 +680,7 @@ void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk
       softmax_rows_bf16<1>(P, i0 + i, j0, nb, s + i * nb, m + i, l + i, acc + i * E, pa + i * ldp, ldp,
                            probs ? probs + (i0 + i) * P.S : nullptr);
     mm_bf16(bq, E, nb, 1.0f, {pa, ldp, 1}, vb + j0 / 2 * ldv, ldv, true, acc, E, band.keys);  // acc += P V
-    if (probs)  // the only key block (keep_probs): p = e / l
-      for (int64_t r = 0; r < bq; ++r) {
-        const float inv = 1.0f / l[r];
-        float* pr = probs + (i0 + r) * P.S;
-        for (int64_t j = 0; j < nb; ++j) pr[j] = pr[j] * inv;
-      }
+    if (probs) keep_rows(P, probs + i0 * P.S, P.S, l, i0, bq, nb, probs);  // e was written there
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
 }
@@ -829,13 +837,7 @@ void forward_block_f32(const Problem<float>& P, const F32Kernels& fk, RowsB kt, 
     for (int64_t i = 0; i < bq; ++i)
       softmax_row(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E, VectorRows{fk.rows});
     fk.gemm(bq, E, nb, s, nb, 1, vb.from_row(j0), vb.ld, acc, E, 1.0f, true, band.keys);  // acc += P V
-    if (probs)  // the only key block (keep_probs)
-      for (int64_t i = 0; i < bq; ++i) {
-        const float inv = 1.0f / l[i];
-        const float* e = s + i * nb;
-        float* pr = probs + (i0 + i) * P.S;
-        for (int64_t j = 0; j < nb; ++j) pr[j] = e[j] * inv;
-      }
+    if (probs) keep_rows(P, s, nb, l, i0, bq, nb, probs);  // the only key block
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
 }
