@@ -95,14 +95,21 @@ void share_cores() {
 // 3x instead of the fair 2x (the toy attention model: 18 ms alone, 52-56 ms
 // side by side). The thread that opens heed's parallel regions measures, every
 // 50 ms of its work, how long it waited for a core (the kernel's run-queue
-// delay, /proc/thread-self/schedstat). Waiting more than a tenth of the time
-// means more runnable threads than cores: it opens its regions with fewer
+// delay, /proc/thread-self/schedstat). Waiting more than a tenth of the time,
+// with more threads runnable on the machine than it has cores at the tick
+// (/proc/loadavg), means another program wants the cores: it opens its
+// regions with fewer
 // threads (OpenMP's thread count for that thread, which oneDNN's and heed's
 // regions follow) for a hold of 0.5 s, then tries every thread again for one
 // tick; a try that finds the cores still busy doubles the hold (to 8 s), a
 // quiet one ends the pacing. Two busy ticks in a row start it: a burst
-// shorter than that passes. Results do not change: every kernel splits its
-// work by shape, never by thread count.
+// shorter than that passes. The count of runnable threads keeps a process
+// alone at full speed: its new OpenMP worker sometimes starts on its own
+// core and spins there for 50-80 ms before the kernel moves it, and the
+// wait alone cut a lone 2-thread bf16 product (3072 x 256 x 1024) to one
+// thread, and half its speed, for its first 0.5 s in 3 of 6 runs (0 of 8
+// with the count). Results do not change: every kernel splits its work by
+// shape, never by thread count.
 
 namespace {
 
@@ -125,6 +132,24 @@ int64_t run_queue_wait_ns() {
   unsigned long long on_cpu = 0, waited = 0;
   if (std::sscanf(buf, "%llu %llu", &on_cpu, &waited) != 2) return -1;
   return static_cast<int64_t>(waited);
+}
+
+// Whether more threads are runnable on the whole machine (the kernel's
+// count in /proc/loadavg, this thread included) than it has cores online;
+// true when the kernel does not say (the wait alone decides then).
+bool crowded() {
+  char buf[128];
+  const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  double l1, l5, l15;
+  long running = 0, total = 0;
+  if (std::sscanf(buf, "%lf %lf %lf %ld/%ld", &l1, &l5, &l15, &running, &total) != 5) return true;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores <= 0 || running > cores;
 }
 
 std::atomic<int> g_adaptive{-1};  // -1: not read from the environment yet
@@ -160,14 +185,14 @@ void Pacer::reset(int cap) {
   busy_ticks_ = 0;
 }
 
-int Pacer::update(int64_t now, int64_t waited) {
+int Pacer::update(int64_t now, int64_t waited, bool crowded) {
   if (!have_sample_ || now <= last_now_) {
     have_sample_ = true;
     last_now_ = now;
     last_waited_ = waited;
     return active_;
   }
-  const double busy = double(waited - last_waited_) / double(now - last_now_);
+  const double busy = crowded ? double(waited - last_waited_) / double(now - last_now_) : 0.0;
   if (active_ < cap_) reduced_ns_ += now - last_now_;
   last_now_ = now;
   last_waited_ = waited;
@@ -212,7 +237,7 @@ void detail::pace_threads() {
     return;
   }
   const int before = p.pacer.active();
-  const int after = p.pacer.update(now, waited);
+  const int after = p.pacer.update(now, waited, crowded());
   if (after != before) omp_set_num_threads(after);
 }
 

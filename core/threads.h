@@ -19,7 +19,13 @@ class Pacer {
   static constexpr int64_t kMaxHold = 8'000'000'000;    // the longest hold (it doubles on each busy try)
 
   void reset(int cap);
-  int update(int64_t now_ns, int64_t waited_ns);
+  // crowded: more threads were runnable than the machine has cores when the
+  // tick was taken. A busy tick that was not crowded does not count: the
+  // thread waited behind its own process's threads (a new OpenMP worker
+  // starts on its parent's core and runs there, spinning, until the kernel
+  // moves it: measured, both threads on one core for 50-80 ms at a
+  // program's start), not behind another program's.
+  int update(int64_t now_ns, int64_t waited_ns, bool crowded = true);
   int cap() const { return cap_; }
   int active() const { return active_; }
   int64_t reductions() const { return reductions_; }

@@ -76,6 +76,35 @@ TEST_CASE("pacing: alone nothing changes; a short burst neither; a busy machine 
   CHECK(p.reduced_ns() > 0);
 }
 
+TEST_CASE("pacing: waiting while no more threads are runnable than cores (behind the process's own) never cuts") {
+  Pacer p;
+  p.reset(2);
+  int64_t now = 1000 * kMs, waited = 0;
+  p.update(now, waited, false);
+  // Waiting half the time for 20 ticks, the machine never crowded: both threads stay.
+  for (int i = 0; i < 20; ++i) {
+    now += kTick;
+    waited += kTick / 2;
+    CHECK(p.update(now, waited, false) == 2);
+  }
+  CHECK(p.reductions() == 0);
+  // Crowded for one tick between uncrowded ones: not two busy ticks in a row.
+  for (int i = 0; i < 6; ++i) {
+    now += kTick;
+    waited += kTick / 2;
+    CHECK(p.update(now, waited, i % 2 == 0) == 2);
+  }
+  CHECK(p.reductions() == 0);
+  // Crowded and waiting, twice in a row: cut.
+  for (int i = 0; i < 2; ++i) {
+    now += kTick;
+    waited += kTick / 2;
+    p.update(now, waited, true);
+  }
+  CHECK(p.active() == 1);
+  CHECK(p.reductions() == 1);
+}
+
 TEST_CASE("pacing: the cut is in proportion to the waiting, at least one thread, below the cap") {
   int64_t now = 0, waited = 0;
   Pacer p;
