@@ -5,6 +5,7 @@
 // heed's GEMM for whole products (sgemm_for).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "core/runtime.h"
@@ -56,6 +57,41 @@ using SgemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* a, int64_
                          int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias, const float* add,
                          bool resume);
 SgemmFn sgemm_for(CpuIsa isa);
+
+// One product's row tiles shared by two threads (sgemm_shared): side 0 takes
+// them from the top, side 1 from the bottom, in chunks that shrink as the
+// two meet (3/8 of the tiles each first, then a third of what is left), so
+// each thread keeps mostly the rows it would have had as its half, and
+// whichever runs late (woken late, or slowed down by the machine) does less
+// instead of keeping the other waiting at the end. Every element is still
+// one call's chain over all of K: the same bits as any other cut.
+// Value-initialised (all zero) before the threads start.
+struct RowShare {
+  static constexpr int kBlocks = 16;       // column blocks (sgemm's blocks of B) it can hold
+  std::atomic<uint64_t> taken[kBlocks]{};  // per column block: tiles taken from the top | from the bottom << 32
+};
+// The next chunk of `tiles` row tiles from side's end (0: top, 1: bottom):
+// [lo, hi); false when none is left.
+bool claim_tiles(std::atomic<uint64_t>& taken, int64_t tiles, int side, int64_t& lo, int64_t& hi);
+
+// Products whose row tiles sgemm_shared can share: one block of K (at most
+// 512: a tile's chain then never waits in C for another tile's K block) and
+// at most RowShare::kBlocks column blocks.
+constexpr bool sgemm_shareable(int64_t K, int64_t N) { return K > 0 && K <= 512 && N <= 2048; }
+
+// sgemm's product (no resume) with its row tiles shared through `share`:
+// both threads call it with the same arguments, one with side 0, the other
+// with side 1 (one thread alone may make both calls, or one: side 0 then
+// takes every tile). False, having written nothing, unless
+// sgemm_shareable(K, N).
+using SgemmSharedFn = bool (*)(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t aps,
+                               const float* b, int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias,
+                               const float* add, RowShare& share, int side);
+SgemmSharedFn sgemm_shared_for(CpuIsa isa);
+// Whether isa's sgemm copies a transposed A (a weight gradient's dY^T) whole
+// before its tiles (AVX2: Vec::kPackRows), which a thread taking only a few
+// of those tiles would still pay for.
+bool sgemm_copies_transposed_a(CpuIsa isa);
 
 // dst[c * ld + r] = src[r * rs + c] for r < rows, c < cols: a B operand's
 // rows from a matrix stored the other way round.

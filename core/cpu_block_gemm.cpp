@@ -19,6 +19,25 @@
 #include "core/simd_vec.h"
 
 namespace heed::kernel::block {
+
+bool claim_tiles(std::atomic<uint64_t>& taken, int64_t tiles, int side, int64_t& lo, int64_t& hi) {
+  uint64_t old = taken.load(std::memory_order_relaxed);
+  for (;;) {
+    const int64_t top = int64_t(old & 0xffffffffu), bottom = int64_t(old >> 32), left = tiles - top - bottom;
+    if (left <= 0) return false;
+    // A first chunk of 3/8 of the tiles each, then a third of what is left:
+    // about a dozen claims for a GPT layer's 128 tiles.
+    const bool first = side == 0 ? top == 0 : bottom == 0;
+    const int64_t take = std::min(left, std::max<int64_t>(1, first ? tiles * 3 / 8 : left / 3));
+    const uint64_t next = side == 0 ? old + uint64_t(take) : old + (uint64_t(take) << 32);
+    if (taken.compare_exchange_weak(old, next, std::memory_order_relaxed)) {
+      lo = side == 0 ? top : tiles - bottom - take;
+      hi = lo + take;
+      return true;
+    }
+  }
+}
+
 namespace {
 
 #ifdef HEED_SIMD_X86
@@ -107,6 +126,27 @@ SgemmFn sgemm_for(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::avx512: return avx512::sgemm;
     case CpuIsa::avx2: return avx2::sgemm;
+    case CpuIsa::baseline: break;
+  }
+#endif
+  return nullptr;
+}
+
+bool sgemm_copies_transposed_a(CpuIsa isa) {
+#ifdef HEED_SIMD_X86
+  if (isa == CpuIsa::avx2) return Avx2::kPackRows;
+  if (isa == CpuIsa::avx512) return Avx512::kPackRows;
+#endif
+  (void)isa;
+  return false;
+}
+
+SgemmSharedFn sgemm_shared_for(CpuIsa isa) {
+#ifdef HEED_SIMD_X86
+  if (static_cast<int>(isa) > static_cast<int>(heed::cpu_isa_max())) return nullptr;
+  switch (isa) {
+    case CpuIsa::avx512: return avx512::sgemm_shared;
+    case CpuIsa::avx2: return avx2::sgemm_shared;
     case CpuIsa::baseline: break;
   }
 #endif

@@ -7,9 +7,13 @@
 // shape, A in both orientations and with strides, alpha and accumulate in
 // all four combinations, and bands; at each instruction set this CPU has,
 // which therefore agree with each other bit for bit.
+#include <omp.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "core/attention_rows.h"
 #include "core/block_gemm.h"
@@ -317,6 +321,112 @@ TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then 
         CHECK(outside == 0);
       }
     }
+  }
+}
+
+TEST_CASE("claim_tiles: two sides take every tile exactly once, from their own ends, in shrinking chunks") {
+  for (int64_t tiles : {1, 2, 3, 5, 16, 64, 128, 1000}) {
+    CAPTURE(tiles);
+    // One side at a time in turn: side 0's chunks run up from 0, side 1's down from the end.
+    std::atomic<uint64_t> taken{0};
+    std::vector<int> seen(static_cast<size_t>(tiles), 0);
+    int64_t top = 0, bottom = tiles, claims = 0;
+    for (int side = 0;; side ^= 1) {
+      int64_t lo = -1, hi = -1;
+      if (!blk::claim_tiles(taken, tiles, side, lo, hi)) {
+        CHECK_FALSE(blk::claim_tiles(taken, tiles, side ^ 1, lo, hi));
+        break;
+      }
+      ++claims;
+      REQUIRE(lo < hi);
+      if (side == 0) {
+        CHECK(lo == top);
+        top = hi;
+      } else {
+        CHECK(hi == bottom);
+        bottom = lo;
+      }
+      for (int64_t i = lo; i < hi; ++i) ++seen[static_cast<size_t>(i)];
+    }
+    CHECK(top == bottom);
+    for (int n : seen) CHECK(n == 1);
+    CHECK(claims <= 2 + 2 * 20);  // 3/8 each, then thirds of the rest: logarithmic
+    // Two threads at once, each claiming as fast as it can.
+    std::atomic<uint64_t> shared{0};
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(tiles));
+    auto claimer = [&](int side) {
+      for (int64_t lo, hi; blk::claim_tiles(shared, tiles, side, lo, hi);)
+        for (int64_t i = lo; i < hi; ++i) hits[static_cast<size_t>(i)]++;
+    };
+    std::thread a(claimer, 0), b(claimer, 1);
+    a.join();
+    b.join();
+    int wrong = 0;
+    for (auto& h : hits) wrong += h.load() != 1;
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("sgemm_shared: two threads sharing the row tiles, or one taking both sides, give sgemm's bits") {
+  const auto shared_fns = per_isa(blk::sgemm_shared_for);
+  const auto plain = sgemms();
+  if (shared_fns.empty()) {
+    MESSAGE("no AVX2 here: no heed GEMM to share");
+    return;
+  }
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  // Partial tiles, several blocks of B's columns (K 512: 128 columns a
+  // block), one tile in all, and the largest shareable K.
+  const Shape3 shapes[] = {{5, 7, 3}, {6, 64, 16}, {61, 130, 33}, {200, 300, 512}, {97, 1100, 100}, {768, 128, 128}};
+  for (size_t k = 0; k < shared_fns.size(); ++k) {
+    const auto [name, shared] = shared_fns[k];
+    const blk::SgemmFn sgemm = plain[k].second;
+    CAPTURE(name);
+    for (const Shape3 sh : shapes) {
+      const int64_t M = sh.M, N = sh.N, K = sh.K;
+      CAPTURE(M);
+      CAPTURE(N);
+      CAPTURE(K);
+      const auto ad = test::det_values(M * K, 21 + M, -1, 1), bd = test::det_values(K * N, 22 + N, -1, 1);
+      const auto bias_d = test::det_values(N, 23, -1, 1), add_d = test::det_values(M * N, 24, -1, 1);
+      const std::vector<float> a(ad.begin(), ad.end()), b(bd.begin(), bd.end()), bias(bias_d.begin(), bias_d.end()),
+          add(add_d.begin(), add_d.end());
+      for (int mode = 0; mode < 8; ++mode) {
+        CAPTURE(mode);
+        const bool a_t = mode & 1, b_t = mode & 2, extra = mode & 4;  // extra: a bias and an addend
+        const int64_t ars = a_t ? 1 : K, aps = a_t ? M : 1, brs = b_t ? 1 : N, bcs = b_t ? K : 1;
+        const float* pb = extra ? bias.data() : nullptr;
+        const float* pd = extra ? add.data() : nullptr;
+        std::vector<float> want(static_cast<size_t>(M * N), 5.0f);
+        sgemm(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, want.data(), N, pb, pd, false);
+        for (int how = 0; how < 3; ++how) {  // two threads; one thread, both sides; one thread, side 0 only
+          CAPTURE(how);
+          std::vector<float> got(static_cast<size_t>(M * N), 5.0f);
+          blk::RowShare share;
+          bool ok = true;
+          auto run = [&](int side) {
+            return shared(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, got.data(), N, pb, pd, share, side);
+          };
+          if (how == 0) {
+#pragma omp parallel num_threads(2) reduction(&& : ok)
+            ok = run(omp_get_thread_num() % 2);
+          } else {
+            ok = run(0);
+            if (how == 1) ok = run(1) && ok;
+          }
+          CHECK(ok);
+          CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+    // Not shareable (two blocks of K): refused, C untouched.
+    std::vector<float> a(600 * 8, 1.0f), b(600 * 8, 1.0f), c(64, 5.0f);
+    blk::RowShare share;
+    CHECK_FALSE(blk::sgemm_shareable(600, 8));
+    CHECK_FALSE(shared(8, 8, 600, a.data(), 600, 1, b.data(), 8, 1, c.data(), 8, nullptr, nullptr, share, 0));
+    for (float v : c) CHECK(v == 5.0f);
   }
 }
 
