@@ -252,6 +252,10 @@ namespace {
 
 std::vector<std::pair<const char*, blk::SgemmFn>> sgemms() { return per_isa(blk::sgemm_for); }
 
+struct Shape3 {
+  int64_t M, N, K;
+};
+
 }  // namespace
 
 TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then + bias, then + old C, bit for bit") {
@@ -266,9 +270,6 @@ TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then 
     MESSAGE("no AVX2 here: float32 products go to oneDNN and OpenBLAS");
     return;
   }
-  struct Shape3 {
-    int64_t M, N, K;
-  };
   // Tiles' row and column edges (6 rows; 16-float vectors, 64-column panels
   // on AVX-512, 8 and 16 on AVX2), one and several K blocks, B blocks; on
   // AVX2 the copies of a unit-stride B (from 192 rows) and of a transposed A
@@ -374,9 +375,6 @@ TEST_CASE("sgemm_shared: two threads sharing the row tiles, or one taking both s
     MESSAGE("no AVX2 here: no heed GEMM to share");
     return;
   }
-  struct Shape3 {
-    int64_t M, N, K;
-  };
   // Partial tiles, several blocks of B's columns (K 512: 128 columns a
   // block), one tile in all, and the largest shareable K.
   const Shape3 shapes[] = {{5, 7, 3}, {6, 64, 16}, {61, 130, 33}, {200, 300, 512}, {97, 1100, 100}, {768, 128, 128}};
