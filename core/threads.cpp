@@ -10,6 +10,7 @@
 // when it is loaded, before main() runs, so the only way to change them from
 // inside a program is to start it again with the variable set.
 #include <fcntl.h>
+#include <sched.h>
 #include <omp.h>
 #include <time.h>
 #include <unistd.h>
@@ -107,9 +108,11 @@ void share_cores() {
 // alone at full speed: its new OpenMP worker sometimes starts on its own
 // core and spins there for 50-80 ms before the kernel moves it, and the
 // wait alone cut a lone 2-thread bf16 product (3072 x 256 x 1024) to one
-// thread, and half its speed, for its first 0.5 s in 3 of 6 runs (0 of 8
-// with the count). Results do not change: every kernel splits its work by
-// shape, never by thread count.
+// thread, and half its speed, for its first 0.5 s in 2 of 12 and 3 of 6
+// runs (0 of 12 with the count). Where the count cannot speak for this
+// process's cores (an affinity mask or a cgroup quota), the wait alone
+// decides, as before. Results do not change: every kernel splits its work
+// by shape, never by thread count.
 
 namespace {
 
@@ -134,10 +137,29 @@ int64_t run_queue_wait_ns() {
   return static_cast<int64_t>(waited);
 }
 
+// Whether the machine-wide count of runnable threads speaks for the cores
+// this process runs on: it may run on every online core (no narrower
+// affinity mask) and no cgroup quota caps its CPU time. In a container
+// given 2 of a host's 64 cores, the host's count says nothing about them.
+bool machine_count_applies() {
+  static const bool applies = [] {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    if (cores <= 0 || sched_getaffinity(0, sizeof mask, &mask) != 0 || CPU_COUNT(&mask) < cores) return false;
+    std::ifstream quota("/sys/fs/cgroup/cpu.max");
+    std::string first;
+    return !(quota >> first) || first == "max";
+  }();
+  return applies;
+}
+
 // Whether more threads are runnable on the whole machine (the kernel's
 // count in /proc/loadavg, this thread included) than it has cores online;
-// true when the kernel does not say (the wait alone decides then).
+// true when that count does not apply or the kernel does not say (the wait
+// alone decides then).
 bool crowded() {
+  if (!machine_count_applies()) return true;
   char buf[128];
   const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return true;
