@@ -41,6 +41,23 @@ bool env_adaptive() {
   if (s == "1" || s == "on") return true;
   fail("HEED_ADAPTIVE_THREADS: expected 0, 1, off or on, got '{}'", s);
 }
+
+// With OMP_PROC_BIND set, the cores of all of libgomp's places (the cores
+// the process may use: the initial thread's own mask is narrowed to the
+// first place); false when threads are not bound or there are no places.
+bool places_cores(cpu_set_t& mask) {
+  CPU_ZERO(&mask);
+  if (omp_get_proc_bind() == omp_proc_bind_false) return false;
+  const int places = omp_get_num_places();
+  for (int p = 0; p < places; ++p) {
+    std::vector<int> ids(static_cast<size_t>(std::max(0, omp_get_place_num_procs(p))));
+    if (ids.empty()) continue;
+    omp_get_place_proc_ids(p, ids.data());
+    for (int id : ids)
+      if (id >= 0 && id < CPU_SETSIZE) CPU_SET(id, &mask);
+  }
+  return CPU_COUNT(&mask) > 0;
+}
 }  // namespace
 
 // Spin iterations before a waiting thread sleeps (a PAUSE is ~27 ns on Zen
@@ -57,6 +74,21 @@ bool env_adaptive() {
 // processes with fixed threads: 151 ms a step at 10,000, 363 ms at 30,000):
 // there, 1,000.
 const char* share_cores_spin(bool adaptive) { return adaptive ? "30000" : "1000"; }
+
+namespace {
+// With OMP_PROC_BIND set, libgomp binds the initial thread to the first of
+// its places when it is loaded, and a restarted process inherits that
+// one-place mask: libgomp then sees one place, and binds every thread of
+// every team to the same core (OMP_PROC_BIND=true: both threads on CPU 0,
+// GPT-128 at half speed and paced as if the cores were busy). Give the
+// thread back the cores of all the places, which libgomp computed from the
+// mask the process started with, so the restarted libgomp finds the same
+// places.
+void unbind_initial_thread() {
+  cpu_set_t mask;
+  if (places_cores(mask)) sched_setaffinity(0, sizeof mask, &mask);
+}
+}  // namespace
 
 void share_cores() {
   // The user's own choice, or already restarted.
@@ -81,6 +113,7 @@ void share_cores() {
   } catch (const Error&) {
     // A bad HEED_ADAPTIVE_THREADS is reported where threads are first paced.
   }
+  unbind_initial_thread();
   setenv("GOMP_SPINCOUNT", share_cores_spin(adaptive), 1);
   setenv("HEED_SHARE_CORES", "1", 1);  // marks the restarted process (and stops a loop if exec is refused below)
   execv("/proc/self/exe", argv.data());
@@ -139,14 +172,17 @@ int64_t run_queue_wait_ns() {
 
 // Whether the machine-wide count of runnable threads speaks for the cores
 // this process runs on: it may run on every online core (no narrower
-// affinity mask) and no cgroup quota caps its CPU time. In a container
+// affinity mask; with OMP_PROC_BIND, none narrower than its places) and no
+// cgroup quota caps its CPU time. In a container
 // given 2 of a host's 64 cores, the host's count says nothing about them.
 bool machine_count_applies() {
   static const bool applies = [] {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t mask;
     CPU_ZERO(&mask);
-    if (cores <= 0 || sched_getaffinity(0, sizeof mask, &mask) != 0 || CPU_COUNT(&mask) < cores) return false;
+    if (cores <= 0 || (!places_cores(mask) && sched_getaffinity(0, sizeof mask, &mask) != 0) ||
+        CPU_COUNT(&mask) < cores)
+      return false;
     std::ifstream quota("/sys/fs/cgroup/cpu.max");
     std::string first;
     return !(quota >> first) || first == "max";

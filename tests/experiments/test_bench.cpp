@@ -2,9 +2,11 @@
 // figures it prints, the --profile table, and its refusals of bad flags.
 // Speed itself is not asserted (that is what the benchmark is for).
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -211,6 +213,24 @@ TEST_CASE("HEED_ADAPTIVE_THREADS turns the adaptive threads off or on, and a bad
   CHECK(has(r.out, "HEED_ADAPTIVE_THREADS"));
   CHECK(has(r.out, "'maybe'"));
   CHECK(has(r.out, "0, 1, off or on"));
+}
+
+TEST_CASE("with OMP_PROC_BIND=true, heed's restart keeps libgomp's places: its threads run on different cores") {
+  // libgomp binds the initial thread to the first place when it loads; the
+  // process share_cores() restarts used to inherit that one-core mask, and
+  // libgomp then bound every thread to CPU 0.
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  Run r = run_cli("bench --only toy-attention --steps 2 --warmup 1 --threads 2",
+                  "-u HEED_SHARE_CORES -u GOMP_SPINCOUNT OMP_PROC_BIND=true OMP_DISPLAY_AFFINITY=true "
+                  "'OMP_AFFINITY_FORMAT=thread-on %A'");  // as from a shell: the restart happens
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  std::set<std::string> on;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("thread-on ", 0) == 0) on.insert(line.substr(10));
+  REQUIRE(!on.empty());
+  CHECK(on.size() == static_cast<size_t>(std::min(cores, 2L)));
 }
 
 TEST_CASE("heed bench --attention-memory: the fused path's memory, its scratch included, grows linearly and stays below the plain path's") {
