@@ -142,7 +142,9 @@ void share_cores() {
 // core and spins there for 50-80 ms before the kernel moves it, and the
 // wait alone cut a lone 2-thread bf16 product (3072 x 256 x 1024) to one
 // thread, and half its speed, for its first 0.5 s in 2 of 12 and 3 of 6
-// runs (0 of 12 with the count). Where the count cannot speak for this
+// runs (0 of 12 with the count; but 4 of 130 of a 3072 x 256 x 256 one,
+// fixed at the cause by spread_threads below: 0 of 100). Where the count
+// cannot speak for this
 // process's cores (an affinity mask or a cgroup quota), the wait alone
 // decides, as before. Results do not change: every kernel splits its work
 // by shape, never by thread count.
@@ -213,6 +215,7 @@ bool crowded() {
 std::atomic<int> g_adaptive{-1};  // -1: not read from the environment yet
 
 struct ThreadPace {
+  bool spread = false;  // spread_threads() done for this thread's team
   bool started = false;
   bool unavailable = false;
   detail::Pacer pacer;
@@ -279,12 +282,50 @@ int Pacer::update(int64_t now, int64_t waited, bool crowded) {
 
 }  // namespace detail
 
+// A new OpenMP worker sometimes starts on its parent's core and spins there
+// for 50-80 ms before the kernel moves it (measured with a per-10-ms probe
+// of both threads' sched_getcpu() and run-queue wait): a program's first
+// tenth of a second ran on one core, and the master's wait behind its own
+// worker looked like a busy machine to the pacing. Logged each tick over 40
+// lone runs of a bf16 product (3072 x 256 x 256, 20 calls), the master
+// waited 45-50% of a tick at the start of nearly every run; with the
+// threads spread first, at most 7% of any tick in 40 runs.
+std::vector<int> detail::spread_threads() {
+  std::vector<int> placed;
+  const int nt = omp_get_max_threads();
+  if (nt < 2 || omp_in_parallel() || omp_get_proc_bind() != omp_proc_bind_false) return placed;
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < 2) return placed;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) cpus.push_back(c);
+  placed.assign(static_cast<size_t>(nt), -1);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[static_cast<size_t>(t) % cpus.size()], &one);
+    if (sched_setaffinity(0, sizeof one, &one) == 0) {
+      placed[static_cast<size_t>(t)] = sched_getcpu();  // on that core now: the call migrates before it returns
+      sched_setaffinity(0, sizeof all, &all);
+    }
+  }
+  return placed;
+}
+
 void detail::pace_threads() {
   ThreadPace& p = t_pace;
   const int64_t now = now_ns();
   if (now < p.next_tick) return;
   p.next_tick = now + kPaceTick;
-  if (!adaptive_threads() || p.unavailable || omp_in_parallel()) return;
+  if (omp_in_parallel()) return;
+  if (!p.spread) {  // once per thread that opens regions (each has its own OpenMP team)
+    p.spread = true;
+    detail::spread_threads();
+  }
+  if (!adaptive_threads() || p.unavailable) return;
   pace_state();  // started: its cap is the count OpenMP has now
   // OpenMP's count changed behind heed's back (omp_set_num_threads): the
   // caller's choice becomes the cap.

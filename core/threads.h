@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace heed::detail {
 
@@ -45,6 +46,14 @@ class Pacer {
 // at most once per tick it reads the thread's run-queue wait and sets its
 // OpenMP thread count. Costs one coarse clock read otherwise.
 void pace_threads();
+// Moves each thread of the calling thread's OpenMP team (opened here with
+// omp_get_max_threads() threads) to a core of its own, the t-th the process
+// may use (modulo their count), then gives each the process's whole mask
+// back, so that the kernel may still move them. pace_threads() does it once
+// per thread, at its first op. Returns the core each thread was moved to;
+// empty when nothing was done (one thread or one core, inside a parallel
+// region, or OMP_PROC_BIND: libgomp has placed the threads).
+std::vector<int> spread_threads();
 // set_num_threads(n): n becomes the calling thread's cap. pace_cap: its cap.
 void pace_set_cap(int n);
 int pace_cap();

@@ -2,6 +2,7 @@
 // pacing decision, driven with made-up clocks, and the real thing beside
 // threads that keep every core busy.
 #include <omp.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -165,4 +166,46 @@ TEST_CASE("adaptive threads: beside threads that keep every core busy, ops run o
   heed::set_adaptive_threads(false);
   CHECK(omp_get_max_threads() == 2);
   CHECK(heed::thread_pacing().active == 2);
+}
+
+TEST_CASE("spread_threads: a team's threads are moved to cores of their own, then get the process's whole mask back") {
+  struct Restore {
+    int before = heed::num_threads();
+    ~Restore() { heed::set_num_threads(before); }
+  } restore;
+  heed::set_num_threads(2);
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  const bool bound = omp_get_proc_bind() != omp_proc_bind_false;
+  const std::vector<int> placed = detail::spread_threads();
+  if (CPU_COUNT(&all) < 2 || bound) {
+    CHECK(placed.empty());  // nothing to spread over, or libgomp placed them
+  } else {
+    REQUIRE(placed.size() == 2);
+    CHECK(placed[0] != placed[1]);
+    for (int c : placed) {
+      CHECK(c >= 0);
+      CHECK(CPU_ISSET(c, &all));
+    }
+    // Each thread may run anywhere the process may again.
+    std::vector<int> same(2, 0);
+#pragma omp parallel num_threads(2)
+    {
+      cpu_set_t mine;
+      CPU_ZERO(&mine);
+      if (sched_getaffinity(0, sizeof mine, &mine) == 0)
+        same[static_cast<size_t>(omp_get_thread_num())] = CPU_EQUAL(&mine, &all) ? 1 : 0;
+    }
+    CHECK(same[0] == 1);
+    CHECK(same[1] == 1);
+  }
+  // Inside a parallel region it does nothing.
+  std::vector<int> inner;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    inner = detail::spread_threads();
+  }
+  CHECK(inner.empty());
 }
