@@ -215,7 +215,6 @@ bool crowded() {
 std::atomic<int> g_adaptive{-1};  // -1: not read from the environment yet
 
 struct ThreadPace {
-  bool spread = false;  // spread_threads() done for this thread's team
   bool started = false;
   bool unavailable = false;
   detail::Pacer pacer;
@@ -321,10 +320,12 @@ void detail::pace_threads() {
   if (now < p.next_tick) return;
   p.next_tick = now + kPaceTick;
   if (omp_in_parallel()) return;
-  if (!p.spread) {  // once per thread that opens regions (each has its own OpenMP team)
-    p.spread = true;
-    detail::spread_threads();
-  }
+  // Once per process, by the first thread to run an op (the main thread,
+  // usually): each thread that opens regions has its own OpenMP team, but
+  // one spread by every thread that ever makes a tensor (a data loader's)
+  // would open teams that would otherwise never exist.
+  static std::atomic<bool> spread{false};
+  if (!spread.load(std::memory_order_relaxed) && !spread.exchange(true)) detail::spread_threads();
   if (!adaptive_threads() || p.unavailable) return;
   pace_state();  // started: its cap is the count OpenMP has now
   // OpenMP's count changed behind heed's back (omp_set_num_threads): the
