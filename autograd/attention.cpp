@@ -5,6 +5,7 @@
 // forward keeps the probabilities themselves (at most one block of keys per
 // query) and the backward skips the scores' product and exponentials.
 #include "autograd/ops.h"
+#include "core/error.h"
 #include "core/kernels.h"
 
 namespace heed {
@@ -24,6 +25,42 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& key, const Te
         gi.set(0, d.dq);
         gi.set(1, d.dk);
         gi.set(2, d.dv);
+      });
+}
+
+namespace {
+
+// Heads [first, first + n) of a [N, L, heads K] projection: a [N, L, n, K] view.
+Tensor heads_of(const Tensor& t, int64_t first, int64_t n, int64_t K) {
+  return k::view(k::narrow(t, 2, first * K, n * K), {t.size(0), t.size(1), n, K});
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal,
+                                        double scale) {
+  if (!qkv.defined()) fail("scaled_dot_product_attention_qkv: the projection is undefined");
+  const int64_t parts = heads + 2 * kv_heads;
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || qkv.dim() != 3 || qkv.size(2) % parts != 0 ||
+      qkv.size(2) == 0)
+    fail("scaled_dot_product_attention_qkv: expected [N, T, (heads + 2 kv_heads) K] with heads a positive multiple "
+         "of kv_heads, got {} with heads={} kv_heads={}",
+         shape_str(qkv.shape()), heads, kv_heads);
+  const int64_t H = heads, G = kv_heads, K = qkv.size(2) / parts;
+  const bool grad = autograd::is_grad_enabled() && qkv.requires_grad();
+  k::AttentionOut f = k::attention_forward(heads_of(qkv, 0, H, K), heads_of(qkv, H, G, K),
+                                           heads_of(qkv, H + G, G, K), causal, scale, 0, 0, grad);
+  return autograd::record(
+      "scaled_dot_product_attention", f.out, {qkv},
+      [s = autograd::saved(qkv), os = autograd::saved(f.out), lse = f.lse, probs = f.probs, H, G, K, causal,
+       scale](const Tensor& g, autograd::Grads& gi) {
+        // dq, dk and dv written straight into one gradient laid out as qkv:
+        // the projection's backward reads it as one [N T, (H + 2 G) K] dY.
+        Tensor d = Tensor::empty(s.shape(), s.dtype());
+        const k::AttentionGrads into{heads_of(d, 0, H, K), heads_of(d, H, G, K), heads_of(d, H + G, G, K)};
+        k::attention_backward(heads_of(s, 0, H, K), heads_of(s, H, G, K), heads_of(s, H + G, G, K), os, lse, g,
+                              causal, scale, 0, 0, probs, &into);
+        gi.set(0, d);
       });
 }
 

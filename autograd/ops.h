@@ -176,6 +176,12 @@ Tensor full_like(const Tensor& t, double value);
 // Causal: query i sees keys j <= i + S - T. Block sizes 0: the default.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                     int64_t block_q = 0, int64_t block_k = 0);
+// The same from one projection's output qkv [N, T, (heads + 2 kv_heads) K]
+// (q's heads, then k's, then v's: x times the three weights stacked), read
+// in place; its gradient comes back as one tensor laid out as qkv, so that
+// the projection's backward is one product, not three. -> [N, T, heads, K].
+Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal,
+                                        double scale);
 
 // ---- losses (autograd/loss.cpp) ----
 // Mean cross-entropy; logits [.., V], targets int64 [..]; rows whose target is

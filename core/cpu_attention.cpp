@@ -1059,7 +1059,7 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
 
 AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
-                                  int64_t block_q, int64_t block_k, const Tensor& probs) {
+                                  int64_t block_q, int64_t block_k, const Tensor& probs, const AttentionGrads* into) {
   check_inputs(q_in, k_in, v_in);
   const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
   if (grad_out.shape() != out.shape())
@@ -1073,9 +1073,23 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
     fail("attention backward: kept probabilities {} {} do not match [N, H, T, S] = {} float32 (contiguous)",
          dtype_name(probs.dtype()), shape_str(probs.shape()), shape_str({N, q.size(2), q.size(1), k.size(1)}));
   AttentionGrads r;
-  r.dq = empty_like_layout(q, q.shape());
-  r.dk = empty_like_layout(k, k.shape());
-  r.dv = empty_like_layout(v, v.shape());
+  if (into) {
+    auto check = [](const Tensor& d, const Tensor& like, const char* what) {
+      if (!d.defined() || d.shape() != like.shape() || d.dtype() != like.dtype() || !gemm_readable(d))
+        fail("attention backward: the tensor to write {} into is {} {}, expected {} {} with unit-stride rows or "
+             "positions",
+             what, d.defined() ? shape_str(d.shape()) : "undefined", d.defined() ? dtype_name(d.dtype()) : "",
+             shape_str(like.shape()), dtype_name(like.dtype()));
+    };
+    check(into->dq, q, "dq");
+    check(into->dk, k, "dk");
+    check(into->dv, v, "dv");
+    r = *into;
+  } else {
+    r.dq = empty_like_layout(q, q.shape());
+    r.dk = empty_like_layout(k, k.shape());
+    r.dv = empty_like_layout(v, v.shape());
+  }
   if (q.numel() == 0 || k.size(1) == 0) {
     // Nothing to compute: gradients of empty attention are zeros (a key or
     // value with no query reading it, when T = 0).

@@ -228,10 +228,14 @@ struct AttentionGrads {
   Tensor dq, dk, dv;  // shaped and laid out as q, k, v
 };
 // probs: the forward's AttentionOut::probs (same problem and blocks), or
-// undefined to recompute them.
+// undefined to recompute them. into (optional): tensors shaped as q, k and v
+// (same dtype, each [N, L, heads, W] with unit-stride rows or positions: the
+// views of one projection's output, say) that receive dq, dk and dv instead
+// of new ones; every element is written.
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
-                                  int64_t block_q = 0, int64_t block_k = 0, const Tensor& probs = Tensor());
+                                  int64_t block_q = 0, int64_t block_k = 0, const Tensor& probs = Tensor(),
+                                  const AttentionGrads* into = nullptr);
 // Bytes of scratch the attention kernels hold between calls, all threads
 // together, outside the caching allocator: per thread one block of scores,
 // and per key/value head the float32 path's K^T and V^T copies and dK, dV

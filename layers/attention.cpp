@@ -132,6 +132,20 @@ Tensor MultiHeadAttention::project(const Tensor& q_in, const Tensor& k_in, const
     fail("MultiHeadAttention({}): causal attention needs as many keys as queries, got T={} queries and S={} keys",
          extra_repr(), T, S);
   const double scale = c.scale_;
+  if (fused() && q_in.impl() == k_in.impl() && k_in.impl() == v_in.impl()) {
+    // Self-attention: the three projections as one product, x [W_q; W_k;
+    // W_v]^T, which the attention reads in place and whose gradient it
+    // writes as one: x is packed once, not three times, and dX is one
+    // product over the three. Training steps alternating with the three
+    // projections in pairs of steps in one process: GPT-128 bf16 +0.8,
+    // +1.0%, float32 -0.1, +0.8%; GPT-256 bf16 +2.0, +0.3, -0.6%, float32
+    // +0.7%.
+    Tensor w = concat({q_proj->weight, k_proj->weight, v_proj->weight}, 0);
+    Tensor b = c.bias_ ? concat({q_proj->bias, k_proj->bias, v_proj->bias}, 0) : Tensor();
+    Tensor o = scaled_dot_product_attention_qkv(linear(q_in, w, b), c.heads_, c.kv_heads_, c.causal_, scale);
+    Tensor o2 = reshape(o, {N, T, c.heads_ * c.head_dim_});
+    return residual.defined() ? out_proj->forward_add(o2, residual) : out_proj->forward(o2);
+  }
   if (fused()) {
     Tensor q = reshape(q_proj->forward(q_in), {N, T, c.heads_, c.head_dim_});     // [N, T, H, K]
     Tensor k = reshape(k_proj->forward(k_in), {N, S, c.kv_heads_, c.head_dim_});  // [N, S, G, K]

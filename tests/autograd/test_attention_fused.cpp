@@ -4,6 +4,7 @@
 // grouped-query heads and strided inputs; values and all three gradients.
 // Plus finite differences in float64.
 #include <cmath>
+#include <cstring>
 
 #include "core/kernels.h"
 #include "test_util.h"
@@ -260,4 +261,85 @@ TEST_CASE("fused attention keeps its probabilities when all keys are one block: 
   const k::AttentionOut f = k::attention_forward(q, kk, v, false, 1.0);
   CHECK_THROWS_WITH_AS(k::attention_backward(q, kk, v, f.out, f.lse, f.out, false, 1.0, 0, 0, Tensor::zeros({1, 2, 4, 5})),
                        doctest::Contains("[1, 2, 4, 5]"), Error);
+}
+
+namespace {
+// Same shape, dtype and bits, element by element in logical order.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor x = kernel::contiguous(a), y = kernel::contiguous(b);
+  if (x.dtype() == DType::f64)
+    return std::memcmp(x.data<double>(), y.data<double>(), static_cast<size_t>(x.numel()) * sizeof(double)) == 0;
+  return std::memcmp(x.data<float>(), y.data<float>(), static_cast<size_t>(x.numel()) * sizeof(float)) == 0;
+}
+}  // namespace
+
+TEST_CASE("fused attention from one projection (scaled_dot_product_attention_qkv) equals it on the three views, bit for bit, gradient included") {
+  struct Qkv {
+    int64_t N, T, H, G, K;
+    bool causal;
+  };
+  const std::vector<Precision> precisions =
+      test::bf16_here() ? std::vector<Precision>{Precision::f32, Precision::bf16} : std::vector<Precision>{Precision::f32};
+  const Precision before = precision();
+  for (const Qkv& c : {Qkv{2, 9, 2, 2, 4, false}, Qkv{2, 9, 4, 2, 4, true}, Qkv{1, 70, 4, 1, 8, true},
+                       Qkv{3, 64, 4, 4, 32, true}})
+    for (DType dt : {DType::f64, DType::f32})
+      for (Precision p : precisions) {
+        if (dt == DType::f64 && p == Precision::bf16) continue;
+        INFO("N=" << c.N << " T=" << c.T << " H=" << c.H << " G=" << c.G << " K=" << c.K << " causal=" << c.causal
+                  << " dtype=" << dtype_name(dt) << " bf16=" << (p == Precision::bf16));
+        set_precision(p);
+        const int64_t W = (c.H + 2 * c.G) * c.K;
+        Tensor qkv = leaf({c.N, c.T, W}, 11, dt), w = test::det_tensor({c.N, c.T, c.H, c.K}, 12, -1, 1, dt);
+        const double scale = 0.3;
+        auto part = [&](int64_t first, int64_t n) {
+          return reshape(narrow(qkv, 2, first * c.K, n * c.K), {c.N, c.T, n, c.K});
+        };
+        Tensor ref = scaled_dot_product_attention(part(0, c.H), part(c.H, c.G), part(c.H + c.G, c.G), c.causal, scale);
+        backward(sum(ref * w));
+        const Tensor gref = qkv.grad();
+        qkv.zero_grad();
+        Tensor out = scaled_dot_product_attention_qkv(qkv, c.H, c.G, c.causal, scale);
+        REQUIRE(out.shape() == ref.shape());
+        CHECK(same_bits(out, ref));
+        backward(sum(out * w));
+        CHECK(same_bits(qkv.grad(), gref));
+      }
+  set_precision(before);
+}
+
+TEST_CASE("scaled_dot_product_attention_qkv passes finite differences in float64, and refuses bad widths naming them") {
+  for (bool causal : {false, true}) {
+    INFO("causal=" << causal);
+    auto f = [causal](const std::vector<Tensor>& in) { return scaled_dot_product_attention_qkv(in[0], 2, 1, causal, 0.7); };
+    std::vector<Tensor> in{leaf({2, 5, 12}, 7, DType::f64)};  // heads 2, kv_heads 1, K 3
+    auto r = autograd::gradcheck(f, in);
+    INFO(r.report);
+    CHECK(r.ok);
+  }
+  Tensor bad = Tensor::zeros({1, 4, 13});
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention_qkv(bad, 2, 1, false, 1.0), doctest::Contains("[1, 4, 13]"), Error);
+  Tensor ok = Tensor::zeros({1, 4, 12});
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention_qkv(ok, 3, 2, false, 1.0), doctest::Contains("heads=3 kv_heads=2"),
+                       Error);
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention_qkv(Tensor::zeros({4, 12}), 2, 1, false, 1.0),
+                       doctest::Contains("[4, 12]"), Error);
+}
+
+TEST_CASE("attention backward into given tensors: the same bits as into new ones; a wrong one is refused, naming it") {
+  Tensor q = test::det_tensor({2, 8, 2, 4}, 1), k = test::det_tensor({2, 8, 2, 4}, 2),
+         v = test::det_tensor({2, 8, 2, 4}, 3), g = test::det_tensor({2, 8, 2, 4}, 4);
+  kernel::AttentionOut f = kernel::attention_forward(q, k, v, true, 0.5);
+  kernel::AttentionGrads fresh = kernel::attention_backward(q, k, v, f.out, f.lse, g, true, 0.5);
+  Tensor wide = Tensor::full({2, 8, 3 * 8}, 7.0);  // dq, dk, dv side by side in each row
+  auto part = [&](int64_t i) { return kernel::view(kernel::narrow(wide, 2, 8 * i, 8), {2, 8, 2, 4}); };
+  const kernel::AttentionGrads into{part(0), part(1), part(2)};
+  kernel::attention_backward(q, k, v, f.out, f.lse, g, true, 0.5, 0, 0, Tensor(), &into);
+  CHECK(same_bits(kernel::contiguous(part(0)), fresh.dq));
+  CHECK(same_bits(kernel::contiguous(part(1)), fresh.dk));
+  CHECK(same_bits(kernel::contiguous(part(2)), fresh.dv));
+  const kernel::AttentionGrads wrong{part(0), Tensor::empty({2, 8, 2, 5}), part(2)};
+  CHECK_THROWS_WITH_AS(kernel::attention_backward(q, k, v, f.out, f.lse, g, true, 0.5, 0, 0, Tensor(), &wrong),
+                       doctest::Contains("dk into is [2, 8, 2, 5]"), Error);
 }
