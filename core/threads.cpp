@@ -144,10 +144,9 @@ void share_cores() {
 // thread, and half its speed, for its first 0.5 s in 2 of 12 and 3 of 6
 // runs (0 of 12 with the count; but 4 of 130 of a 3072 x 256 x 256 one,
 // fixed at the cause by spread_threads below: 0 of 100). Where the count
-// cannot speak for this
-// process's cores (an affinity mask or a cgroup quota), the wait alone
-// decides, as before. Results do not change: every kernel splits its work
-// by shape, never by thread count.
+// cannot speak for this process's cores (an affinity mask or a cgroup
+// quota), the wait alone decides, as before. Results do not change: every
+// kernel splits its work by shape, never by thread count.
 
 namespace {
 
@@ -175,8 +174,8 @@ int64_t run_queue_wait_ns() {
 // Whether the machine-wide count of runnable threads speaks for the cores
 // this process runs on: it may run on every online core (no narrower
 // affinity mask; with OMP_PROC_BIND, none narrower than its places) and no
-// cgroup quota caps its CPU time. In a container
-// given 2 of a host's 64 cores, the host's count says nothing about them.
+// cgroup quota caps its CPU time. In a container given 2 of a host's 64
+// cores, the host's count says nothing about them.
 bool machine_count_applies() {
   static const bool applies = [] {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -50,9 +50,10 @@ void pace_threads();
 // omp_get_max_threads() threads) to a core of its own, the t-th the process
 // may use (modulo their count), then gives each the process's whole mask
 // back, so that the kernel may still move them. pace_threads() does it once
-// per process, on the first thread to run an op. Returns the core each thread was moved to;
-// empty when nothing was done (one thread or one core, inside a parallel
-// region, or OMP_PROC_BIND: libgomp has placed the threads).
+// per process, on the first thread to run an op. Returns the core each
+// thread was moved to; empty when nothing was done (one thread or one core,
+// inside a parallel region, or OMP_PROC_BIND: libgomp has placed the
+// threads).
 std::vector<int> spread_threads();
 // set_num_threads(n): n becomes the calling thread's cap. pace_cap: its cap.
 void pace_set_cap(int n);
