@@ -137,9 +137,11 @@ Tensor MultiHeadAttention::project(const Tensor& q_in, const Tensor& k_in, const
     // W_v]^T, which the attention reads in place and whose gradient it
     // writes as one: x is packed once, not three times, and dX is one
     // product over the three. Training steps alternating with the three
-    // projections in pairs of steps in one process: GPT-128 bf16 +0.8,
-    // +1.0%, float32 -0.1, +0.8%; GPT-256 bf16 +2.0, +0.3, -0.6%, float32
-    // +0.7%.
+    // projections in pairs of steps in one process: GPT-256 bf16 +2.0, +0.3,
+    // -0.6, +2.0, +2.4%, float32 +0.7%; GPT-128 bf16 +0.8, +1.0, +0.4, +0.1,
+    // -0.2%, float32 -0.1, +0.8, +0.3, +0.8, -1.1%, AVX2 path -0.3, +1.4%: a
+    // wash there, where concatenating the weights and copying their
+    // gradients into owned tensors takes back what the one product saves.
     Tensor w = concat({q_proj->weight, k_proj->weight, v_proj->weight}, 0);
     Tensor b = c.bias_ ? concat({q_proj->bias, k_proj->bias, v_proj->bias}, 0) : Tensor();
     Tensor o = scaled_dot_product_attention_qkv(linear(q_in, w, b), c.heads_, c.kv_heads_, c.causal_, scale);

@@ -268,9 +268,7 @@ namespace {
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
   const Tensor x = kernel::contiguous(a), y = kernel::contiguous(b);
-  if (x.dtype() == DType::f64)
-    return std::memcmp(x.data<double>(), y.data<double>(), static_cast<size_t>(x.numel()) * sizeof(double)) == 0;
-  return std::memcmp(x.data<float>(), y.data<float>(), static_cast<size_t>(x.numel()) * sizeof(float)) == 0;
+  return std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
 }
 }  // namespace
 
