@@ -239,8 +239,15 @@ inline T gelu_erf_from(T x, T e) {
 }
 template <class T>
 inline T gelu_erf_derivative_from(T s, T e) {
+  // a b + c d with one fused multiply-add, written out: left to the
+  // compiler, a vector loop's body and its scalar tail contracted different
+  // products (1 ulp apart), so a value's bits depended on its position.
   if constexpr (std::is_same_v<T, float>)
+#ifdef __FMA__
+    return __builtin_fmaf(s * static_cast<float>(kInvSqrt2Pi), fast::exp_softmax(-0.5f * s * s), 0.5f * (1.0f + e));
+#else
     return 0.5f * (1.0f + e) + s * static_cast<float>(kInvSqrt2Pi) * fast::exp_softmax(-0.5f * s * s);
+#endif
   else
     return T(0.5) * (T(1) + e) + s * T(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s);
 }

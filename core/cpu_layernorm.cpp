@@ -83,12 +83,15 @@ RowStats<T> forward_row(const T* __restrict xr, const T* __restrict w, const T* 
 // partial l, two rows at a time (their chains overlap; one row at a time
 // waited on each reduction in turn).
 using F16 = float __attribute__((vector_size(64)));
+// Without AVX-512 (AVX2 builds) GCC warns that passing F16 by value has no
+// fixed ABI. These helpers are internal and inlined: no call crosses an ABI.
+#pragma GCC diagnostic ignored "-Wpsabi"
 inline F16 load16(const float* p) {
   F16 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline float sum16(F16 v) {  // lanes_sum's tree, in vector registers
+inline float sum16(const F16& v) {  // lanes_sum's tree, in vector registers
   float a[kLanes];
   std::memcpy(a, &v, sizeof a);
   return lanes_sum(a);
