@@ -272,11 +272,13 @@ TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then 
   }
   // Tiles' row and column edges (6 rows; 16-float vectors, 64-column panels
   // on AVX-512, 8 and 16 on AVX2), one and several K blocks, B blocks; on
-  // AVX2 the copies of a unit-stride B (from 192 rows) and of a transposed A
-  // (from 128 columns), with partial tiles and vectors.
+  // AVX2 the copies of a unit-stride B (from 192 rows, or 96 with rows of
+  // 512 or more) and of a transposed A (from 128 columns), with partial tiles
+  // and vectors.
   const Shape3 shapes[] = {{1, 1, 1},    {5, 7, 3},      {6, 16, 31},   {7, 17, 64},   {13, 65, 100},
                            {12, 64, 0},  {30, 130, 33},  {3, 300, 17},  {9, 20, 512},  {8, 33, 513},
-                           {7, 70, 1100}, {50, 129, 140}, {2, 1000, 80}, {196, 45, 530}, {193, 130, 70}};
+                           {7, 70, 1100}, {50, 129, 140}, {2, 1000, 80}, {196, 45, 530}, {193, 130, 70},
+                           {96, 512, 9}, {100, 515, 40}};
   for (auto [name, sgemm] : ks) {
     CAPTURE(name);
     for (const Shape3 sh : shapes) {
