@@ -125,11 +125,6 @@ inline void store16(float* p, const F16& v) {
   std::memcpy(p + 8, &v.hi, sizeof v.hi);
 #endif
 }
-inline float sum16(const F16& v) {  // lanes_sum's tree, in vector registers
-  float a[kLanes];
-  std::memcpy(a, &v, sizeof a);
-  return lanes_sum(a);
-}
 
 // Two rows at a time (their chains overlap; one row at a time waited on each
 // reduction in turn). Each vector a named local, the tails added to the
