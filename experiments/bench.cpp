@@ -994,6 +994,7 @@ int run_bench(const std::vector<std::string>& args) {
       double value, goal;
       bool at_least;
       std::string unit;
+      std::string why_unknown = "not measured in this run";  // printed when !known
     };
     std::vector<Target> targets;
     auto pct = [&](const std::string& r, double goal) {
@@ -1002,7 +1003,8 @@ int run_bench(const std::vector<std::string>& args) {
     };
     auto speedup = [&](const std::string& n, double goal) {
       const bool k = bf16_speedup.count(n) > 0;
-      targets.push_back({n + " bf16 against float32", k, k ? median(bf16_speedup[n]) : 0, goal, true, "x"});
+      targets.push_back({n + " bf16 against float32", k, k ? median(bf16_speedup[n]) : 0, goal, true, "x",
+                         no_bf16.empty() ? "not measured in this run" : "not measured: no bf16 on this CPU"});
     };
     pct("gpt-128", 80);
     pct("gpt-256", 85);
@@ -1010,15 +1012,12 @@ int run_bench(const std::vector<std::string>& args) {
     speedup("gpt-256", 1.8);
     for (const char* n : {"toy-cnn", "toy-attention", "gpt-128"})
       targets.push_back({fmt::format("{} AVX2 path against PyTorch", n), avx2_ratio.count(n) > 0,
-                         avx2_ratio.count(n) ? avx2_ratio[n] : 0, 3.0, true, "x"});
+                         avx2_ratio.count(n) ? avx2_ratio[n] : 0, 3.0, true, "x",
+                         avx2_pass_off ? "not measured: --no-avx2-pass" : "not measured in this run"});
     fmt::print("\ntargets (medians of this run):\n");
     for (const auto& t : targets) {
-      if (!t.known) {
-        // Say why a target has no figure rather than drop it silently.
-        std::string why = "not measured in this run";
-        if (t.what.find(" bf16 ") != std::string::npos && !no_bf16.empty()) why = "not measured: no bf16 on this CPU";
-        else if (t.what.find("AVX2") != std::string::npos && avx2_pass_off) why = "not measured: --no-avx2-pass";
-        fmt::print("  {:<52} {:>10} (target >= {}{}): {}\n", t.what, "-", t.goal, t.unit, why);
+      if (!t.known) {  // listed with the reason, not dropped silently
+        fmt::print("  {:<52} {:>10} (target >= {}{}): {}\n", t.what, "-", t.goal, t.unit, t.why_unknown);
         continue;
       }
       const bool met = t.at_least ? t.value >= t.goal : t.value <= t.goal;
