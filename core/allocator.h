@@ -20,10 +20,30 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
+#include <vector>
 
 namespace heed::alloc {
 
 void* allocate(size_t bytes);          // 64-byte aligned; never null (throws)
+
+// A std::allocator whose blocks start on a 64-byte cache line, for kernels'
+// scratch vectors (LineVector): from std::vector's own blocks, 16 bytes past
+// a line, every 64-byte row of a copied operand straddled two lines. Plain
+// operator new, not allocate(): scratch is not tensor memory (stats()).
+template <class T>
+struct LineAligned {
+  using value_type = T;
+  LineAligned() = default;
+  template <class U>
+  LineAligned(const LineAligned<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const LineAligned<U>&) const { return true; }
+};
+template <class T>
+using LineVector = std::vector<T, LineAligned<T>>;
 void release(void* p, size_t bytes);   // bytes as passed to allocate
 
 // Byte gauges count blocks as allocated (rounded up to 64 bytes), whether

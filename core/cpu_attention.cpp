@@ -48,6 +48,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/attention_rows.h"
 #include "core/bf16.h"
 #include "core/bf16_simd.h"
@@ -188,7 +189,7 @@ void hold_zeroed(V& v, int64_t n) {
 // the first at a given size).
 template <class T>
 struct Scratch {
-  std::vector<T> s, dp, m, l, acc, d;
+  alloc::LineVector<T> s, dp, m, l, acc, d;
   std::vector<int64_t> written;  // backward: rows of each key block whose dK/dV hold a value
   void fit(int64_t bq, int64_t bk, int64_t E, int64_t rows) {
     hold(s, bq * bk);
@@ -791,7 +792,7 @@ struct RowsB {
   int64_t ld;
   const float* from_row(int64_t r) const { return p + r * ld; }
 };
-RowsB rows_b(Mat<const float> m, int64_t rows, int64_t cols, std::vector<float>& buf) {
+RowsB rows_b(Mat<const float> m, int64_t rows, int64_t cols, alloc::LineVector<float>& buf) {
   if (m.cs == 1 || cols == 1) return {m.p, m.rs};
   const int64_t ld = round16(cols);
   hold(buf, rows * ld);
@@ -811,7 +812,7 @@ struct F32Kernels {
 };
 
 struct F32Scratch {
-  std::vector<float> kt, vt, kb, vb, qb, gb, dk, dv, dq;
+  alloc::LineVector<float> kt, vt, kb, vb, qb, gb, dk, dv, dq;
 };
 F32Scratch& f32_scratch() {
   thread_local F32Scratch s;

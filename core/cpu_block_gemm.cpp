@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/attention_rows.h"
 #include "core/block_gemm.h"
 #include "core/runtime.h"

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/bf16.h"
 #include "core/block_gemm.h"
 #include "core/conv_winograd.h"
@@ -647,7 +648,7 @@ inline void add_row(const float* row, int64_t O, double* acc) {
 class WeightGrad {
  public:
   WeightGrad(int64_t R, int64_t O, int64_t I, const float* dy, const float* x, const BlasMat& mx, float* dw,
-             std::vector<float>& second)
+             alloc::LineVector<float>& second)
       : R_(R), O_(O), I_(I), h_(token_split(R, O, I)), dy_(dy), x_(x), mx_(mx),
         dw_(dw), s_(gemm_slabs(O, I, h_)) {
     if (halves() && dw) {
@@ -811,7 +812,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
       mx = blas_layout(R, I, x2.stride(0), x2.stride(1));
       r.w = Tensor::empty({O, I}, DType::f32);
     }
-    thread_local std::vector<float> second;
+    thread_local alloc::LineVector<float> second;  // dW of the second half (C of its product: rows on cache lines)
     const WeightGrad dw(R, O, I, pg, need_w ? x2.data<float>() : nullptr, mx, need_w ? r.w.data<float>() : nullptr,
                         second);
     const Slabs sx = gemm_slabs(R, I, O);
