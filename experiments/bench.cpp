@@ -145,23 +145,42 @@ Workload make_workload(const std::string& n, std::shared_ptr<optim::DataParallel
 // counts because a GEMM's kernel for it can beat its big square ones: on the
 // AVX2 path oneDNN's squares alone gave a peak that GPT-128's step exceeded
 // (128%).
-double gemm_peak_gflops(Precision p) {
+//
+// Each shape's timed products stop after kPeakShapeSeconds (never reached
+// by an optimised build: 0.1-0.4 s a shape at 160-230 GFLOP/s), and 2048^3
+// is skipped when the 1024^3 warm-up took over kSlowSquareSeconds (under 8.6
+// GFLOP/s: a sanitized or unoptimised build, whose figures are not speeds).
+// Under AddressSanitizer the peak ran at 3 GFLOP/s and its ~90 GFLOP took
+// ~28 s, twice per `heed bench` run: most of the suite's bench tests.
+constexpr double kPeakShapeSeconds = 1.0, kSlowSquareSeconds = 0.25;
+
+struct Peak {
+  double gflops = 0;
+  bool skipped_big = false;  // 2048^3 not measured (a slow build)
+};
+
+Peak gemm_peak(Precision p) {
   const Precision before = precision();
   set_precision(p);
   Generator g(3);
-  double best = 0;
+  Peak r;
   for (auto [m, k, n, reps] : {std::array<int64_t, 4>{1024, 1024, 1024, 8}, {2048, 2048, 2048, 3}, {768, 128, 512, 30}}) {
+    if (m == 2048 && r.skipped_big) continue;
     Tensor a = randn({m, k}, &g), b = randn({k, n}, &g);
+    Stopwatch warm;
     kernel::matmul(a, b);
-    for (int64_t i = 0; i < reps; ++i) {
+    if (m == 1024 && warm.seconds() > kSlowSquareSeconds) r.skipped_big = true;
+    Stopwatch shape;
+    for (int64_t i = 0; i < reps && (i == 0 || shape.seconds() < kPeakShapeSeconds); ++i) {
       Stopwatch sw;
       Tensor c = kernel::matmul(a, b);
-      best = std::max(best, 2.0 * static_cast<double>(m * n * k) / sw.seconds() / 1e9);
+      r.gflops = std::max(r.gflops, 2.0 * static_cast<double>(m * n * k) / sw.seconds() / 1e9);
     }
   }
   set_precision(before);
-  return best;
+  return r;
 }
+double gemm_peak_gflops(Precision p) { return gemm_peak(p).gflops; }
 
 double peak_rss_mb() {
   struct rusage ru;
@@ -826,12 +845,18 @@ int run_bench(const std::vector<std::string>& args) {
   if (prec == "bf16" || (prec == "both" && no_bf16.empty())) precisions.push_back(Precision::bf16);
   heed::set_num_threads(static_cast<int>(threads));
 
-  const double peak = gemm_peak_gflops(Precision::f32);
+  const Peak first = gemm_peak(Precision::f32);
+  const double peak = first.gflops;
   const double peak_bf16 = no_bf16.empty() ? gemm_peak_gflops(Precision::bf16) : 0;
-  fmt::print("heed bench: {} threads, {}, isa {} (oneDNN {})\nGEMM peak (best of 1024^3, 2048^3 and 768x128x512): float32 {:.1f} "
+  fmt::print("heed bench: {} threads, {}, isa {} (oneDNN {})\nGEMM peak (best of 1024^3, {}768x128x512): float32 {:.1f} "
              "GFLOP/s, {}; measured again right before each row, whose % peak divides by that (column peak)\n\n",
-             threads, cpu_model(), heed::cpu_isa_name(), kernel::onednn_isa_name(), peak,
+             threads, cpu_model(), heed::cpu_isa_name(), kernel::onednn_isa_name(),
+             first.skipped_big ? "" : "2048^3 and ", peak,
              no_bf16.empty() ? fmt::format("bf16 {:.1f} GFLOP/s", peak_bf16) : "no bf16 rows: " + no_bf16);
+  if (first.skipped_big)
+    fmt::print("(2048^3 skipped: 1024^3 took over {} s, a sanitized or unoptimised build, whose figures are not "
+               "speeds)\n\n",
+               kSlowSquareSeconds);
   fmt::print("{:<19} {:>9} {:>14} {:>9} {:>7} {:>7} {:>9} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
              "% peak", "peak", "RSS MB", "allocs/step");
   // With --compare, each workload's PyTorch run follows its heed run, so a
