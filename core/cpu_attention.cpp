@@ -467,12 +467,11 @@ constexpr int64_t kMinTasks = 8;
 inline int64_t pairs(int64_t n) { return (n + 1) / 2; }
 inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
-// n words of v, from a 64-byte boundary (the GEMM's B rows load whole
-// cache lines).
-uint32_t* words(std::vector<uint32_t>& v, int64_t n) {
-  hold(v, n + 16);
-  const auto p = reinterpret_cast<uintptr_t>(v.data());
-  return v.data() + ((64 - p % 64) % 64) / sizeof(uint32_t);
+// n words of v, from a 64-byte boundary (alloc::LineVector: the GEMM's B
+// rows load whole cache lines).
+uint32_t* words(alloc::LineVector<uint32_t>& v, int64_t n) {
+  hold(v, n);
+  return v.data();
 }
 
 // A pair-packed A operand: pair p of row i at p[i * rs + p * ps].
@@ -547,8 +546,8 @@ void store_scaled(const float* acc, int64_t rows, int64_t cols, float alpha, Mat
 
 // Per-thread scratch of the bf16 path.
 struct Bf16Scratch {
-  std::vector<uint32_t> qa, pa, kt, kb, vb, vt, qb, ga, gb, pb, dsb, dsa;
-  std::vector<float> dk, dv, dq;
+  alloc::LineVector<uint32_t> qa, pa, kt, kb, vb, vt, qb, ga, gb, pb, dsb, dsa;
+  alloc::LineVector<float> dk, dv, dq;
 };
 Bf16Scratch& bf16_scratch() {
   thread_local Bf16Scratch s;

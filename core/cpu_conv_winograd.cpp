@@ -38,6 +38,7 @@
 // an AVX2 CPU's, also on an AVX-512 build machine). Every output lane gets the
 // same sequence of float32 operations at both widths: AVX2 and AVX-512
 // results are equal bit for bit (tests/core/test_conv_winograd.cpp).
+#include "core/allocator.h"
 #include "core/simd_vec.h"
 #ifdef HEED_SIMD_X86
 #define HEED_WINOGRAD_X86 1
@@ -87,13 +88,12 @@ constexpr int64_t kGroups = 8;  // weight-gradient partial sums, fixed for deter
 
 std::atomic<bool> g_enabled{true};
 
-// Thread-local scratch, 64-byte aligned, grown on demand (never per call
-// once warm).
+// Thread-local scratch, 64-byte aligned (alloc::LineVector), grown on demand
+// (never per call once warm).
 float* scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n + 16) buf.resize(n + 16);
-  const auto p = reinterpret_cast<uintptr_t>(buf.data());
-  return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+  thread_local alloc::LineVector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
 }
 
 // Tiling of one correlation: N samples of Lin positions read, Lout written,

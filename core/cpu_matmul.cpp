@@ -411,8 +411,9 @@ class Bf16Product {
   uint32_t *pa_ = nullptr, *pb_ = nullptr;
 };
 
-// A thread's packing buffer of at least n words, grown as needed.
-uint32_t* bf16_buffer(std::vector<uint32_t>& v, int64_t n) {
+// A thread's packing buffer of at least n words, grown as needed, from a
+// cache line (alloc::LineVector: its panels' rows load whole lines).
+uint32_t* bf16_buffer(alloc::LineVector<uint32_t>& v, int64_t n) {
   if (v.size() < size_t(n)) v.resize(size_t(n));
   return v.data();
 }
@@ -420,7 +421,7 @@ uint32_t* bf16_buffer(std::vector<uint32_t>& v, int64_t n) {
 // One Bf16Product over heed's threads (for_slabs).
 void gemm_split_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                      int64_t ldb, float* C, int64_t ldc, float beta, const float* bias, const float* add) {
-  thread_local std::vector<uint32_t> bufa, bufb;
+  thread_local alloc::LineVector<uint32_t> bufa, bufb;
   Bf16Product p(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta, bias, add);
   p.bind(bf16_buffer(bufa, p.a_words()), bf16_buffer(bufb, p.b_words()));
   for_slabs(p.count(), [&](int64_t i) { p.slab(i); }, [&](int t, int nt) { p.shared(t, nt); });
@@ -900,7 +901,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   const BlasMat mx = blas_layout(R, I, x2.stride(0), x2.stride(1));
   Tensor wc = contiguous(w);
   const float* pg = g2.data<float>();
-  thread_local std::vector<uint32_t> dxa, dxb, dwa, dwb, dwa2, dwb2;
+  thread_local alloc::LineVector<uint32_t> dxa, dxb, dwa, dwb, dwa2, dwb2;
   if (need_x) {
     if (into) {
       r.x = x_sum;
