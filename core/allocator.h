@@ -26,6 +26,7 @@
 namespace heed::alloc {
 
 void* allocate(size_t bytes);          // 64-byte aligned; never null (throws)
+void release(void* p, size_t bytes);   // bytes as passed to allocate
 
 // A std::allocator whose blocks start on a 64-byte cache line, for kernels'
 // scratch vectors (LineVector): from std::vector's own blocks, 16 bytes past
@@ -44,7 +45,6 @@ struct LineAligned {
 };
 template <class T>
 using LineVector = std::vector<T, LineAligned<T>>;
-void release(void* p, size_t bytes);   // bytes as passed to allocate
 
 // Byte gauges count blocks as allocated (rounded up to 64 bytes), whether
 // they came from the system or the cache.
