@@ -7,6 +7,8 @@
 //
 // linear: Y[.., O] = X[.., I] W[O, I]^T + b
 //   dX = dY W,  dW = dY^T X (leading dims folded into rows),  db = sum of dY rows
+#include <chrono>
+
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/kernels.h"
@@ -81,6 +83,35 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
   if (!residual.defined()) return linear(x, w, b);
   return autograd::record("linear", k::linear(x, w, b, residual), {x, w, b, residual}, linear_grad(x, w));
+}
+
+Tensor activation_linear(const Tensor& a, Activation act, const Tensor& w, const Tensor& b, const Tensor& residual) {
+  const bool gelu = act == Activation::gelu || act == Activation::gelu_tanh;
+  if (!gelu || !a.defined() || !a.requires_grad() || !autograd::is_grad_enabled())
+    return linear(activation(a, act), w, b, residual);
+  // As gelu(): y = f(a) and d = f'(a) from one pass, d kept for the backward.
+  const auto t0 = std::chrono::steady_clock::now();
+  const k::Unary op = act == Activation::gelu ? k::Unary::gelu_erf : k::Unary::gelu_tanh;
+  Tensor d;
+  const Tensor h = k::unary_with_derivative(op, a, d);
+  if (autograd::is_profiling()) {  // the activation's pass under its own name, the product under linear's
+    autograd::profile_add(fmt::format("{} {}", k::unary_name(op), shape_str(h.shape())),
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    autograd::profile_mark();
+  }
+  return autograd::record(
+      "linear", k::linear(h, w, b, residual), {a, w, b, residual},
+      [hs = w.requires_grad() ? h : Tensor(), ws = autograd::saved(w), d](const Tensor& g, autograd::Grads& gi) {
+        if (gi.needs(0) || gi.needs(1) || gi.needs(2)) {
+          // dA = (dY w) f'(a), the factor applied in the product's epilogue.
+          const k::LinearGrads r = k::linear_backward(g, hs, ws, gi.needs(0), gi.needs(1), Tensor(), gi.needs(2),
+                                                      gi.needs(0) ? d : Tensor());
+          if (gi.needs(0)) gi.set(0, r.x);
+          if (gi.needs(1)) gi.set(1, r.w);
+          if (gi.needs(2)) gi.set(2, r.b);
+        }
+        if (gi.needs(3)) gi.set(3, g);
+      });
 }
 
 }  // namespace heed

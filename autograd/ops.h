@@ -68,6 +68,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 // over memory (a transformer block's output projections,
 // nn::Linear::forward_add). Its gradient is the output's.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual);
+// linear(activation(a, act), w, b, residual) as one op: the same values and
+// gradients, bit for bit. For the GELUs, whose forward keeps f'(a) (as
+// gelu()), the backward multiplies f'(a) into dX = dY w in the product's
+// epilogue instead of a pass of its own over dX (a transformer's
+// feed-forward: nn::FeedForward); other activations run the two ops.
+Tensor activation_linear(const Tensor& a, Activation act, const Tensor& w, const Tensor& b = Tensor(),
+                         const Tensor& residual = Tensor());
 
 // ---- convolution (autograd/conv.cpp) ----
 // x [N, C, T], w [O, C, K], b [O] or undefined -> [N, O, T'].

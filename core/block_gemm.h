@@ -45,17 +45,20 @@ GemmFn gemm_for(CpuIsa isa);
 // B(p, j) = b[p * brs + j * bcs] (any strides; fastest with B's rows or
 // columns unit-stride), C's rows c[i * ldc + 0 .. N). Every element of C is
 // one float32 chain of fused multiply-adds over p = 0 .. K - 1 from 0 (as
-// gemm's), then + bias[j], then + add[i * ldc + j]: the same bits for any
-// blocking, on either instruction set. add (null: none) is laid out like C:
-// C itself (beta = 1), or a matrix that does not overlap C (a residual
-// stream the product is added to: the bits of a separate add after it).
-// With resume the chain starts from C instead (C holds a chain an earlier
-// call left off: a product over K1 + K2 inner indices in two calls is the
-// same bits as in one), the bias added at the end as usual; resume and add
-// exclude each other. Single-threaded: callers split the work over threads.
+// gemm's), then + bias[j], then + add[i * ldc + j], then * mul[i * ldc + j]:
+// the same bits for any blocking, on either instruction set. add (null:
+// none) is laid out like C: C itself (beta = 1), or a matrix that does not
+// overlap C (a residual stream the product is added to: the bits of a
+// separate add after it). mul (null: none) is laid out like C and does not
+// overlap it: a gradient through an element-wise function, dY W times f'(x),
+// with the bits of the separate multiply after the product. With resume the chain starts from C
+// instead (C holds a chain an earlier call left off: a product over K1 + K2
+// inner indices in two calls is the same bits as in one), the bias added at
+// the end as usual; resume excludes add and mul. Single-threaded: callers
+// split the work over threads.
 using SgemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t aps, const float* b,
                          int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias, const float* add,
-                         bool resume);
+                         const float* mul, bool resume);
 SgemmFn sgemm_for(CpuIsa isa);
 
 // One product's row tiles shared by two threads (sgemm_shared): side 0 takes
@@ -86,7 +89,7 @@ constexpr bool sgemm_shareable(int64_t K, int64_t N) { return K > 0 && K <= 512 
 // sgemm_shareable(K, N).
 using SgemmSharedFn = bool (*)(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t aps,
                                const float* b, int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias,
-                               const float* add, RowShare& share, int side);
+                               const float* add, const float* mul, RowShare& share, int side);
 SgemmSharedFn sgemm_shared_for(CpuIsa isa);
 // Whether isa's sgemm copies a transposed A (a weight gradient's dY^T) whole
 // before its tiles (AVX2: Vec::kPackRows), which a thread taking only a few

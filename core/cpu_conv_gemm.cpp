@@ -150,7 +150,7 @@ Tensor gemm_conv1d_forward(const Tensor& x, const Tensor& w, const Tensor& b, co
   const auto gemm = the_gemm();
   for_rows(s.N, s.Lo, [&](int64_t n, int64_t t0, int64_t rows) {
     gemm(rows, s.O, KC, px + n * xn + t0 * s.s * s.C, s.s * s.C, 1, pw, s.O, 1, py + (n * s.Lo + t0) * s.O, s.O, pb,
-         nullptr, false);
+         nullptr, nullptr, false);
   });
   return from_rows(y, cl);
 }
@@ -197,7 +197,7 @@ Tensor gemm_conv1d_backward_data(const Tensor& gy, const Tensor& w, const Shape&
   const auto gemm = the_gemm();
   for_rows(s.N, s.L, [&](int64_t n, int64_t u0, int64_t rows) {
     gemm(rows, s.C, KO, pd + n * dn + (u0 + s.p) * s.O, s.O, 1, pv, s.C, 1, px + (n * s.L + u0) * s.C, s.C, nullptr,
-         nullptr, false);
+         nullptr, nullptr, false);
   });
   return from_rows(dx, channels_last);
 }
@@ -233,7 +233,7 @@ Tensor gemm_conv1d_backward_weights(const Tensor& gy, const Tensor& x, const Sha
       const int64_t r0 = by_rows ? lo : 0, r1 = by_rows ? hi : KC, c0 = by_rows ? 0 : lo, c1 = by_rows ? s.O : hi;
       for (int64_t n = 0; n < (joined ? 1 : s.N); ++n)
         gemm(r1 - r0, c1 - c0, joined ? s.N * s.Lo : s.Lo, px + n * xn + r0, 1, s.s * s.C, pd + n * s.Lo * s.O + c0,
-             s.O, 1, pw + r0 * s.O + c0, s.O, nullptr, nullptr, n > 0);
+             s.O, 1, pw + r0 * s.O + c0, s.O, nullptr, nullptr, nullptr, n > 0);
     }
     dW = transpose(dWt, 0, 1);
   }

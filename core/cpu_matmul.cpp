@@ -204,14 +204,16 @@ void dnnl_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
 // With add (beta 0; laid out like C, not overlapping it), C = (op(A) op(B)
 // + bias) + add: the bits of a separate add after the product (heed's GEMM
 // adds it in its epilogue; after the libraries' GEMMs, a pass over C).
+// With mul (laid out like C, not overlapping it), the result is then
+// multiplied by it element by element: the bits of a separate multiply.
 template <class T>
 void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-              T* C, int64_t ldc, T beta, const T* bias = nullptr, const T* add = nullptr) {
+              T* C, int64_t ldc, T beta, const T* bias = nullptr, const T* add = nullptr, const T* mul = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
     const block::SgemmFn sgemm = block::sgemm_for(heed::cpu_isa());
     if (sgemm && (beta == 0.0f || beta == 1.0f)) {
       sgemm(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, bias,
-            beta == 1.0f ? C : add, false);
+            beta == 1.0f ? C : add, mul, false);
       return;
     }
   }
@@ -219,6 +221,9 @@ void gemm_one(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int
     if (add)
       for (int64_t r = 0; r < M; ++r)
         for (int64_t c = 0; c < N; ++c) C[r * ldc + c] = C[r * ldc + c] + add[r * ldc + c];
+    if (mul)
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t c = 0; c < N; ++c) C[r * ldc + c] = C[r * ldc + c] * mul[r * ldc + c];
   };
   if constexpr (std::is_same_v<T, float>) {
     if (2 * M * N * K >= (int64_t{1} << 20) && (beta == 0.0f || beta == 1.0f)) {
@@ -457,7 +462,7 @@ void gemm_split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, i
       bool done = true;
 #pragma omp parallel num_threads(2) reduction(&& : done)
       done = shared(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, C, ldc, bias,
-                    beta == 1.0f ? C : add, share, omp_get_thread_num());
+                    beta == 1.0f ? C : add, nullptr, share, omp_get_thread_num());
       if (done) return;  // (else nothing was written: sgemm_shareable said yes, so never)
     }
   }
@@ -687,7 +692,7 @@ class WeightGrad {
     const int64_t r0 = half ? h_ : 0, r1 = half ? R_ : h_;
     const float* B = mx_.trans ? x_ + r0 : x_ + r0 * mx_.ld;
     if (!fn(O_, I_, r1 - r0, dy_ + r0 * O_, 1, O_, B, mx_.trans ? 1 : mx_.ld, mx_.trans ? mx_.ld : 1,
-            half ? second_ : dw_, I_, nullptr, nullptr, share, side) &&
+            half ? second_ : dw_, I_, nullptr, nullptr, nullptr, share, side) &&
         side == 0)
       for (int64_t i = 0; i < s_.count; ++i) task(half * s_.count + i);
   }
@@ -743,7 +748,7 @@ void bias_from_chunks(const double* part, int64_t chunks, int64_t O, int64_t o0,
 }  // namespace
 
 LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
-                            const Tensor& x_sum, bool need_b) {
+                            const Tensor& x_sum, bool need_b, const Tensor& dx_mul) {
   const int64_t O = w.size(0), I = w.size(1);
   // Rows counted from the leading dims: reshape's -1 cannot be solved when
   // O or I is 0.
@@ -760,6 +765,15 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
       fail("linear backward: the gradient sum to add dX into is {} {}, expected contiguous {} {}",
            shape_str(x_sum.shape()), dtype_name(x_sum.dtype()), shape_str(xs), dtype_name(g.dtype()));
   }
+  if (dx_mul.defined()) {
+    Shape xs = g.shape();
+    xs.back() = I;
+    if (dx_mul.shape() != xs || dx_mul.dtype() != g.dtype() || !dx_mul.is_contiguous())
+      fail("linear backward: the factor to multiply dX by is {} {}, expected contiguous {} {}",
+           shape_str(dx_mul.shape()), dtype_name(dx_mul.dtype()), shape_str(xs), dtype_name(g.dtype()));
+    if (x_sum.defined()) fail("linear backward: dX can be multiplied by a factor or added into a sum, not both");
+  }
+  const bool scale_x = need_x && dx_mul.defined();
   // The products run in bf16 (set_precision) from kBf16MinFlops. Without
   // dW (a frozen weight, whose x the caller need not pass), dX alone goes
   // through gemm_split, in bf16 there.
@@ -775,6 +789,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
       r.x = x_sum;
     } else if (need_x) {
       r.x = matmul(g, w);
+      if (scale_x) mul_(r.x, dx_mul);
     }
     if (need_w) r.w = matmul(transpose(g2, 0, 1), reshape(x, {R, I}));
     if (need_b) r.b = sum(g2, {0}, false);
@@ -820,16 +835,18 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
     const int64_t nx = need_x ? sx.count : 0, nw = need_w ? dw.tasks() : 0;
     const float* pw = wc.data<float>();
     float* pdx = need_x ? r.x.data<float>() : nullptr;
+    const float* pm = scale_x ? dx_mul.data<float>() : nullptr;  // dX's factor, laid out like dX
     const float beta = into ? 1.0f : 0.0f;
     auto dx_slab = [&](int64_t i) {
       const int64_t lo = i * sx.size;
       if (sx.by_rows) {
         const int64_t hi = std::min(lo + sx.size, R);
-        gemm_one<float>(false, mw.trans, hi - lo, I, O, pg + lo * O, O, pw, mw.ld, pdx + lo * I, I, beta);
+        gemm_one<float>(false, mw.trans, hi - lo, I, O, pg + lo * O, O, pw, mw.ld, pdx + lo * I, I, beta, nullptr,
+                        nullptr, pm ? pm + lo * I : nullptr);
       } else {
         const int64_t hi = std::min(lo + sx.size, I);
         gemm_one<float>(false, mw.trans, R, hi - lo, O, pg, O, mw.trans ? pw + lo * mw.ld : pw + lo, mw.ld, pdx + lo,
-                        I, beta);
+                        I, beta, nullptr, nullptr, pm ? pm + lo : nullptr);
       }
     };
     const int64_t work = std::max(chunks, std::max(nx, nw));
@@ -859,7 +876,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
           for (int64_t i = 0; i < nw; ++i) dw.task(i);
         }
         if (need_x && !shared(R, I, O, pg, O, 1, pw, mw.trans ? 1 : mw.ld, mw.trans ? mw.ld : 1, pdx, I, nullptr,
-                              into ? pdx : nullptr, x_share, t)) {
+                              into ? pdx : nullptr, pm, x_share, t)) {
 #pragma omp for schedule(static) nowait
           for (int64_t i = 0; i < nx; ++i) dx_slab(i);
         }
@@ -982,6 +999,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
       for (int64_t o0 = 0; o0 < O; o0 += 32) bias_from_chunks(part, chunks, O, o0, std::min(O, o0 + 32), pb);
     }
   }
+  if (scale_x) mul_(r.x, dx_mul);
   return r;
 }
 

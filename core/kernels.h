@@ -123,8 +123,13 @@ struct LinearGrads {
 // With x_sum (contiguous, x's shape), dx is added into it in place (beta = 1:
 // each element x_sum + (g w), as adding the separate product would give) and
 // returned as .x: autograd's fused gradient sum (autograd::Grads::sum_target).
+// With dx_mul (contiguous, x's shape and dtype; not with x_sum), dx is (g w)
+// times dx_mul element by element, in the product's epilogue where heed's
+// GEMM runs it: the gradient through an element-wise function before the
+// layer, f'(a) saved by its forward (autograd's activation_linear), with the
+// bits of the separate multiply.
 LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
-                            const Tensor& x_sum = Tensor(), bool need_b = false);
+                            const Tensor& x_sum = Tensor(), bool need_b = false, const Tensor& dx_mul = Tensor());
 
 // ---- 1-D convolution ----
 // x [N, C, T], w [O, C, K], b [O] (optional) -> y [N, O, T'] with

@@ -42,10 +42,16 @@ Tensor FeedForward::forward_add(const Tensor& x, const Tensor& residual) {
   if (residual.defined() && residual.shape() != x.shape())
     fail("FeedForward({}): the residual to add is {}, expected the input's {}", extra_repr(),
          shape_str(residual.shape()), shape_str(x.shape()));
-  Tensor h = activation(fc1->forward(x), options.activation_);  // [.., hidden]
-  if (!residual.defined()) return dropout(fc2->forward(h), options.dropout_, is_training());
-  if (options.dropout_ > 0 && is_training()) return residual + dropout(fc2->forward(h), options.dropout_, true);
-  return fc2->forward_add(h, residual);
+  // fc2 (activation (fc1 x)) as one op (activation_linear: for the GELUs,
+  // their gradient multiplied into fc2's dX in the product's epilogue).
+  const Tensor a = fc1->forward(x);  // [.., hidden]
+  if (!residual.defined())
+    return dropout(activation_linear(a, options.activation_, fc2->weight, fc2->bias), options.dropout_,
+                   is_training());
+  if (options.dropout_ > 0 && is_training())
+    return residual +
+           dropout(activation_linear(a, options.activation_, fc2->weight, fc2->bias), options.dropout_, true);
+  return activation_linear(a, options.activation_, fc2->weight, fc2->bias, residual);
 }
 
 std::string FeedForward::extra_repr() const {

@@ -290,24 +290,27 @@ TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then 
       const auto cd = test::det_values(M * N, 13, -1, 1), bias_d = test::det_values(N, 14, -1, 1);
       const std::vector<float> a(ad.begin(), ad.end()), b(bd.begin(), bd.end()), bias(bias_d.begin(), bias_d.end());
       const int64_t ldc = N + 3;
-      for (int mode = 0; mode < 24; ++mode) {
+      for (int mode = 0; mode < 48; ++mode) {
         CAPTURE(mode);
         // A row-major or transposed; B row-major or transposed (the packed
         // path); with and without the bias; writing C, adding to C, or adding
-        // another matrix laid out like C (a residual).
-        const bool a_t = mode & 1, b_t = mode & 2, with_bias = mode & 4;
-        const int add_kind = mode >> 3;  // 0 none, 1 C itself, 2 another matrix
+        // another matrix laid out like C (a residual); then multiplied or not
+        // by a third matrix laid out like C (a gradient through f'(x)).
+        const bool a_t = mode & 1, b_t = mode & 2, with_bias = mode & 4, with_mul = mode >= 24;
+        const int add_kind = (mode % 24) >> 3;  // 0 none, 1 C itself, 2 another matrix
         const int64_t ars = a_t ? 1 : K, aps = a_t ? M : 1, brs = b_t ? 1 : N, bcs = b_t ? K : 1;
-        std::vector<float> c(static_cast<size_t>(M * ldc), 7.0f), other(static_cast<size_t>(M * ldc), -3.0f);
+        std::vector<float> c(static_cast<size_t>(M * ldc), 7.0f), other(static_cast<size_t>(M * ldc), -3.0f),
+            factor(static_cast<size_t>(M * ldc), 11.0f);
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < N; ++j) {
             c[static_cast<size_t>(i * ldc + j)] = static_cast<float>(cd[i * N + j]);
             other[static_cast<size_t>(i * ldc + j)] = static_cast<float>(cd[(i * N + j + 5) % (M * N)]) * 3.0f;
+            factor[static_cast<size_t>(i * ldc + j)] = static_cast<float>(cd[(i * N + j + 9) % (M * N)]) * 1.7f;
           }
         const std::vector<float> before = c;
         const float* add = add_kind == 1 ? c.data() : add_kind == 2 ? other.data() : nullptr;
         sgemm(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, c.data(), ldc, with_bias ? bias.data() : nullptr, add,
-              false);
+              with_mul ? factor.data() : nullptr, false);
         int bad = 0, outside = 0;
         for (int64_t i = 0; i < M; ++i) {
           for (int64_t j = 0; j < N; ++j) {
@@ -316,6 +319,7 @@ TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then 
             if (with_bias) s = s + bias[j];
             if (add_kind == 1) s = before[static_cast<size_t>(i * ldc + j)] + s;
             if (add_kind == 2) s = other[static_cast<size_t>(i * ldc + j)] + s;
+            if (with_mul) s = s * factor[static_cast<size_t>(i * ldc + j)];
             bad += !same_bits(c[static_cast<size_t>(i * ldc + j)], s);
           }
           for (int64_t j = N; j < ldc; ++j) outside += c[static_cast<size_t>(i * ldc + j)] != 7.0f;  // untouched
@@ -400,14 +404,15 @@ TEST_CASE("sgemm_shared: two threads sharing the row tiles, or one taking both s
         const float* pb = extra ? bias.data() : nullptr;
         const float* pd = extra ? add.data() : nullptr;
         std::vector<float> want(static_cast<size_t>(M * N), 5.0f);
-        sgemm(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, want.data(), N, pb, pd, false);
+        sgemm(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, want.data(), N, pb, pd, nullptr, false);
         for (int how = 0; how < 3; ++how) {  // two threads; one thread, both sides; one thread, side 0 only
           CAPTURE(how);
           std::vector<float> got(static_cast<size_t>(M * N), 5.0f);
           blk::RowShare share;
           bool ok = true;
           auto run = [&](int side) {
-            return shared(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, got.data(), N, pb, pd, share, side);
+            return shared(M, N, K, a.data(), ars, aps, b.data(), brs, bcs, got.data(), N, pb, pd, nullptr, share,
+                          side);
           };
           if (how == 0) {
 #pragma omp parallel num_threads(2) reduction(&& : ok)
@@ -425,7 +430,8 @@ TEST_CASE("sgemm_shared: two threads sharing the row tiles, or one taking both s
     std::vector<float> a(600 * 8, 1.0f), b(600 * 8, 1.0f), c(64, 5.0f);
     blk::RowShare share;
     CHECK_FALSE(blk::sgemm_shareable(600, 8));
-    CHECK_FALSE(shared(8, 8, 600, a.data(), 600, 1, b.data(), 8, 1, c.data(), 8, nullptr, nullptr, share, 0));
+    CHECK_FALSE(
+        shared(8, 8, 600, a.data(), 600, 1, b.data(), 8, 1, c.data(), 8, nullptr, nullptr, nullptr, share, 0));
     for (float v : c) CHECK(v == 5.0f);
   }
 }
@@ -514,10 +520,11 @@ TEST_CASE("sgemm resume: a product over K1 + K2 inner indices in two calls is on
       const auto bias_d = test::det_values(N, 33, -1, 1);
       const std::vector<float> a(ad.begin(), ad.end()), b(bd.begin(), bd.end()), bias(bias_d.begin(), bias_d.end());
       std::vector<float> one(static_cast<size_t>(M * N)), two(static_cast<size_t>(M * N), 5.0f);
-      sgemm(M, N, K, a.data(), K, 1, b.data(), N, 1, one.data(), N, bias.data(), nullptr, false);
+      sgemm(M, N, K, a.data(), K, 1, b.data(), N, 1, one.data(), N, bias.data(), nullptr, nullptr, false);
       // A's first K1 columns and B's first K1 rows, then the rest, resumed.
-      sgemm(M, N, K1, a.data(), K, 1, b.data(), N, 1, two.data(), N, nullptr, nullptr, false);
-      sgemm(M, N, K2, a.data() + K1, K, 1, b.data() + K1 * N, N, 1, two.data(), N, bias.data(), nullptr, true);
+      sgemm(M, N, K1, a.data(), K, 1, b.data(), N, 1, two.data(), N, nullptr, nullptr, nullptr, false);
+      sgemm(M, N, K2, a.data() + K1, K, 1, b.data() + K1 * N, N, 1, two.data(), N, bias.data(), nullptr, nullptr,
+            true);
       int bad = 0;
       for (size_t i = 0; i < one.size(); ++i) bad += !same_bits(one[i], two[i]);
       CHECK(bad == 0);
