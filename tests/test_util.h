@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -52,6 +53,20 @@ inline double max_diff(const Tensor& a, const Tensor& b) {
   double m = 0;
   for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
   return m;
+}
+
+// How many 4-byte words of a and b (same shape and dtype, any layout)
+// differ: 0 when they hold the same bits.
+inline int bits_differ(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  REQUIRE(a.dtype() == b.dtype());
+  const Tensor ac = kernel::contiguous(a), bc = kernel::contiguous(b);
+  const size_t n = static_cast<size_t>(ac.numel()) * (a.dtype() == DType::f64 ? 8 : 4);
+  const auto* pa = static_cast<const unsigned char*>(ac.raw_data());
+  const auto* pb = static_cast<const unsigned char*>(bc.raw_data());
+  int bad = 0;
+  for (size_t i = 0; i < n; i += 4) bad += std::memcmp(pa + i, pb + i, 4) != 0;
+  return bad;
 }
 
 // Elementwise |a - b| <= tol, with a message listing the first mismatch.

@@ -4,7 +4,6 @@
 // backward, on every path the product takes (heed's float32 GEMM with its
 // shared row tiles and its slabs, K blocks, bf16, float64, an empty inner
 // dim); its gradients against finite differences; the kernel's refusals.
-#include <cstring>
 #include <span>
 
 #include "autograd/gradcheck.h"
@@ -12,21 +11,7 @@
 
 using namespace heed;
 
-namespace {
-
-int bits_differ(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  REQUIRE(a.dtype() == b.dtype());
-  const Tensor ac = kernel::contiguous(a), bc = kernel::contiguous(b);
-  const size_t n = static_cast<size_t>(ac.numel()) * (a.dtype() == DType::f64 ? 8 : 4);
-  const auto* pa = static_cast<const unsigned char*>(ac.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(bc.raw_data());
-  int bad = 0;
-  for (size_t i = 0; i < n; i += 4) bad += std::memcmp(pa + i, pb + i, 4) != 0;
-  return bad;
-}
-
-}  // namespace
+using test::bits_differ;
 
 TEST_CASE("activation_linear: the two ops' bits, values and every gradient") {
   struct Case {

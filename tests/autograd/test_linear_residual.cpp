@@ -3,27 +3,12 @@
 // replaces: the same bits, forward and backward, on every path the product
 // takes (heed's float32 GEMM, K blocks, bf16, float64, an empty inner dim),
 // and a transformer block that uses it against the block written out.
-#include <cstring>
 
 #include "layers/module_check.h"
 
 using namespace heed;
 
-namespace {
-
-int bits_differ(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  REQUIRE(a.dtype() == b.dtype());
-  const Tensor ac = kernel::contiguous(a), bc = kernel::contiguous(b);
-  const size_t n = static_cast<size_t>(ac.numel()) * (a.dtype() == DType::f64 ? 8 : 4);
-  const auto* pa = static_cast<const unsigned char*>(ac.raw_data());
-  const auto* pb = static_cast<const unsigned char*>(bc.raw_data());
-  int bad = 0;
-  for (size_t i = 0; i < n; i += 4) bad += std::memcmp(pa + i, pb + i, 4) != 0;
-  return bad;
-}
-
-}  // namespace
+using test::bits_differ;
 
 TEST_CASE("linear + residual in one pass: the separate add's bits, values and gradients") {
   struct Case {
