@@ -756,23 +756,20 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
   for (int64_t d = 0; d + 1 < g.dim(); ++d) R *= g.size(d);
   Tensor g2 = reshape(g, {R, O});
   LinearGrads r;
-  // x_sum: contiguous, x's shape and dtype (autograd::Grads::sum_target).
+  // x_sum (autograd::Grads::sum_target) and dx_mul: contiguous, x's shape
+  // and dtype.
   const bool into = need_x && x_sum.defined() && R > 0 && O > 0;
-  if (x_sum.defined()) {
+  auto check_like_dx = [&](const Tensor& t, const char* what) {
     Shape xs = g.shape();
     xs.back() = I;
-    if (x_sum.shape() != xs || x_sum.dtype() != g.dtype() || !x_sum.is_contiguous())
-      fail("linear backward: the gradient sum to add dX into is {} {}, expected contiguous {} {}",
-           shape_str(x_sum.shape()), dtype_name(x_sum.dtype()), shape_str(xs), dtype_name(g.dtype()));
-  }
-  if (dx_mul.defined()) {
-    Shape xs = g.shape();
-    xs.back() = I;
-    if (dx_mul.shape() != xs || dx_mul.dtype() != g.dtype() || !dx_mul.is_contiguous())
-      fail("linear backward: the factor to multiply dX by is {} {}, expected contiguous {} {}",
-           shape_str(dx_mul.shape()), dtype_name(dx_mul.dtype()), shape_str(xs), dtype_name(g.dtype()));
-    if (x_sum.defined()) fail("linear backward: dX can be multiplied by a factor or added into a sum, not both");
-  }
+    if (t.defined() && (t.shape() != xs || t.dtype() != g.dtype() || !t.is_contiguous()))
+      fail("linear backward: {} is {} {}, expected contiguous {} {}", what, shape_str(t.shape()),
+           dtype_name(t.dtype()), shape_str(xs), dtype_name(g.dtype()));
+  };
+  check_like_dx(x_sum, "the gradient sum to add dX into");
+  check_like_dx(dx_mul, "the factor to multiply dX by");
+  if (x_sum.defined() && dx_mul.defined())
+    fail("linear backward: dX can be multiplied by a factor or added into a sum, not both");
   const bool scale_x = need_x && dx_mul.defined();
   // The products run in bf16 (set_precision) from kBf16MinFlops. Without
   // dW (a frozen weight, whose x the caller need not pass), dX alone goes
