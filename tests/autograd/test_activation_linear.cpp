@@ -107,7 +107,7 @@ TEST_CASE("activation_linear: gradients against finite differences (float64)") {
   }
 }
 
-TEST_CASE("linear backward: a factor for dX of the wrong shape, dtype or layout is named, with the expected one") {
+TEST_CASE("linear backward: a gradient sum or a factor for dX of the wrong shape, dtype or layout is named") {
   Tensor g = Tensor::zeros({2, 3, 5}), x = Tensor::zeros({2, 3, 4}), w = Tensor::zeros({5, 4});
   CHECK_THROWS_WITH_AS(
       kernel::linear_backward(g, x, w, true, true, Tensor(), false, Tensor::zeros({2, 3, 5})),
@@ -118,6 +118,10 @@ TEST_CASE("linear backward: a factor for dX of the wrong shape, dtype or layout 
   CHECK_THROWS_WITH_AS(kernel::linear_backward(g, x, w, true, true, Tensor(), false,
                                                kernel::transpose(Tensor::zeros({2, 4, 3}), 1, 2)),
                        doctest::Contains("expected contiguous [2, 3, 4]"), Error);
+  CHECK_THROWS_WITH_AS(kernel::linear_backward(g, x, w, true, true, Tensor::zeros({6, 4})),
+                       doctest::Contains("the gradient sum to add dX into is [6, 4] float32, expected contiguous "
+                                         "[2, 3, 4] float32"),
+                       Error);
   CHECK_THROWS_WITH_AS(
       kernel::linear_backward(g, x, w, true, true, Tensor::zeros({2, 3, 4}), false, Tensor::zeros({2, 3, 4})),
       doctest::Contains("dX can be multiplied by a factor or added into a sum, not both"), Error);
