@@ -768,6 +768,19 @@ TEST_CASE("concat joins along any dim, reading views by their strides") {
   CHECK(k::concat({a, Tensor::zeros({2, 0})}, 1).to_vector<double>() == a.to_vector<double>());
   CHECK(k::concat({Tensor::from_i64({1}, {1}), Tensor::from_i64({2, 3}, {2})}, 0).to_vector<int64_t>() ==
         std::vector<int64_t>{1, 2, 3});
+  // Each input one block of the output (only size-1 dims before dim): a
+  // contiguous input is copied whole, from its own offset (a narrowed view);
+  // a transposed one element by element.
+  Tensor big = Tensor::from({0, 0, 1, 2, 3, 4, 0, 0}, {4, 2});
+  Tensor mid = k::narrow(big, 0, 1, 2);  // [[1, 2], [3, 4]], contiguous from element 2
+  REQUIRE(mid.is_contiguous());
+  Tensor bt = k::transpose(Tensor::from({5, 6, 7, 8}, {2, 2}), 0, 1);  // [[5, 7], [6, 8]]
+  CHECK(k::concat({mid, bt, mid}, 0).to_vector<double>() ==
+        std::vector<double>{1, 2, 3, 4, 5, 7, 6, 8, 1, 2, 3, 4});
+  Tensor x = Tensor::from({1, 2, 3, 4, 5, 6}, {1, 2, 3}), y = Tensor::from({7, 8, 9}, {1, 1, 3});
+  Tensor xy = k::concat({x, y}, 1);
+  CHECK(xy.shape() == Shape{1, 3, 3});
+  CHECK(xy.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9});
 }
 
 // ---- cross-entropy ----
