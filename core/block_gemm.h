@@ -51,11 +51,11 @@ GemmFn gemm_for(CpuIsa isa);
 // overlap C (a residual stream the product is added to: the bits of a
 // separate add after it). mul (null: none) is laid out like C and does not
 // overlap it: a gradient through an element-wise function, dY W times f'(x),
-// with the bits of the separate multiply after the product. With resume the chain starts from C
-// instead (C holds a chain an earlier call left off: a product over K1 + K2
-// inner indices in two calls is the same bits as in one), the bias added at
-// the end as usual; resume excludes add and mul. Single-threaded: callers
-// split the work over threads.
+// with the bits of the separate multiply after the product. With resume the
+// chain starts from C instead (C holds a chain an earlier call left off: a
+// product over K1 + K2 inner indices in two calls is the same bits as in
+// one), the bias added at the end as usual; resume excludes add and mul.
+// Single-threaded: callers split the work over threads.
 using SgemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t aps, const float* b,
                          int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias, const float* add,
                          const float* mul, bool resume);

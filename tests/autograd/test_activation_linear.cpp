@@ -94,9 +94,9 @@ TEST_CASE("activation_linear: a frozen weight, an input without gradient, and no
 TEST_CASE("activation_linear: gradients against finite differences (float64)") {
   for (const Activation act : {Activation::gelu, Activation::gelu_tanh, Activation::relu}) {
     CAPTURE(activation_name(act));
-    std::vector<Tensor> in = {test::det_tensor({2, 3, 4}, 1, -2, 2, DType::f64),
-                              test::det_tensor({5, 4}, 2, -1, 1, DType::f64), test::det_tensor({5}, 3, -1, 1, DType::f64),
-                              test::det_tensor({2, 3, 5}, 4, -1, 1, DType::f64)};
+    std::vector<Tensor> in = {
+        test::det_tensor({2, 3, 4}, 1, -2, 2, DType::f64), test::det_tensor({5, 4}, 2, -1, 1, DType::f64),
+        test::det_tensor({5}, 3, -1, 1, DType::f64), test::det_tensor({2, 3, 5}, 4, -1, 1, DType::f64)};
     if (act == Activation::relu)  // away from relu's kink, where the difference quotient is wrong
       for (double& v : std::span(in[0].data<double>(), static_cast<size_t>(in[0].numel())))
         v = v < 0 ? v - 0.1 : v + 0.1;
@@ -113,8 +113,9 @@ TEST_CASE("linear backward: a gradient sum or a factor for dX of the wrong shape
       kernel::linear_backward(g, x, w, true, true, Tensor(), false, Tensor::zeros({2, 3, 5})),
       doctest::Contains("the factor to multiply dX by is [2, 3, 5] float32, expected contiguous [2, 3, 4] float32"),
       Error);
-  CHECK_THROWS_WITH_AS(kernel::linear_backward(g, x, w, true, true, Tensor(), false, Tensor::zeros({2, 3, 4}, DType::f64)),
-                       doctest::Contains("[2, 3, 4] float64, expected contiguous [2, 3, 4] float32"), Error);
+  CHECK_THROWS_WITH_AS(
+      kernel::linear_backward(g, x, w, true, true, Tensor(), false, Tensor::zeros({2, 3, 4}, DType::f64)),
+      doctest::Contains("[2, 3, 4] float64, expected contiguous [2, 3, 4] float32"), Error);
   CHECK_THROWS_WITH_AS(kernel::linear_backward(g, x, w, true, true, Tensor(), false,
                                                kernel::transpose(Tensor::zeros({2, 4, 3}), 1, 2)),
                        doctest::Contains("expected contiguous [2, 3, 4]"), Error);
