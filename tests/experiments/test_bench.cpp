@@ -75,15 +75,26 @@ TEST_CASE("heed bench: a GPT workload's profile and its limit, and a bf16 row af
   const auto at = r.out.find("  products (linear, matmul, attention, convolutions): ");
   REQUIRE(at != std::string::npos);
   double products_ms = 0, gflops = 0, pct = 0, rest_ms = 0, at_peak_ms = 0, most_pct = 0, bound_ms = 0;
-  REQUIRE(std::sscanf(r.out.c_str() + at,
-                      "  products (linear, matmul, attention, convolutions): %lf ms, %lf GFLOP/s = %lf%% of the peak;\n"
-                      "  everything else %lf ms. At the peak the products would take %lf ms: this step can reach at\n"
-                      "  most %lf%% of the peak (%lf ms)",
-                      &products_ms, &gflops, &pct, &rest_ms, &at_peak_ms, &most_pct, &bound_ms) == 7);
-  CHECK(products_ms > at_peak_ms);  // below the peak
-  CHECK(rest_ms > 0);               // the optimiser step at least
-  CHECK(bound_ms == doctest::Approx(at_peak_ms + rest_ms).epsilon(0.01));
-  CHECK(most_pct == doctest::Approx(100 * at_peak_ms / bound_ms).epsilon(0.01));
+  const int fields = std::sscanf(
+      r.out.c_str() + at,
+      "  products (linear, matmul, attention, convolutions): %lf ms, %lf GFLOP/s = %lf%% of the peak;\n"
+      "  everything else %lf ms. At the peak the products would take %lf ms: this step can reach at\n"
+      "  most %lf%% of the peak (%lf ms)",
+      &products_ms, &gflops, &pct, &rest_ms, &at_peak_ms, &most_pct, &bound_ms);
+  if (fields == 3) {
+    // The products ran faster than the peak measured before the row (a
+    // sanitized build's figures swing so): no limit is claimed, and the GPT
+    // has no Winograd to call the rate effective.
+    CHECK(pct >= 100);
+    CHECK(has(r.out, "above the peak measured before this row"));
+    CHECK_FALSE(has(r.out, "an effective rate"));
+  } else {
+    REQUIRE(fields == 7);
+    CHECK(products_ms > at_peak_ms);  // below the peak
+    CHECK(rest_ms > 0);               // the optimiser step at least
+    CHECK(bound_ms == doctest::Approx(at_peak_ms + rest_ms).epsilon(0.01));
+    CHECK(most_pct == doctest::Approx(100 * at_peak_ms / bound_ms).epsilon(0.01));
+  }
   // The row's % peak divides its GFLOP/s by the peak measured right before it (column peak).
   const auto row = r.out.find("\ngpt-128 ");
   REQUIRE(row != std::string::npos);
