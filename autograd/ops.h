@@ -72,7 +72,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& r
 // gradients, bit for bit. For the GELUs, whose forward keeps f'(a) (as
 // gelu()), the backward multiplies f'(a) into dX = dY w in the product's
 // epilogue instead of a pass of its own over dX (a transformer's
-// feed-forward: nn::FeedForward); other activations run the two ops.
+// feed-forward: nn::FeedForward), where that measured faster (AVX2; with
+// AVX-512 and in bf16 the multiply is a pass after the product); other
+// activations run the two ops.
 Tensor activation_linear(const Tensor& a, Activation act, const Tensor& w, const Tensor& b = Tensor(),
                          const Tensor& residual = Tensor());
 

@@ -832,7 +832,15 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
     const int64_t nx = need_x ? sx.count : 0, nw = need_w ? dw.tasks() : 0;
     const float* pw = wc.data<float>();
     float* pdx = need_x ? r.x.data<float>() : nullptr;
-    const float* pm = scale_x ? dx_mul.data<float>() : nullptr;  // dX's factor, laid out like dX
+    // dX's factor (laid out like dX) in the GEMM's epilogue on AVX2; on
+    // AVX-512 in a pass after the region. Pairs of GPT-128 training steps
+    // alternating the two in one process (400 steps), epilogue against pass:
+    // Zen 3 (AVX2) +1.3, +1.3, +0.5, +1.1, -0.8, +0.9, +2.0, +1.0, +0.6,
+    // +0.6%; Zen 5, AVX2 path +0.3, +0.4%; Zen 5, AVX-512 -0.8, -0.9, -1.2,
+    // -1.0, -1.4% (GPT-256, 40 steps: -1.1%). (Its bf16 products, with the
+    // factor in their epilogue too: -0.6 to -2.7%.) The same bits either way.
+    const bool fuse_mul = scale_x && heed::cpu_isa() != CpuIsa::avx512;
+    const float* pm = fuse_mul ? dx_mul.data<float>() : nullptr;
     const float beta = into ? 1.0f : 0.0f;
     auto dx_slab = [&](int64_t i) {
       const int64_t lo = i * sx.size;
@@ -894,6 +902,7 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
         for (int64_t o0 = 0; o0 < O; o0 += 32) bias_from_chunks(part, chunks, O, o0, std::min(O, o0 + 32), pb);
       }
     }
+    if (scale_x && !fuse_mul) mul_(r.x, dx_mul);
     return r;
   }
   // bf16, all in one parallel region:
