@@ -270,14 +270,9 @@ Profiled print_profile(const Workload& w, int64_t steps, double peak) {
       fmt::format("  products (linear, matmul, attention, convolutions): {:.2f} ms, {:.1f} GFLOP/s = {:.1f}% of the peak",
                   products_ms, gflops, 100 * gflops / peak);
   if (at_peak_ms >= products_ms) {  // at or above the peak: it sets no limit
-    if (w.fewer_mults)
-      fmt::print("{}\n  (an effective rate: fewer multiplications than counted, so the peak sets no limit); everything\n"
-                 "  else {:.2f} ms.\n",
-                 products, rest_ms);
-    else  // a peak measured while the machine was slower than during the step
-      fmt::print("{}\n  (above the peak measured before this row: the machine was slower then, so the peak sets no\n"
-                 "  limit); everything else {:.2f} ms.\n",
-                 products, rest_ms);
+    const char* why = w.fewer_mults ? "an effective rate: fewer multiplications than counted"
+                                    : "above the peak measured before this row: the machine was slower then";
+    fmt::print("{}\n  ({}, so the peak sets no limit);\n  everything else {:.2f} ms.\n", products, why, rest_ms);
     return {wall_ms, 0};
   }
   fmt::print("{};\n  everything else {:.2f} ms. At the peak the products would take {:.2f} ms: this step can reach at\n"
