@@ -16,6 +16,16 @@ With two programs, `test_thread_invariance.py OLD_HEED NEW_HEED`, it compares
 two builds instead (2 threads each, the same runs, charlm for 40 steps): a
 change meant to leave every number alone (a faster kernel, a fused pass)
 must pass it against the build before.
+
+With `test_thread_invariance.py HEED --reference FILE` it compares the
+float32 runs (and the bf16 ones where the CPU has AVX512-BF16), 2 threads,
+with the digests of their logs kept in FILE (tests/experiments/
+reference_bits.json): the bits logged on the CPU that wrote the file, so
+the suite on any other CPU checks that it logs the same. A build with
+another -march and another CPU's libraries' kernels (OpenBLAS picks by
+CPU) is what this catches; AVX2 against AVX-512 within one build is the
+runs above. `--write-reference FILE` writes the file instead: after a
+change meant to move numbers, and said so in its commit.
 """
 import os
 import shutil
@@ -23,11 +33,21 @@ import subprocess
 import sys
 import tempfile
 
+import hashlib
+import json
+
 import h5py
 import numpy as np
 
-BUILDS = sys.argv[1:3] if len(sys.argv) > 2 else None  # [old, new]: compare two builds
-HEED = sys.argv[1]
+ARGS = sys.argv[1:]
+REFERENCE = WRITE = None
+if len(ARGS) == 3 and ARGS[1] in ("--reference", "--write-reference"):
+    REFERENCE, WRITE = ARGS[2], ARGS[1] == "--write-reference"
+    ARGS = ARGS[:1]
+if len(ARGS) not in (1, 2) or any(a.startswith("--") for a in ARGS):
+    sys.exit("usage: test_thread_invariance.py HEED [OTHER_HEED | --reference FILE | --write-reference FILE]")
+BUILDS = ARGS[:2] if len(ARGS) == 2 else None  # [old, new]: compare two builds
+HEED = ARGS[0]
 TMP = tempfile.mkdtemp(prefix="heed-threads-")
 RUNS = [
     ("shapes", ["--train", "800", "--test", "40", "--epochs", "1", "--batch", "100"]),
@@ -54,6 +74,8 @@ if AVX512 and "HEED_CPU_ISA" not in os.environ:
              [("shapes", ["--train", "800", "--test", "40", "--epochs", "1", "--batch", "100"]),
               ("timeseries", ["--steps", "12"]), ("charlm", ["--steps", "12"]), ("copy", ["--steps", "12"]),
               ("crossattn", ["--steps", "12"])]]
+if REFERENCE:  # this CPU's own path only; charlm's final evaluation over 4 batches (cheap under ASan too)
+    RUNS = [(n, a + ["--eval-batches", "4"] if n == "charlm" else a) for n, a, *isa in RUNS if not isa]
 if BUILDS:  # a longer GPT run; the ISA runs are the thread test's
     RUNS = [("charlm", ["--steps", "40"]) if r == ("charlm", ["--steps", "12"]) else r for r in RUNS if len(r) == 2]
 RUNS = [r if len(r) == 3 else (*r, None) for r in RUNS]
@@ -62,9 +84,10 @@ RUNS = [r if len(r) == 3 else (*r, None) for r in RUNS]
 # evaluation over 4 batches instead of 32 (it took half of each charlm run,
 # about 60 s at 2 threads on a Zen 3); the Release suite runs them all.
 if "ASAN_OPTIONS" in os.environ:
-    RUNS = [(n, a + ["--eval-batches", "4"] if n == "charlm" else a, i) for n, a, i in RUNS
+    RUNS = [(n, a + ["--eval-batches", "4"] if n == "charlm" and not REFERENCE else a, i) for n, a, i in RUNS
             if n in ("shapes", "charlm") and "bf16" not in a and i is None]
-WHAT = f"{BUILDS[0]} and {BUILDS[1]}" if BUILDS else "1 and 2 threads"
+WHAT = f"{BUILDS[0]} and {BUILDS[1]}" if BUILDS else f"this CPU and {REFERENCE}" if REFERENCE else \
+    "1 and 2 threads"
 SKIP = ("tokens_per_second", "step_seconds", "samples_per_second")
 
 
@@ -89,14 +112,33 @@ def numbers(ds):
     return x
 
 
+def digest(x):
+    """[shape, sha256 of the values' bytes, their sum]: the sum only to show how far a changed dataset moved."""
+    x = np.ascontiguousarray(x)
+    h = hashlib.sha256(str(x.dtype).encode() + str(x.shape).encode() + x.tobytes()).hexdigest()
+    return [list(x.shape), h, float(np.nansum(x.astype(np.float64)))]
+
+
+def logged(log):
+    """{dataset path: its numbers} of one log, as compared (SKIP and wall clocks left out)."""
+    with h5py.File(log, "r") as f:
+        return {path: x for path, ds in datasets(f) if not any(s in path for s in SKIP)
+                for x in [numbers(ds)] if x is not None}
+
+
 failures = []
+reference = {}
+if REFERENCE and not WRITE:
+    with open(REFERENCE) as f:
+        reference = json.load(f)["runs"]
+written = {}
 for i, (name, args, isa) in enumerate(RUNS):
     logs = []
     across = isa == "avx2-vs-avx512"
     label = name + (" bf16" if "bf16" in args else "") + \
         (" on AVX2 and AVX-512" if across else f" HEED_CPU_ISA={isa}" if isa else "")
     env = dict(os.environ, HEED_CPU_ISA=isa) if isa and not across else None
-    pairs = [("2", BUILDS[0]), ("2", BUILDS[1])] if BUILDS else \
+    pairs = [("2", BUILDS[0]), ("2", BUILDS[1])] if BUILDS else [("2", HEED)] if REFERENCE else \
         [("2", HEED), ("2", HEED)] if across else [("1", HEED), ("2", HEED)]
     for threads, program in pairs:
         if across:
@@ -111,30 +153,68 @@ for i, (name, args, isa) in enumerate(RUNS):
             failures.append(f"{program} run {name} --threads {threads} exited {r.returncode}:\n{r.stdout[-2000:]}")
             break
         logs.append(out)
-    if len(logs) != 2:
+    if len(logs) != len(pairs):
         continue
-    with h5py.File(logs[0], "r") as a, h5py.File(logs[1], "r") as b:
-        compared = 0
-        for path, ds in datasets(a):
-            if any(s in path for s in SKIP):
-                continue
-            x = numbers(ds)
-            if x is None:
-                continue
-            if path not in b:
-                failures.append(f"{label}: {path} is in the first log only ({WHAT})")
-                continue
-            y = numbers(b[path])
-            compared += 1
-            if x.shape != y.shape or not np.array_equal(x, y, equal_nan=True):
-                diff = "shapes " + str(x.shape) + " vs " + str(y.shape) if x.shape != y.shape else \
-                    f"max difference {np.nanmax(np.abs(x - y)):.3g}"
-                failures.append(f"{label}: {path} differs between {'AVX2 and AVX-512' if across else WHAT} ({diff})")
-        if compared < 3:
-            failures.append(f"{label}: only {compared} datasets compared; the logs' layout changed?")
-        print(f"{label}: {compared} datasets compared")
+    first = logged(logs[0])
+    if REFERENCE:  # the run against the digests its label has in the file
+        if WRITE:
+            written[label] = {path: digest(x) for path, x in first.items()}
+            print(f"{label}: {len(first)} datasets written")
+            continue
+        if label not in reference:
+            failures.append(f"{label}: no digests in {REFERENCE}; it holds {', '.join(reference) or 'none'}")
+            continue
+        want = reference[label]
+        for path in sorted(set(want) - set(first)):
+            failures.append(f"{label}: {path} is in {REFERENCE} but not in this log")
+        for path, x in first.items():
+            if path not in want:
+                failures.append(f"{label}: {path} is logged but not in {REFERENCE}")
+            elif digest(x)[:2] != want[path][:2]:
+                got = digest(x)
+                failures.append(f"{label}: {path} differs from {REFERENCE} (shape {got[0]} vs {want[path][0]}, "
+                                f"sum {got[2]!r} vs {want[path][2]!r})")
+        print(f"{label}: {len(first)} datasets compared with {REFERENCE}")
+        if len(first) < 3:
+            failures.append(f"{label}: only {len(first)} datasets compared; the logs' layout changed?")
+        continue
+    second = logged(logs[1])
+    for path, x in first.items():
+        if path not in second:
+            failures.append(f"{label}: {path} is in the first log only ({WHAT})")
+            continue
+        y = second[path]
+        if x.shape != y.shape or not np.array_equal(x, y, equal_nan=True):
+            diff = "shapes " + str(x.shape) + " vs " + str(y.shape) if x.shape != y.shape else \
+                f"max difference {np.nanmax(np.abs(x - y)):.3g}"
+            failures.append(f"{label}: {path} differs between {'AVX2 and AVX-512' if across else WHAT} ({diff})")
+    compared = sum(path in second for path in first)
+    if compared < 3:
+        failures.append(f"{label}: only {compared} datasets compared; the logs' layout changed?")
+    print(f"{label}: {compared} datasets compared")
 
 shutil.rmtree(TMP, ignore_errors=True)
+if WRITE:
+    if failures:
+        print("FAILED, nothing written:\n" + "\n".join(failures))
+        sys.exit(1)
+    cpu = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in open("/proc/cpuinfo") if ":" in line)}
+    flags = cpu.get("flags", "").split()
+    written_on = f"{cpu.get('model name', '?')}, family {cpu.get('cpu family', '?')} model {cpu.get('model', '?')}, " + \
+        ("AVX-512" + (" with BF16" if "avx512_bf16" in flags else "") if "avx512f" in flags else "AVX2")
+    with open(REFERENCE, "w") as f:  # one line per dataset
+        f.write('{"about": "Digests of the logs of tests/experiments/test_thread_invariance.py\'s runs '
+                '(--reference): [shape, sha256 of the values, their sum] per dataset.",\n')
+        f.write(f' "cpu": {json.dumps(written_on)},\n')
+        f.write(' "runs": {\n')
+        for r, (label, sets) in enumerate(sorted(written.items())):
+            f.write(f'  {json.dumps(label)}: {{\n')
+            for d, (path, v) in enumerate(sorted(sets.items())):
+                f.write(f'   {json.dumps(path)}: {json.dumps(v)}{"," if d + 1 < len(sets) else ""}\n')
+            f.write(f'  }}{"," if r + 1 < len(written) else ""}\n')
+        f.write(" }\n}\n")
+    print(f"wrote {REFERENCE}: {len(written)} runs")
+    sys.exit(0)
 if failures:
     print("FAILED:\n" + "\n".join(failures))
     sys.exit(1)
