@@ -260,7 +260,8 @@ struct Shape3 {
 
 TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then + bias, then + old C, bit for bit") {
   // heed's GEMM for whole products (core/cpu_sgemm_simd.inc): register tiles,
-  // K blocks of 512 (a chain cut there resumes from C), B copied into panels
+  // K blocks of 512 (256 for a transposed A read in place, on AVX-512, past
+  // 512: 513, 530 and 1100 below; a chain cut there resumes from C), B copied into panels
   // when its rows are not unit-stride (on AVX2 always, and a transposed A a
   // row tile at a time). None of that may show in the bits:
   // each element must equal the scalar chain, at every instruction set, so
