@@ -148,6 +148,9 @@ for i, (name, args, isa) in enumerate(RUNS):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         if r.returncode != 0 and "bf16" in args and "bf16 needs a CPU with" in r.stdout:
             print(f"{label}: not run, this CPU has no native bf16 ({r.stdout.strip().splitlines()[-1][:120]})")
+            if WRITE:
+                failures.append(f"{label}: not run here; write the digests on a CPU with AVX512-BF16, so that "
+                                "every run has them")
             break
         if r.returncode != 0:
             failures.append(f"{program} run {name} --threads {threads} exited {r.returncode}:\n{r.stdout[-2000:]}")
@@ -217,5 +220,8 @@ if WRITE:
     sys.exit(0)
 if failures:
     print("FAILED:\n" + "\n".join(failures))
+    if REFERENCE:
+        print(f"(A change meant to move these numbers rewrites the digests on an AVX-512 CPU with BF16: "
+              f"{sys.argv[0]} HEED --write-reference {REFERENCE}, and says so in its commit.)")
     sys.exit(1)
 print(f"every experiment logs the same bits: {WHAT}")
