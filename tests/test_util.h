@@ -114,7 +114,7 @@ struct TempDir {
 };
 
 // A file's bytes ("" when it cannot be read). One read, not a character at
-// a time: the sanitized build compiles the tests at -O0.
+// a time: the tests are built at -O0 (tests/CMakeLists.txt).
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return {};

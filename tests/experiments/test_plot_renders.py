@@ -60,7 +60,8 @@ def check_pngs(out_dir, printed, expected):
         colours = np.zeros(len(px), np.uint32)
         for ch in range(px.shape[1]):
             colours = colours << 8 | px[:, ch]
-        check(len(np.unique(colours)) > 20, f"{name}: looks blank ({len(np.unique(colours))} colours)")
+        n_colours = len(np.unique(colours))
+        check(n_colours > 20, f"{name}: looks blank ({n_colours} colours)")
 
 
 def plot(log, out_dir=None):
