@@ -67,12 +67,6 @@ namespace {
 // part of each diagonal block above the diagonal, so it prefers smaller ones.
 constexpr int64_t kDefaultBlock = 128, kDefaultCausalBlock = 64;
 
-// e^x: the vectorisable float version (core/fast_math.h; every argument here
-// is a score minus its row's maximum or log-sum-exp, so at most ~0), libm
-// for double.
-inline float ex(float x) { return fast::exp_softmax(x); }
-inline double ex(double x) { return std::exp(x); }
-
 // A matrix: element (i, j) at p[i * rs + j * cs], with rs or cs equal to 1.
 template <class T>
 struct Mat {
@@ -226,7 +220,7 @@ T exp_shifted_sum(T* x, int64_t n, T c) {
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
     for (int l = 0; l < kLanes; ++l) {
-      const T e = ex(x[j + l] - c);
+      const T e = fast::exp_softmax(x[j + l] - c);
       x[j + l] = e;
       a[l] += e;
     }
@@ -236,7 +230,7 @@ T exp_shifted_sum(T* x, int64_t n, T c) {
   const int64_t rem = n - j;
   if (rem > 0)
     for (int l = 0; l < kLanes; ++l) {
-      const T e = ex((l < rem ? x[j + l] : c) - c);
+      const T e = fast::exp_softmax((l < rem ? x[j + l] : c) - c);
       if (l < rem) {
         x[j + l] = e;
         a[l] += e;
@@ -247,7 +241,7 @@ T exp_shifted_sum(T* x, int64_t n, T c) {
 // x_j = e^(x_j - c): no reduction in the loop, so it vectorises.
 template <class T>
 void exp_shifted(T* x, int64_t n, T c) {
-  for (int64_t j = 0; j < n; ++j) x[j] = ex(x[j] - c);
+  for (int64_t j = 0; j < n; ++j) x[j] = fast::exp_softmax(x[j] - c);
 }
 // sum_c a[c * sa] b[c * sb]; vectorised when both strides are 1.
 template <class T>
@@ -304,7 +298,7 @@ void softmax_row(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb, T* srow
   // Key 0 is visible to every query and blocks go in ascending order, so
   // after the first block m is finite; a row fully hidden in a later
   // block keeps its m and adds exact zeros.
-  const T corr = ex(m - mx);
+  const T corr = fast::exp_softmax(m - mx);
   const T rs = rows.exp_sum(srow, vis, nb, mx);
   l = l * corr + rs;
   m = mx;
@@ -469,7 +463,7 @@ inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 // n words of v, from a 64-byte boundary (alloc::LineVector: the GEMM's B
 // rows load whole cache lines).
-uint32_t* words(alloc::LineVector<uint32_t>& v, int64_t n) {
+uint32_t* line_words(alloc::LineVector<uint32_t>& v, int64_t n) {
   hold(v, n);
   return v.data();
 }
@@ -584,7 +578,7 @@ HEED_BF16 void softmax_rows_bf16(const Problem<float>& P, int64_t i, int64_t j0,
       v = _mm512_mask_max_ps(v, in, _mm512_maskz_loadu_ps(in, srow + r * nb + j), v);
     }
     mx[r] = _mm512_reduce_max_ps(v);
-    corr[r] = ex(m[r] - mx[r]);  // as in softmax_row
+    corr[r] = fast::exp_softmax(m[r] - mx[r]);  // as in softmax_row
     shift[r] = _mm512_set1_ps(mx[r]);
     sum[r] = _mm512_setzero_ps();
   }
@@ -663,9 +657,9 @@ void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk
   Scratch<float>& w = scratch<float>();
   w.fit(P.bq, P.bk, E, P.T_);
   Bf16Scratch& x = bf16_scratch();
-  const PackedA Q = pack_a(P.q.at(n, h).from_row(i0), bq, K, words(x.qa, packed_a_size(bq, K)));
+  const PackedA Q = pack_a(P.q.at(n, h).from_row(i0), bq, K, line_words(x.qa, packed_a_size(bq, K)));
   const int64_t ldp = pairs(P.bk);
-  uint32_t* pa = words(x.pa, bq * ldp);  // P rounded, row by row
+  uint32_t* pa = line_words(x.pa, bq * ldp);  // P rounded, row by row
   float *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data(), *s = w.s.data();
   start_rows(w, bq, E);
   const int64_t jend = P.key_end(i1);
@@ -694,8 +688,8 @@ void forward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, int64_t b
                         float* lse, float* probs) {
   const int64_t r = P.H / P.G, keys = P.key_end(std::min(P.T_, b1 * P.bq)), ldk = round16(keys), ldv = round16(P.E);
   Bf16Scratch& x = bf16_scratch();
-  uint32_t* kt = words(x.kt, pairs(P.K) * ldk);
-  uint32_t* vb = words(x.vb, pairs(keys) * ldv);
+  uint32_t* kt = line_words(x.kt, pairs(P.K) * ldk);
+  uint32_t* vb = line_words(x.vb, pairs(keys) * ldv);
   pack_b(P.k.at(n, g).t(), P.K, keys, kt);
   pack_b(P.v.at(n, g), keys, P.E, vb);
   for (int64_t h = g * r; h < (g + 1) * r; ++h)
@@ -718,9 +712,9 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
   const Mat<const float> Kh = P.k.at(n, g), V = P.v.at(n, g);
   // K^T and V^T (B of S and dP), K (B of dQ).
   const int64_t ld_s = round16(S), ld_k = round16(K), ld_e = round16(E);
-  uint32_t* kt = words(x.kt, pairs(K) * ld_s);
-  uint32_t* vt = words(x.vt, pairs(E) * ld_s);
-  uint32_t* kb = words(x.kb, pairs(S) * ld_k);
+  uint32_t* kt = line_words(x.kt, pairs(K) * ld_s);
+  uint32_t* vt = line_words(x.vt, pairs(E) * ld_s);
+  uint32_t* kb = line_words(x.kb, pairs(S) * ld_k);
   if (!probs) pack_b(Kh.t(), K, S, kt);  // the scores are recomputed
   pack_b(V.t(), E, S, vt);
   pack_b(Kh, S, K, kb);
@@ -729,9 +723,9 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
   hold(x.dq, P.bq * K);
   float *dK = x.dk.data(), *dV = x.dv.data(), *dQ = x.dq.data();
   const int64_t ld_b = round16(P.bk), ld_a = pairs(P.bk);
-  uint32_t* pb = words(x.pb, pairs(P.bq) * ld_b);   // P^T's pairs (A of dV)
-  uint32_t* dsb = words(x.dsb, pairs(P.bq) * ld_b);  // dS^T's pairs (A of dK)
-  uint32_t* dsa = words(x.dsa, P.bq * ld_a);          // dS row by row (A of dQ)
+  uint32_t* pb = line_words(x.pb, pairs(P.bq) * ld_b);   // P^T's pairs (A of dV)
+  uint32_t* dsb = line_words(x.dsb, pairs(P.bq) * ld_b);  // dS^T's pairs (A of dK)
+  uint32_t* dsa = line_words(x.dsa, P.bq * ld_a);          // dS row by row (A of dQ)
   for (int64_t h = g * r; h < (g + 1) * r; ++h) {
     const Mat<const float> Qh = P.q.at(n, h), O = o.at(n, h), GO = go.at(n, h);
     const float* lse_h = lse + (n * P.H + h) * T;
@@ -746,10 +740,10 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
     // Q and dO both ways: A of S and dP, B of dK and dV (Q as A only where
     // the scores are recomputed).
     const float* ph = probs ? probs + (n * P.H + h) * T * S : nullptr;
-    const PackedA Qa = ph ? PackedA{} : pack_a(Qh, T, K, words(x.qa, packed_a_size(T, K)));
-    const PackedA Ga = pack_a(GO, T, E, words(x.ga, packed_a_size(T, E)));
-    uint32_t* qb = words(x.qb, pairs(T) * ld_k);
-    uint32_t* gb = words(x.gb, pairs(T) * ld_e);
+    const PackedA Qa = ph ? PackedA{} : pack_a(Qh, T, K, line_words(x.qa, packed_a_size(T, K)));
+    const PackedA Ga = pack_a(GO, T, E, line_words(x.ga, packed_a_size(T, E)));
+    uint32_t* qb = line_words(x.qb, pairs(T) * ld_k);
+    uint32_t* gb = line_words(x.gb, pairs(T) * ld_e);
     pack_b(Qh, T, K, qb);
     pack_b(GO, T, E, gb);
     for (int64_t i0 = 0; i0 < T; i0 += P.bq) {

@@ -14,11 +14,6 @@
 namespace heed::kernel {
 namespace {
 
-// e^x for x <= 0 (a logit minus its row's maximum or log-sum-exp): float32
-// on fast::exp_softmax, so the loops vectorise; libm for double.
-inline float ex(float x) { return fast::exp_softmax(x); }
-inline double ex(double x) { return std::exp(x); }
-
 template <class T>
 void ce_forward(const Tensor& logits, const int64_t* pt, int64_t ignore_index, int64_t count, CrossEntropyResult& res) {
   const int64_t R = logits.size(0), V = logits.size(1);
@@ -41,12 +36,12 @@ void ce_forward(const Tensor& logits, const int64_t* pt, int64_t ignore_index, i
     int64_t v0 = 0;
     for (; v0 + kLanes <= V; v0 += kLanes)
       for (int l = 0; l < kLanes; ++l) {
-        const T e = ex(x[v0 + l] - m), top = x[v0 + l] == m ? T(1) : T(0);
+        const T e = fast::exp_softmax(x[v0 + l] - m), top = x[v0 + l] == m ? T(1) : T(0);
         zl[l] += e - top * e;  // e, or 0 for a maximum (a select: the loop stays branch-free)
         cl[l] += top;
       }
     for (int64_t v = v0; v < V; ++v) {
-      const T e = ex(x[v] - m), top = x[v] == m ? T(1) : T(0);
+      const T e = fast::exp_softmax(x[v] - m), top = x[v] == m ? T(1) : T(0);
       zl[v - v0] += e - top * e;
       cl[v - v0] += top;
     }
@@ -78,7 +73,7 @@ void ce_backward(const Tensor& logits, const int64_t* pt, const Tensor& lse, int
     }
     const T* x = px + r * V;
     const T l = pl[r];
-    for (int64_t v = 0; v < V; ++v) d[v] = ex(x[v] - l) * scale;
+    for (int64_t v = 0; v < V; ++v) d[v] = fast::exp_softmax(x[v] - l) * scale;
     d[pt[r]] -= scale;
   }
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace heed::kernel::fast {
@@ -72,6 +73,9 @@ inline float exp_softmax(float x) {
   const float y = exp_reduce(xc, n) * pow2(n);
   return x < lo ? 0.0f : y;
 }
+// The double kernels' counterpart (reference and gradient-check precision):
+// libm's exp, so softmax and cross-entropy can call exp_softmax on either type.
+inline double exp_softmax(double x) { return std::exp(x); }
 
 // erf(x) = x P(x^2) / Q(x^2) on |x| <= 4, a rational approximation whose
 // coefficients heed fitted itself (least squares, then refined towards the

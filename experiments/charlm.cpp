@@ -20,7 +20,7 @@ namespace {
 
 constexpr const char* kProbe = "And God said, Let there be light: and there was light.";
 
-struct Config {
+struct CharLMConfig {
   int64_t layers = 4, heads = 4, width = 128, context = 64, batch = 12, steps = 2000;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, dropout = 0.0, clip = 1.0;
   int64_t warmup = 100;
@@ -31,7 +31,7 @@ struct Config {
   std::string text;
 };
 
-std::shared_ptr<nn::GPT> make_model(const Config& c, int64_t vocab, Generator* g) {
+std::shared_ptr<nn::GPT> make_model(const CharLMConfig& c, int64_t vocab, Generator* g) {
   return std::make_shared<nn::GPT>(
       nn::GPTOptions(vocab, c.width, c.layers, c.heads, c.context)
                                        .dropout(c.dropout)
@@ -41,7 +41,7 @@ std::shared_ptr<nn::GPT> make_model(const Config& c, int64_t vocab, Generator* g
 
 // Mean loss over fixed batches (drawn from a generator seeded the same way at
 // every evaluation, so the numbers are comparable across the run).
-double eval_loss(nn::GPT& m, const Tensor& stream, const Config& c, uint64_t seed) {
+double eval_loss(nn::GPT& m, const Tensor& stream, const CharLMConfig& c, uint64_t seed) {
   autograd::NoGradGuard ng;
   m.eval();
   Generator g(seed);
@@ -55,7 +55,7 @@ double eval_loss(nn::GPT& m, const Tensor& stream, const Config& c, uint64_t see
   return sum / static_cast<double>(c.eval_batches);
 }
 
-std::string text_for(const Config& c) {
+std::string text_for(const CharLMConfig& c) {
   if (!c.text.empty()) return data::load_text(c.text);
   return data::kjv_text("runs/corpus/kjv.txt");
 }
@@ -85,7 +85,7 @@ class CharLMModels : public TrainedModels {
   }
 
  private:
-  Config c_;
+  CharLMConfig c_;
   Tensor val_;
   std::shared_ptr<nn::GPT> model_;
 };
@@ -153,7 +153,7 @@ std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const
 }
 
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
-  Config c;
+  CharLMConfig c;
   Run run("charlm",
           "Trains a character-level GPT (token + learned position embeddings, pre-LN transformer\n"
           "blocks, AdamW, warm-up then cosine or constant learning rate, global-norm clipping) on a\n"
@@ -335,7 +335,7 @@ CharModel load_charlm(const std::string& path, const char* command) {
   if (tt == ck.tensors.end()) fail("{}: checkpoint '{}' has no tokenizer/codepoints", command, path);
   CharModel cm;
   cm.tok = data::CharTokenizer::from_tensor(tt->second);
-  Config c;
+  CharLMConfig c;
   auto num = [&](const char* k) {
     auto it = ck.config.find(k);
     if (it == ck.config.end()) fail("{}: checkpoint '{}': config.{} is missing", command, path, k);

@@ -26,7 +26,7 @@ constexpr int64_t kEvalChunk = 128;  // test samples per forward pass in evaluat
 // The logged scores of each decoder layer (ShapeTokenScore: mean, on_field 0..2).
 constexpr const char* kScores[4] = {"shape_tokens", "on_kind", "on_position", "on_height"};
 
-struct Config {
+struct CrossAttnConfig {
   int64_t batch = 32;
   double lr = 3e-3;
   int64_t dim = 64, heads = 2, encoder_layers = 0, layers = 2;
@@ -59,7 +59,7 @@ double evaluate(SignalFromTokens& m, const DescribedSet& test, int64_t half_widt
 }  // namespace
 
 int run_crossattn(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
-  Config c;
+  CrossAttnConfig c;
   Run run("crossattn",
           "Cross-attention from a signal to the tokens that describe it: each sample is a signal of\n"
           "--shapes shapes and a token sequence giving each shape's kind, position and height. Every\n"

@@ -19,9 +19,9 @@ namespace heed::experiments {
 
 namespace {
 
-constexpr int64_t kSamples = 15;  // fixed test samples whose predictions and attention are logged
+constexpr int64_t kLoggedSamples = 15;  // fixed test samples whose predictions and attention are logged
 
-struct Config {
+struct ShapesConfig {
   std::string model = "both";
   int64_t epochs = 5;
   int64_t train = 25000;
@@ -83,7 +83,7 @@ PairScore score_attention(ModelRun& m, const Data& d, int64_t batch) {
 }
 
 // The training and test sets of a run, from its --seed.
-Data make_data(const Config& c) {
+Data make_data(const ShapesConfig& c) {
   Data d;
   data::ShapesOptions so;
   so.group_by_location = c.variant == "location";
@@ -106,7 +106,7 @@ class ShapesModels : public TrainedModels {
   ShapesModels(const Checkpoint& ck, const std::string& path) {
     experiment_ = "shapes";
     c_.train = config_int(ck, path, "train");
-    c_.test = config_int(ck, path, "test", kSamples);
+    c_.test = config_int(ck, path, "test", kLoggedSamples);
     c_.batch = config_int(ck, path, "batch");
     c_.variant = config_text(ck, path, "variant");
     if (c_.variant != "pairs" && c_.variant != "location")
@@ -150,7 +150,7 @@ class ShapesModels : public TrainedModels {
       if (m.name == name) return m;
     fail("shapes: no model '{}' in this checkpoint (it has: {})", name, fmt::join(names(), ", "));
   }
-  Config c_;
+  ShapesConfig c_;
   Data d_;
   std::vector<ModelRun> runs_;
 };
@@ -160,7 +160,7 @@ void log_samples(RunLog& log, ModelRun& m, const Data& d, int64_t step, bool wit
   autograd::NoGradGuard ng;
   m.net->eval();
   if (m.attn && with_attention) m.attn->keep_attention(true);
-  Tensor out = m.net->forward(kernel::narrow(d.test_x, 0, 0, kSamples));
+  Tensor out = m.net->forward(kernel::narrow(d.test_x, 0, 0, kLoggedSamples));
   log.series(m.name + "/output", step, out);
   if (m.attn && with_attention) {
     log.series("attention/maps", step, m.attn->last_attention());
@@ -171,7 +171,7 @@ void log_samples(RunLog& log, ModelRun& m, const Data& d, int64_t step, bool wit
 
 // Both models see the same batches: one step trains each on the next batch.
 struct Trainer {
-  const Config& c;
+  const ShapesConfig& c;
   const Data& d;
   std::vector<ModelRun>& runs;
   Run& run;
@@ -183,7 +183,7 @@ struct Trainer {
   std::vector<double> epoch_loss, compute_seconds;
   int64_t epoch_rows = 0;
 
-  Trainer(const Config& c_, const Data& d_, std::vector<ModelRun>& r, Run& run_)
+  Trainer(const ShapesConfig& c_, const Data& d_, std::vector<ModelRun>& r, Run& run_)
       : c(c_), d(d_), runs(r), run(run_),
         sampler(d_.train_x.size(0), data::BatchSamplerOptions{c_.batch, false, false, 0}),
         epoch_loss(r.size(), 0.0), compute_seconds(r.size(), 0.0) {
@@ -276,7 +276,7 @@ std::unique_ptr<TrainedModels> shapes_trained_models(const Checkpoint& ck, const
 }
 
 int run_shapes(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
-  Config c;
+  ShapesConfig c;
   Run run("shapes",
           "Trains a CNN and the same CNN with one self-attention layer on the toy shapes task\n"
           "(each output depends on a partner shape up to ~90 positions away) and logs both to HDF5.",
@@ -285,7 +285,7 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
       .choice("model", &c.model, {"cnn", "attention", "both"}, "which model(s) to train")
       .integer("epochs", &c.epochs, "passes over the training set (may be raised on --resume to train longer)", 1)
       .integer("train", &c.train, "training samples", 1)
-      .integer("test", &c.test, "test samples (at least 15 are logged)", kSamples)
+      .integer("test", &c.test, "test samples (at least 15 are logged)", kLoggedSamples)
       .integer("batch", &c.batch, "batch size", 1)
       .real("lr", &c.lr, "Adam learning rate", 0.0, 1e300, true)
       .choice("variant", &c.variant, {"pairs", "location"}, "average the two triangles / two boxes, or left / right pairs")
@@ -321,22 +321,22 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
   Trainer trainer(c, d, runs, run);
   run.set_steps(trainer.steps_per_epoch() * c.epochs);
   run.begin([&](RunLog& log) {
-    log.write_tensor("samples/input", kernel::narrow(d.test.input, 0, 0, kSamples));
-    log.write_tensor("samples/input_standardised", kernel::narrow(d.test_x, 0, 0, kSamples));
-    log.write_tensor("samples/target", kernel::narrow(d.test.target, 0, 0, kSamples));
-    log.write_tensor("samples/centres", kernel::narrow(d.test.centres, 0, 0, kSamples));
-    log.write_tensor("samples/widths", kernel::narrow(d.test.widths, 0, 0, kSamples));
-    log.write_tensor("samples/heights", kernel::narrow(d.test.heights, 0, 0, kSamples));
-    log.write_tensor("samples/kinds", kernel::narrow(d.test.kinds, 0, 0, kSamples));
-    log.write_tensor("samples/partner", kernel::narrow(d.test.partner, 0, 0, kSamples));
+    log.write_tensor("samples/input", kernel::narrow(d.test.input, 0, 0, kLoggedSamples));
+    log.write_tensor("samples/input_standardised", kernel::narrow(d.test_x, 0, 0, kLoggedSamples));
+    log.write_tensor("samples/target", kernel::narrow(d.test.target, 0, 0, kLoggedSamples));
+    log.write_tensor("samples/centres", kernel::narrow(d.test.centres, 0, 0, kLoggedSamples));
+    log.write_tensor("samples/widths", kernel::narrow(d.test.widths, 0, 0, kLoggedSamples));
+    log.write_tensor("samples/heights", kernel::narrow(d.test.heights, 0, 0, kLoggedSamples));
+    log.write_tensor("samples/kinds", kernel::narrow(d.test.kinds, 0, 0, kLoggedSamples));
+    log.write_tensor("samples/partner", kernel::narrow(d.test.partner, 0, 0, kLoggedSamples));
     for (auto& m : runs) {
       log_model(log, m.name, *m.net);
       for (const char* metric : {"train_loss", "step_seconds", "train_mse", "test_mse"})
         log.declare_scalar(m.name + "/" + metric);
-      log.declare_series(m.name + "/output", {kSamples, 1, d.test_x.size(2)});
+      log.declare_series(m.name + "/output", {kLoggedSamples, 1, d.test_x.size(2)});
       if (m.attn) {
         log.declare_scalar("attention/pair_score");
-        log.declare_series("attention/maps", {kSamples, d.test_x.size(2), d.test_x.size(2)});
+        log.declare_series("attention/maps", {kLoggedSamples, d.test_x.size(2), d.test_x.size(2)});
       }
     }
   });

@@ -17,10 +17,10 @@ namespace heed::experiments {
 
 namespace {
 
-constexpr int64_t kSamples = 4;     // test signals whose forecasts and attention maps are logged
-constexpr int64_t kEvalChunk = 128;  // test signals per forward pass in evaluation
+constexpr int64_t kLoggedSignals = 4;     // test signals whose forecasts and attention maps are logged
+constexpr int64_t kSignalsPerEval = 128;  // test signals per forward pass in evaluation
 
-struct Config {
+struct TimeseriesConfig {
   std::string model = "both";
   int64_t batch = 32;
   double lr = 3e-3;
@@ -33,7 +33,7 @@ struct Config {
   int64_t seed = 0;
 };
 
-struct ModelRun {
+struct SeriesModelRun {
   std::string name;  // "attention" or "cnn"
   std::shared_ptr<nn::Module> net;
   std::shared_ptr<AttentionForecaster> attn;  // null for the CNN
@@ -48,21 +48,22 @@ Tensor scored_mse(const Tensor& out, const Tensor& target, int64_t first) {
   return mse_loss(narrow(out, 1, first, n), narrow(target, 1, first, n));
 }
 
-void keep_attention(ModelRun& m, bool on) {
+void keep_attention(SeriesModelRun& m, bool on) {
   if (m.attn)
     for (size_t l = 0; l < m.attn->blocks.size(); ++l) m.attn->attention(l)->keep_attention(on);
 }
 
 // Test MSE (and, for the attention model, the same-phase score of each
 // layer) over the whole test set, in chunks; kept maps take the unfused path.
-double evaluate(ModelRun& m, const SeriesSet& test, int64_t first, double window, std::vector<PhaseScore>& scores) {
+double evaluate(SeriesModelRun& m, const SeriesSet& test, int64_t first, double window,
+                std::vector<PhaseScore>& scores) {
   autograd::NoGradGuard ng;
   keep_attention(m, true);
   scores.assign(m.attn ? m.attn->blocks.size() : 0, PhaseScore());
   double sum = 0;
   const int64_t n = test.size();
-  for (int64_t at = 0; at < n; at += kEvalChunk) {
-    const int64_t b = std::min(kEvalChunk, n - at);
+  for (int64_t at = 0; at < n; at += kSignalsPerEval) {
+    const int64_t b = std::min(kSignalsPerEval, n - at);
     Tensor out = m.net->forward(kernel::narrow(test.input, 0, at, b));
     sum += scored_mse(out, kernel::narrow(test.target, 0, at, b), first).item() * static_cast<double>(b);
     for (size_t l = 0; l < scores.size(); ++l)
@@ -102,7 +103,7 @@ void reference_mse(const SeriesSet& s, int64_t first, double& persistence, doubl
 }  // namespace
 
 int run_timeseries(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
-  Config c;
+  TimeseriesConfig c;
   Run run("timeseries",
           "Forecasting periodic signals with noise and anomalies (period, phase, waveform, noise and\n"
           "anomalies drawn per signal): a causal attention model and a causal CNN of about the same size\n"
@@ -129,7 +130,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
       .integer("anomalies", &c.series.anomalies_max, "at most this many anomalies per signal", 0)
       .real("window", &c.window, "same-phase window: keys within this many steps of a whole number of periods back",
             0.0)
-      .integer("test", &c.test, "test signals", kSamples)
+      .integer("test", &c.test, "test signals", kLoggedSignals)
       .integer("eval-every", &c.eval_every, "evaluate every N steps (and at the end)", 1)
       .integer("seed", &c.seed, "seed for data and initialisation", 0);
   if (!run.parse(args, command_line)) return 0;
@@ -161,7 +162,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
   double persistence = 0, seasonal = 0;
   reference_mse(test, first, persistence, seasonal);
 
-  std::vector<ModelRun> runs;
+  std::vector<SeriesModelRun> runs;
   // Each model's initialisation has its own generator: one model's run is the
   // same whether or not the other is trained beside it.
   if (c.model != "cnn") {
@@ -205,7 +206,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
         {"anomaly_width", &test.anomaly_width},
         {"anomaly_height", &test.anomaly_height}};
     for (const auto& [name, t] : fixed)
-      log.write_tensor(std::string("samples/") + name, kernel::narrow(*t, 0, 0, kSamples));
+      log.write_tensor(std::string("samples/") + name, kernel::narrow(*t, 0, 0, kLoggedSignals));
     log.write_tensor("reference/persistence_mse", Tensor::scalar(persistence, DType::f64));
     log.write_tensor("reference/seasonal_mse", Tensor::scalar(seasonal, DType::f64));
     log.set_attr("first_scored_position", first);
@@ -213,7 +214,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
       log_model(log, m.name, *m.net);
       log.declare_scalar(m.name + "/train_loss");
       log.declare_scalar(m.name + "/test_mse");
-      log.declare_series(m.name + "/output", {kSamples, so.length});
+      log.declare_series(m.name + "/output", {kLoggedSignals, so.length});
     }
     if (c.model != "cnn") {
       log.declare_scalar("attention/uniform");
@@ -221,7 +222,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
         log.declare_scalar(fmt::format("attention/layer{}/same_phase", l));
         log.declare_scalar(fmt::format("attention/layer{}/same_phase_best_head", l));
       }
-      log.declare_series("attention/maps", {kSamples, c.layers, c.heads, so.length, so.length});
+      log.declare_series("attention/maps", {kLoggedSignals, c.layers, c.heads, so.length, so.length});
     }
   });
   for (auto& m : runs) fmt::print("{}\n", m.net->summary());
@@ -246,7 +247,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
       run.log().scalar(m.name + "/test_mse", step, m.test_mse);
       autograd::NoGradGuard ng;
       keep_attention(m, true);
-      run.log().series(m.name + "/output", step, m.net->forward(kernel::narrow(test.input, 0, 0, kSamples)));
+      run.log().series(m.name + "/output", step, m.net->forward(kernel::narrow(test.input, 0, 0, kLoggedSignals)));
       std::string extra;
       if (m.attn) {
         std::vector<Tensor> maps;
@@ -259,7 +260,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
           extra += fmt::format("; layer {} same-phase attention {:.3f} (best head {:.3f})", l, same_phase[l],
                                same_phase_best[l]);
         }
-        run.log().series("attention/maps", step, kernel::concat(maps, 1));  // [kSamples, layers, H, T, T]
+        run.log().series("attention/maps", step, kernel::concat(maps, 1));  // [kLoggedSignals, layers, H, T, T]
         uniform = scores[0].baseline();
         run.log().scalar("attention/uniform", step, uniform);
         extra += fmt::format(" (uniform {:.3f})", uniform);

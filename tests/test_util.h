@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -69,6 +71,18 @@ inline int bits_differ(const Tensor& a, const Tensor& b) {
   return bad;
 }
 
+// Whether a and b hold the same bits: same dtype and shape, and every
+// element bit for bit (any layout). False, not a failed REQUIRE, when they
+// differ in shape or dtype.
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor x = kernel::contiguous(a), y = kernel::contiguous(b);
+  return std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
+}
+
+// Whether text contains part.
+inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 // Elementwise |a - b| <= tol, with a message listing the first mismatch.
 inline void check_close(const Tensor& a, const std::vector<double>& expect, double tol) {
   auto v = a.to_vector<double>();
@@ -113,6 +127,15 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
 };
 
+// A path for name in this process's own directory under the system's
+// temporary one (created; left for the system to clean, as files a test
+// reopens after its scope must outlive it).
+inline std::string temp_path(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("heed-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
 // A file's bytes ("" when it cannot be read). One read, not a character at
 // a time: the tests are built at -O0 (tests/CMakeLists.txt).
 inline std::string slurp(const std::string& path) {
@@ -122,6 +145,16 @@ inline std::string slurp(const std::string& path) {
   f.seekg(0);
   if (!f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) return {};
   return bytes;
+}
+
+// Every file under dir with its bytes (to check that a refused command
+// changed none).
+inline std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file(ec)) m[e.path().string()] = slurp(e.path().string());
+  return m;
 }
 
 // The float32 product precision for one scope, put back after it.
@@ -136,6 +169,20 @@ struct ThreadScope {
   int before = num_threads();
   ~ThreadScope() { set_num_threads(before); }
 };
+
+// libgomp's thread count as it was before the scope, put back after it (for
+// tests that call omp_set_num_threads themselves).
+struct OmpThreadScope {
+  int before = omp_get_max_threads();
+  ~OmpThreadScope() { omp_set_num_threads(before); }
+};
+
+// The last value of a metric in a run log (rows of step, value, wall time).
+inline double last_value(const std::string& log, const std::string& metric) {
+  std::vector<double> rows = h5::File(log, h5::File::Mode::read).read_tensor("metrics/" + metric).to_vector<double>();
+  REQUIRE(rows.size() >= 3);
+  return rows[rows.size() - 2];
+}
 
 // Whether this CPU runs bf16 natively (else set_precision(bf16) throws).
 inline bool bf16_here() { return bf16_unsupported_reason().empty(); }

@@ -10,6 +10,7 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::same_bits;
 
 namespace {
 
@@ -264,12 +265,6 @@ TEST_CASE("fused attention keeps its probabilities when all keys are one block: 
 }
 
 namespace {
-// Same shape, dtype and bits, element by element in logical order.
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = kernel::contiguous(a), y = kernel::contiguous(b);
-  return std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
-}
 }  // namespace
 
 TEST_CASE("fused attention from one projection (scaled_dot_product_attention_qkv) equals it on the three views, bit for bit, gradient included") {

@@ -60,7 +60,7 @@ StepResult mlp_step() {
   return r;
 }
 
-bool same_bits(const StepResult& a, const StepResult& b, std::string& where) {
+bool same_step(const StepResult& a, const StepResult& b, std::string& where) {
   if (std::memcmp(&a.loss, &b.loss, sizeof(double)) != 0) {
     where = "loss";
     return false;
@@ -80,22 +80,16 @@ bool same_bits(const StepResult& a, const StepResult& b, std::string& where) {
   return true;
 }
 
-// Restores the thread count however the test exits.
-struct ThreadCount {
-  int before = heed::num_threads();
-  ~ThreadCount() { heed::set_num_threads(before); }
-};
-
 }  // namespace
 
 TEST_CASE("a training step is bit-identical across runs and across thread counts (1 vs 2)") {
-  ThreadCount restore;
+  test::ThreadScope restore;
   heed::set_num_threads(2);
   StepResult a = mlp_step();
   StepResult b = mlp_step();
   std::string where;
   INFO("run 1 vs run 2 (2 threads) first differ at " << where);
-  CHECK(same_bits(a, b, where));
+  CHECK(same_step(a, b, where));
   CHECK(std::isfinite(a.loss));
   CHECK(a.loss > 0);
 
@@ -103,5 +97,5 @@ TEST_CASE("a training step is bit-identical across runs and across thread counts
   StepResult c = mlp_step();
   std::string where1;
   INFO("2 threads vs 1 thread first differ at " << where1);
-  CHECK(same_bits(a, c, where1));
+  CHECK(same_step(a, c, where1));
 }

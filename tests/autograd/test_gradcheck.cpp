@@ -15,7 +15,7 @@ namespace {
 
 enum class Dom { any, pos, away0 };  // input domain: [-1,1], [0.5,2], |x| in [0.1,1]
 
-struct Case {
+struct GradCase {
   std::string name;
   std::vector<Shape> shapes;
   GradcheckFn f;
@@ -40,7 +40,7 @@ Tensor make_input(const Shape& s, uint64_t seed, Dom d) {
 
 Tensor T(const Tensor& t) { return transpose(t, 0, 1); }
 
-std::vector<Case> cases() {
+std::vector<GradCase> cases() {
   Tensor idx = Tensor::from_i64({2, 0, 2, 1}, {4});
   Tensor ids = Tensor::from_i64({1, 3, 1, 0, 3, 3}, {2, 3});
   Tensor tgt = Tensor::from_i64({1, 0, 4, 2, 4}, {5});
@@ -213,7 +213,7 @@ std::vector<Case> cases() {
 
 TEST_CASE("gradcheck: every op matches central finite differences (float64)") {
   uint64_t seed = 1;
-  for (const Case& c : cases()) {
+  for (const GradCase& c : cases()) {
     SUBCASE(c.name.c_str()) {
       std::vector<Tensor> in;
       for (const Shape& s : c.shapes) in.push_back(make_input(s, seed++, c.dom));

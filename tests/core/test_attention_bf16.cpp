@@ -41,7 +41,7 @@ using test::ThreadScope;
 
 namespace {
 
-struct Case {
+struct BlockCase {
   int64_t N, T, S, H, G, K, E;
   bool causal;
   int64_t bq = 0, bk = 0;  // 0: the kernel's default
@@ -57,7 +57,7 @@ struct Reference {
   std::vector<double> bo, bdq, bdk, bdv;
 };
 
-Reference reference(const Case& c, double scale, const std::vector<double>& q, const std::vector<double>& k,
+Reference reference(const BlockCase& c, double scale, const std::vector<double>& q, const std::vector<double>& k,
                     const std::vector<double>& v, const std::vector<double>& go) {
   const int64_t N = c.N, T = c.T, S = c.S, H = c.H, G = c.G, K = c.K, E = c.E, rr = H / G;
   const double u2 = std::ldexp(1.0, -8) + std::ldexp(1.0, -18), ulp = std::ldexp(1.0, -23);
@@ -212,13 +212,13 @@ Worst worst(const Tensor& got, const std::vector<double>& exact, const std::vect
   return w;
 }
 
-double max_abs(const std::vector<double>& v) {
+double max_abs_of(const std::vector<double>& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::abs(x));
   return m;
 }
 
-void check_case(const Case& c) {
+void check_case(const BlockCase& c) {
   INFO("N=" << c.N << " T=" << c.T << " S=" << c.S << " H=" << c.H << " G=" << c.G << " K=" << c.K << " E=" << c.E
             << " causal=" << c.causal << " blocks=" << c.bq << "," << c.bk << " channels_first=" << c.channels_first
             << " padded=" << c.padded);
@@ -244,7 +244,7 @@ void check_case(const Case& c) {
     REQUIRE(kern->size() == ref->size());
     double diff = 0;
     for (size_t i = 0; i < kern->size(); ++i) diff = std::max(diff, std::abs((*kern)[i] - (*ref)[i]));
-    REQUIRE(diff < 1e-12 * (1 + max_abs(*ref)));
+    REQUIRE(diff < 1e-12 * (1 + max_abs_of(*ref)));
   }
 
   auto run = [&](Precision p) {
@@ -276,9 +276,9 @@ void check_case(const Case& c) {
     // bf16 really ran: its error is far above float32's (8 against 24 bits),
     // and still small.
     CHECK(w16.abs_err > 30 * w32.abs_err);
-    CHECK(w16.abs_err < 2e-2 * max_abs(o.exact));
+    CHECK(w16.abs_err < 2e-2 * max_abs_of(o.exact));
     MESSAGE(std::string(o.name) << ": bf16 error " << w16.abs_err << " (" << w16.in_bounds << " of the bound), float32 "
-                   << w32.abs_err << ", largest value " << max_abs(o.exact));
+                   << w32.abs_err << ", largest value " << max_abs_of(o.exact));
   }
 }
 
@@ -291,7 +291,7 @@ TEST_CASE("bf16 attention: output and gradients within the bf16 bound of float64
     CHECK(precision() == Precision::f32);
     return;
   }
-  const std::vector<Case> cases{
+  const std::vector<BlockCase> cases{
       // GQA (2 query heads per key/value head), causal, odd lengths, partial blocks.
       {2, 37, 37, 4, 2, 24, 20, true, 16, 16},
       // Cross-attention with odd widths and odd block sizes (the bf16 path makes them even).
@@ -309,7 +309,7 @@ TEST_CASE("bf16 attention: output and gradients within the bf16 bound of float64
       {2, 1, 9, 2, 1, 1, 3, false, 1, 1},
       {2, 5, 9, 2, 2, 3, 1, true, 1, 1},
   };
-  for (const Case& c : cases) check_case(c);
+  for (const BlockCase& c : cases) check_case(c);
 }
 
 TEST_CASE("bf16 attention is bit-identical on 1 and 2 threads") {

@@ -55,7 +55,7 @@ float reference(int64_t i, int64_t j, int64_t P, const float* a, int64_t ars, in
   return accumulate ? s + c : s;
 }
 
-bool same_bits(float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0; }
+bool same_float_bits(float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0; }
 
 }  // namespace
 
@@ -92,7 +92,7 @@ TEST_CASE("block gemm: every element is the specified float32 sum, bit for bit, 
             int bad = 0, outside = 0;
             for (int64_t i = 0; i < M; ++i) {
               for (int64_t j = 0; j < N; ++j)
-                bad += !same_bits(c[static_cast<size_t>(i * ldc + j)],
+                bad += !same_float_bits(c[static_cast<size_t>(i * ldc + j)],
                                   reference(i, j, P, a.data(), ars, aps, b.data(), ldb,
                                             before[static_cast<size_t>(i * ldc + j)], alpha, acc));
               for (int64_t j = N; j < ldc; ++j) outside += c[static_cast<size_t>(i * ldc + j)] != 7.0f;  // untouched
@@ -135,7 +135,7 @@ TEST_CASE("block gemm with a band: the needed part equals the whole product's, b
           int bad = 0;
           for (int64_t i = 0; i < M; ++i)
             for (int64_t j = 0; j < std::min(N, i + (kind == 0 ? d : N)); ++j)
-              bad += !same_bits(whole[static_cast<size_t>(i * N + j)], banded[static_cast<size_t>(i * N + j)]);
+              bad += !same_float_bits(whole[static_cast<size_t>(i * N + j)], banded[static_cast<size_t>(i * N + j)]);
           CHECK(bad == 0);
         }
       }
@@ -217,7 +217,7 @@ TEST_CASE("attention row kernels: fast::exp_softmax's bits (with FMA), the 16-la
         for (auto& v : xm) v = std::isnan(v) ? 0.0f : v;
         float want_max = -5.0f;
         for (int64_t j = 0; j < vis; ++j) want_max = xm[j] > want_max ? xm[j] : want_max;
-        CHECK(same_bits(rk->max(xm.data(), vis, -5.0f), want_max));
+        CHECK(same_float_bits(rk->max(xm.data(), vis, -5.0f), want_max));
 
         const float c = 0.75f;
         std::vector<float> x = x0;
@@ -227,10 +227,10 @@ TEST_CASE("attention row kernels: fast::exp_softmax's bits (with FMA), the 16-la
         for (int64_t j = 0; j < n; ++j) {
           const float e = j < vis ? exp_softmax_fma(x0[j] - c) : 0.0f;
           if (j < vis) lanes[j % kernel::kLanes] += e;
-          bad += !same_bits(x[j], e);
+          bad += !same_float_bits(x[j], e);
         }
         CHECK(bad == 0);
-        CHECK(same_bits(sum, kernel::lanes_sum(lanes)));
+        CHECK(same_float_bits(sum, kernel::lanes_sum(lanes)));
 
         std::vector<float> s = x0, ds(static_cast<size_t>(n));
         const auto g = test::det_values(n, 11, -1, 1);
@@ -241,7 +241,7 @@ TEST_CASE("attention row kernels: fast::exp_softmax's bits (with FMA), the 16-la
         for (int64_t j = 0; j < n; ++j) {
           const float p = j < vis ? exp_softmax_fma(x0[j] - lse) : 0.0f;
           const float want = j < vis ? p * (static_cast<float>(g[j]) - D) : 0.0f;
-          bad += !same_bits(s[j], p) + !same_bits(ds[j], want);
+          bad += !same_float_bits(s[j], p) + !same_float_bits(ds[j], want);
         }
         CHECK(bad == 0);
       }
@@ -322,7 +322,7 @@ TEST_CASE("sgemm: every element is the ascending fused multiply-add chain, then 
             if (add_kind == 1) s = before[static_cast<size_t>(i * ldc + j)] + s;
             if (add_kind == 2) s = other[static_cast<size_t>(i * ldc + j)] + s;
             if (with_mul) s = s * factor[static_cast<size_t>(i * ldc + j)];
-            bad += !same_bits(c[static_cast<size_t>(i * ldc + j)], s);
+            bad += !same_float_bits(c[static_cast<size_t>(i * ldc + j)], s);
           }
           for (int64_t j = N; j < ldc; ++j) outside += c[static_cast<size_t>(i * ldc + j)] != 7.0f;  // untouched
         }
@@ -465,13 +465,13 @@ TEST_CASE("float32 linear and matmul: heed's GEMM, the scalar chain's bits, spli
       for (int64_t o = 0; o < O; ++o) {
         float s = 0.0f;
         for (int64_t i = 0; i < I; ++i) s = std::fmaf(px[r * I + i], pw[o * I + i], s);
-        bad_y += !same_bits(y.data<float>()[r * O + o], s + pb[o]);
+        bad_y += !same_float_bits(y.data<float>()[r * O + o], s + pb[o]);
       }
     for (int64_t r = 0; r < R; ++r)
       for (int64_t i = 0; i < I; ++i) {
         float s = 0.0f;
         for (int64_t o = 0; o < O; ++o) s = std::fmaf(pg[r * O + o], pw[o * I + i], s);
-        bad_dx += !same_bits(d.x.data<float>()[r * I + i], s);
+        bad_dx += !same_float_bits(d.x.data<float>()[r * I + i], s);
       }
     for (int64_t o = 0; o < O; ++o)
       for (int64_t i = 0; i < I; ++i) {
@@ -481,7 +481,7 @@ TEST_CASE("float32 linear and matmul: heed's GEMM, the scalar chain's bits, spli
           return s;
         };
         const float s = halves ? chain(0, R / 2) + chain(R / 2, R) : chain(0, R);
-        bad_dw += !same_bits(d.w.data<float>()[o * I + i], s);
+        bad_dw += !same_float_bits(d.w.data<float>()[o * I + i], s);
       }
     CHECK(bad_y == 0);
     CHECK(bad_dx == 0);
@@ -528,7 +528,7 @@ TEST_CASE("sgemm resume: a product over K1 + K2 inner indices in two calls is on
       sgemm(M, N, K2, a.data() + K1, K, 1, b.data() + K1 * N, N, 1, two.data(), N, bias.data(), nullptr, nullptr,
             true);
       int bad = 0;
-      for (size_t i = 0; i < one.size(); ++i) bad += !same_bits(one[i], two[i]);
+      for (size_t i = 0; i < one.size(); ++i) bad += !same_float_bits(one[i], two[i]);
       CHECK(bad == 0);
     }
   }

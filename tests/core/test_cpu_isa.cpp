@@ -8,10 +8,9 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::has;
 
 namespace {
-
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
 // The CpuIsa family of oneDNN's instruction set name ("avx512_core_bf16" -> avx512).
 CpuIsa onednn_family(const std::string& name) {

@@ -6,6 +6,7 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::same_bits;
 
 namespace {
 
@@ -32,17 +33,6 @@ double orthogonality_defect(const Tensor& a) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) m = std::max(m, std::abs(p.at({i, j}) - (i == j ? 1.0 : 0.0)));
   return m;
-}
-
-struct ThreadCount {
-  int before = heed::num_threads();
-  ~ThreadCount() { heed::set_num_threads(before); }
-};
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  Tensor x = kernel::contiguous(a), y = kernel::contiguous(b);
-  return std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
 }
 
 }  // namespace
@@ -80,7 +70,7 @@ TEST_CASE("fwht_ is its own inverse up to 1/n and scales norms by exactly sqrt(n
 }
 
 TEST_CASE("fwht_ on views, leading dims and threads: unit-stride blocks of wider rows, the same bits on 1 and 2 threads") {
-  ThreadCount restore;
+  test::ThreadScope restore;
   // A block of each row of a wider matrix, in place: the rest untouched.
   Tensor wide = test::det_tensor({6, 40}, 5, -1, 1, DType::f64);
   Tensor before = kernel::clone(wide);
@@ -148,7 +138,7 @@ TEST_CASE("the randomized Hadamard rotation is orthogonal for every d (one block
 }
 
 TEST_CASE("the Gaussian rotation is orthogonal, seeded, and the same on 1 and 2 threads") {
-  ThreadCount restore;
+  test::ThreadScope restore;
   for (int64_t d : {1, 3, 64, 200}) {
     CAPTURE(d);
     quant::GaussianRotation g(d, 5);

@@ -11,23 +11,14 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::same_bits;
 
 namespace {
-
-struct ThreadCount {
-  int before = heed::num_threads();
-  ~ThreadCount() { heed::set_num_threads(before); }
-};
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<float>(), y = b.to_vector<float>();
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
 
 }  // namespace
 
 TEST_CASE("matmul and linear are bit-identical on 1, 2, 3 and 4 threads, for every GEMM path") {
-  ThreadCount restore;
+  test::ThreadScope restore;
   // [M, K] x [K, N]: the shapes of the GPTs' and the determinism test's
   // products (oneDNN's range), one too small for any split, one large enough
   // for OpenBLAS's own threading, odd sizes that leave partial slabs, and few
@@ -76,7 +67,7 @@ TEST_CASE("share_cores: the test program was restarted once with libgomp's short
 }
 
 TEST_CASE("a sum over rows (a bias gradient) is each column added row by row in double, on any thread count") {
-  ThreadCount keep;
+  test::ThreadScope keep;
   for (const int64_t cols : {int64_t{130}, int64_t{512}, int64_t{7}}) {
     const int64_t rows = 768;
     Tensor x = test::det_tensor({rows, cols}, 61).to(DType::f32);

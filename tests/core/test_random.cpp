@@ -20,6 +20,7 @@
 #include "core/random.h"
 
 using namespace heed;
+using test::same_bits;
 
 namespace {
 
@@ -54,19 +55,6 @@ std::vector<T> strided_values(const Tensor& t) {
   return out;
 }
 
-bool bit_equal(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  if (a.dtype() == DType::i64) return a.to_vector<int64_t>() == b.to_vector<int64_t>();
-  std::vector<double> p = a.to_vector<double>(), q = b.to_vector<double>();
-  return std::memcmp(p.data(), q.data(), p.size() * sizeof(double)) == 0;
-}
-
-// Restores OpenMP's thread count when a test ends.
-struct ThreadCount {
-  int saved = omp_get_max_threads();
-  ~ThreadCount() { omp_set_num_threads(saved); }
-};
-
 }  // namespace
 
 TEST_CASE("philox4x32_10 matches the Random123 known-answer vectors") {
@@ -89,11 +77,11 @@ TEST_CASE("generator block lays out counter and key as documented") {
 
 TEST_CASE("same seed gives bit-identical tensors, different seeds differ") {
   Generator a(42), b(42), c(43);
-  CHECK(bit_equal(randn({64, 33}, &a), randn({64, 33}, &b)));
-  CHECK(bit_equal(rand({1000}, &a, DType::f64), rand({1000}, &b, DType::f64)));
-  CHECK(bit_equal(randint(-5, 5, {777}, &a), randint(-5, 5, {777}, &b)));
+  CHECK(same_bits(randn({64, 33}, &a), randn({64, 33}, &b)));
+  CHECK(same_bits(rand({1000}, &a, DType::f64), rand({1000}, &b, DType::f64)));
+  CHECK(same_bits(randint(-5, 5, {777}, &a), randint(-5, 5, {777}, &b)));
   Generator a2(42);
-  CHECK_FALSE(bit_equal(randn({64, 33}, &a2), randn({64, 33}, &c)));
+  CHECK_FALSE(same_bits(randn({64, 33}, &a2), randn({64, 33}, &c)));
 }
 
 TEST_CASE("successive fills advance the counter by numel and give fresh numbers") {
@@ -102,12 +90,12 @@ TEST_CASE("successive fills advance the counter by numel and give fresh numbers"
   CHECK(g.offset() == 100);
   Tensor y = randn({10, 10}, &g);
   CHECK(g.offset() == 200);
-  CHECK_FALSE(bit_equal(x, y));
+  CHECK_FALSE(same_bits(x, y));
   g.normal();
   CHECK(g.offset() == 201);
   g.manual_seed(7);
   CHECK(g.offset() == 0);
-  CHECK(bit_equal(randn({10, 10}, &g), x));
+  CHECK(same_bits(randn({10, 10}, &g), x));
 }
 
 TEST_CASE("a fill continues the stream exactly where scalar draws leave it") {
@@ -130,7 +118,7 @@ TEST_CASE("state save, draw, restore, draw gives identical numbers") {
     Tensor a = randn({5, 7}, &g);
     double u = g.uniform();
     g.set_state(s);
-    CHECK(bit_equal(randn({5, 7}, &g), a));
+    CHECK(same_bits(randn({5, 7}, &g), a));
     CHECK(g.uniform() == u);
   }
   SUBCASE("as an int64 tensor, into a fresh generator") {
@@ -141,7 +129,7 @@ TEST_CASE("state save, draw, restore, draw gives identical numbers") {
     Generator h(999);
     h.set_state_tensor(s);
     CHECK(h.seed() == 1234);
-    CHECK(bit_equal(rand({100}, &h, DType::f64), a));
+    CHECK(same_bits(rand({100}, &h, DType::f64), a));
   }
   SUBCASE("seeds above 2^63 survive the int64 tensor") {
     Generator big(0xfedcba9876543210ULL);
@@ -165,7 +153,7 @@ TEST_CASE("a bad state is rejected with a message naming what was expected") {
 }
 
 TEST_CASE("results do not depend on the thread count") {
-  ThreadCount restore;
+  test::OmpThreadScope restore;
   // Above kParallelGrain, so the loops really split; the view covers the
   // chunked strided path.
   auto draw = [](int threads) {
@@ -184,7 +172,7 @@ TEST_CASE("results do not depend on the thread count") {
     return out;
   };
   std::vector<Tensor> one = draw(1), two = draw(2);
-  for (size_t i = 0; i < one.size(); ++i) CHECK(bit_equal(one[i], two[i]));
+  for (size_t i = 0; i < one.size(); ++i) CHECK(same_bits(one[i], two[i]));
 }
 
 TEST_CASE("a strided view gets the numbers a contiguous tensor gets, in logical order") {
@@ -337,10 +325,10 @@ TEST_CASE("the default generator follows manual_seed") {
   manual_seed(31);
   Tensor a = randn({4, 4});
   Generator g(31);
-  CHECK(bit_equal(a, randn({4, 4}, &g)));
+  CHECK(same_bits(a, randn({4, 4}, &g)));
   CHECK(default_generator().offset() == 16);
   manual_seed(31);
-  CHECK(bit_equal(randn({4, 4}), a));
+  CHECK(same_bits(randn({4, 4}), a));
 }
 
 TEST_CASE("bad fill arguments throw and leave the generator untouched") {

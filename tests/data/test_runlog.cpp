@@ -11,14 +11,9 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::temp_path;
 
 namespace {
-
-std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("heed-test-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
 
 int64_t rows(const h5::File& f, const std::string& ds) { return f.dataset_shape(ds)[0]; }
 

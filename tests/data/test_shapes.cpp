@@ -21,12 +21,13 @@
 #include "data/shapes.h"
 
 using namespace heed;
+using test::same_bits;
 using namespace heed::data;
 
 namespace {
 
 constexpr int64_t L = 100;
-constexpr int64_t kN = 5000;
+constexpr int64_t kSetSize = 5000;
 // Input and target are float32: clean + noise rounds to float, at most half an
 // ulp of 25 (~1e-6) beyond the noise bound.
 constexpr double kNoiseTol = 0.15 + 1e-5;
@@ -38,10 +39,10 @@ double render(int64_t kind, double c, double h, double w, double t) {
 }
 
 // The stored geometry of one set, as plain vectors ([N * 4], row-major).
-struct Geo {
+struct ShapeGeo {
   std::vector<double> c, w, h, th;
   std::vector<int64_t> kind, partner;
-  explicit Geo(const ShapesSet& s)
+  explicit ShapeGeo(const ShapesSet& s)
       : c(s.centres.to_vector<double>()),
         w(s.widths.to_vector<double>()),
         h(s.heights.to_vector<double>()),
@@ -51,7 +52,7 @@ struct Geo {
 };
 
 // Noiseless signal of sample i with heights hs (4 values).
-std::vector<double> clean(const Geo& g, int64_t i, const std::array<double, 4>& hs) {
+std::vector<double> clean(const ShapeGeo& g, int64_t i, const std::array<double, 4>& hs) {
   std::vector<double> y(L, 0.0);
   for (int64_t t = 0; t < L; ++t)
     for (int s = 0; s < 4; ++s)
@@ -59,11 +60,11 @@ std::vector<double> clean(const Geo& g, int64_t i, const std::array<double, 4>& 
   return y;
 }
 
-std::array<double, 4> heights_of(const Geo& g, int64_t i) {
+std::array<double, 4> heights_of(const ShapeGeo& g, int64_t i) {
   return {g.h[i * 4], g.h[i * 4 + 1], g.h[i * 4 + 2], g.h[i * 4 + 3]};
 }
 
-std::array<double, 4> averaged_heights(const Geo& g, int64_t i) {
+std::array<double, 4> averaged_heights(const ShapeGeo& g, int64_t i) {
   std::array<double, 4> out{};
   for (int s = 0; s < 4; ++s) out[s] = (g.h[i * 4 + s] + g.h[i * 4 + g.partner[i * 4 + s]]) / 2.0;
   return out;
@@ -82,7 +83,7 @@ bool collides(const std::array<int64_t, 4>& kind, const std::array<double, 4>& c
   return std::any_of(count.begin(), count.end(), [](int k) { return k >= 2; });
 }
 
-bool collides(const Geo& g, int64_t i) {
+bool collides(const ShapeGeo& g, int64_t i) {
   std::array<int64_t, 4> k{};
   std::array<double, 4> c{}, h{}, w{};
   for (int s = 0; s < 4; ++s) {
@@ -101,24 +102,17 @@ std::array<int, 4> by_centre(const std::array<double, 4>& c) {
   return o;
 }
 
-bool bit_equal(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  if (a.dtype() == DType::i64) return a.to_vector<int64_t>() == b.to_vector<int64_t>();
-  std::vector<double> p = a.to_vector<double>(), q = b.to_vector<double>();
-  return std::memcmp(p.data(), q.data(), p.size() * sizeof(double)) == 0;
-}
-
 bool sets_equal(const ShapesSet& a, const ShapesSet& b) {
-  return bit_equal(a.input, b.input) && bit_equal(a.target, b.target) && bit_equal(a.centres, b.centres) &&
-         bit_equal(a.widths, b.widths) && bit_equal(a.heights, b.heights) &&
-         bit_equal(a.target_heights, b.target_heights) && bit_equal(a.kinds, b.kinds) &&
-         bit_equal(a.partner, b.partner);
+  return same_bits(a.input, b.input) && same_bits(a.target, b.target) && same_bits(a.centres, b.centres) &&
+         same_bits(a.widths, b.widths) && same_bits(a.heights, b.heights) &&
+         same_bits(a.target_heights, b.target_heights) && same_bits(a.kinds, b.kinds) &&
+         same_bits(a.partner, b.partner);
 }
 
 const ShapesSet& default_set() {
   static const ShapesSet s = [] {
     Generator g(1);
-    return generate_shapes(kN, g, {});
+    return generate_shapes(kSetSize, g, {});
   }();
   return s;
 }
@@ -126,46 +120,41 @@ const ShapesSet& default_set() {
 const ShapesSet& location_set() {
   static const ShapesSet s = [] {
     Generator g(2);
-    return generate_shapes(kN, g, {.group_by_location = true, .positional = true});
+    return generate_shapes(kSetSize, g, {.group_by_location = true, .positional = true});
   }();
   return s;
 }
-
-struct ThreadCount {
-  int saved = omp_get_max_threads();
-  ~ThreadCount() { omp_set_num_threads(saved); }
-};
 
 }  // namespace
 
 TEST_CASE("shapes: tensors have the documented shapes, dtypes and shape order") {
   const ShapesSet& d = default_set();
-  CHECK(d.size() == kN);
-  CHECK(d.input.shape() == Shape{kN, 1, L});
-  CHECK(d.target.shape() == Shape{kN, 1, L});
+  CHECK(d.size() == kSetSize);
+  CHECK(d.input.shape() == Shape{kSetSize, 1, L});
+  CHECK(d.target.shape() == Shape{kSetSize, 1, L});
   for (const Tensor* t : {&d.centres, &d.widths, &d.heights, &d.target_heights}) {
-    CHECK(t->shape() == Shape{kN, 4});
+    CHECK(t->shape() == Shape{kSetSize, 4});
     CHECK(t->dtype() == DType::f32);
   }
   CHECK(d.input.dtype() == DType::f32);
   CHECK(d.target.dtype() == DType::f32);
   CHECK(d.kinds.dtype() == DType::i64);
   CHECK(d.partner.dtype() == DType::i64);
-  const Geo g(d);
-  for (int64_t i = 0; i < kN; ++i) {
+  const ShapeGeo g(d);
+  for (int64_t i = 0; i < kSetSize; ++i) {
     CHECK(g.kind[i * 4 + 0] == kTriangle);
     CHECK(g.kind[i * 4 + 1] == kTriangle);
     CHECK(g.kind[i * 4 + 2] == kBox);
     CHECK(g.kind[i * 4 + 3] == kBox);
   }
   const ShapesSet& p = location_set();
-  CHECK(p.input.shape() == Shape{kN, 8, L});
-  CHECK(p.target.shape() == Shape{kN, 1, L});
+  CHECK(p.input.shape() == Shape{kSetSize, 8, L});
+  CHECK(p.target.shape() == Shape{kSetSize, 1, L});
 }
 
 TEST_CASE("shapes: centres, heights and widths stay in their ranges") {
   for (const ShapesSet* set : {&default_set(), &location_set()}) {
-    const Geo g(*set);
+    const ShapeGeo g(*set);
     auto [cmin, cmax] = std::minmax_element(g.c.begin(), g.c.end());
     auto [hmin, hmax] = std::minmax_element(g.h.begin(), g.h.end());
     auto [wmin, wmax] = std::minmax_element(g.w.begin(), g.w.end());
@@ -187,9 +176,9 @@ TEST_CASE("shapes: centres, heights and widths stay in their ranges") {
 
 TEST_CASE("shapes: no two shapes' dilated supports meet, and the rule is tight") {
   for (const ShapesSet* set : {&default_set(), &location_set()}) {
-    const Geo g(*set);
+    const ShapeGeo g(*set);
     int64_t bad = 0, one_gap = 0;
-    for (int64_t i = 0; i < kN; ++i) {
+    for (int64_t i = 0; i < kSetSize; ++i) {
       bad += collides(g, i);
       // Gap between neighbouring supports (in empty positions): the rule
       // forbids 0 and must allow 1.
@@ -207,17 +196,17 @@ TEST_CASE("shapes: no two shapes' dilated supports meet, and the rule is tight")
 }
 
 TEST_CASE("shapes: default validity holds for triangles; boxes are unconstrained unless asked") {
-  const Geo g(default_set());
+  const ShapeGeo g(default_set());
   int64_t close_boxes = 0;
-  for (int64_t i = 0; i < kN; ++i) {
+  for (int64_t i = 0; i < kSetSize; ++i) {
     CHECK(std::abs(g.h[i * 4] - g.h[i * 4 + 1]) > 4.0);
     close_boxes += std::abs(g.h[i * 4 + 2] - g.h[i * 4 + 3]) <= 4.0;
   }
   // As in the reference, boxes may have close heights (~31% of draws).
-  CHECK(close_boxes > kN / 10);
+  CHECK(close_boxes > kSetSize / 10);
 
   Generator gen(3);
-  const Geo strict(generate_shapes(2000, gen, {.boxes_must_differ = true}));
+  const ShapeGeo strict(generate_shapes(2000, gen, {.boxes_must_differ = true}));
   for (int64_t i = 0; i < 2000; ++i) {
     CHECK(std::abs(strict.h[i * 4] - strict.h[i * 4 + 1]) > 4.0);
     CHECK(std::abs(strict.h[i * 4 + 2] - strict.h[i * 4 + 3]) > 4.0);
@@ -225,8 +214,8 @@ TEST_CASE("shapes: default validity holds for triangles; boxes are unconstrained
 }
 
 TEST_CASE("shapes: default partners are the other shape of the same kind") {
-  const Geo g(default_set());
-  for (int64_t i = 0; i < kN; ++i) {
+  const ShapeGeo g(default_set());
+  for (int64_t i = 0; i < kSetSize; ++i) {
     CHECK(g.partner[i * 4 + 0] == 1);
     CHECK(g.partner[i * 4 + 1] == 0);
     CHECK(g.partner[i * 4 + 2] == 3);
@@ -235,9 +224,9 @@ TEST_CASE("shapes: default partners are the other shape of the same kind") {
 }
 
 TEST_CASE("shapes: group-by-location partners are by position and the means differ by more than 4") {
-  const Geo g(location_set());
+  const ShapeGeo g(location_set());
   int64_t mixed = 0;  // pairs of different kinds: pairing ignores the kind
-  for (int64_t i = 0; i < kN; ++i) {
+  for (int64_t i = 0; i < kSetSize; ++i) {
     const std::array<double, 4> c = {g.c[i * 4], g.c[i * 4 + 1], g.c[i * 4 + 2], g.c[i * 4 + 3]};
     const std::array<int, 4> o = by_centre(c);
     CHECK(g.partner[i * 4 + o[0]] == o[1]);
@@ -249,16 +238,16 @@ TEST_CASE("shapes: group-by-location partners are by position and the means diff
     CHECK(std::abs(left - right) > 4.0);
     mixed += g.kind[i * 4 + o[0]] != g.kind[i * 4 + o[1]];
   }
-  CHECK(mixed > kN / 4);
+  CHECK(mixed > kSetSize / 4);
 }
 
 TEST_CASE("shapes: inputs and targets are the stored shapes plus noise within 0.15") {
   for (const ShapesSet* set : {&default_set(), &location_set()}) {
-    const Geo g(*set);
+    const ShapeGeo g(*set);
     const int64_t C = set->input.size(1);
     const std::vector<float> x = set->input.to_vector<float>(), y = set->target.to_vector<float>();
     double worst_in = 0, worst_tg = 0, worst_th = 0;
-    for (int64_t i = 0; i < kN; ++i) {
+    for (int64_t i = 0; i < kSetSize; ++i) {
       const std::vector<double> ci = clean(g, i, heights_of(g, i));
       const std::array<double, 4> avg = averaged_heights(g, i);
       const std::vector<double> ct = clean(g, i, avg);
@@ -277,10 +266,10 @@ TEST_CASE("shapes: inputs and targets are the stored shapes plus noise within 0.
 
 TEST_CASE("shapes: noise is uniform on [-0.15, 0.15], and input and target noise are independent") {
   const ShapesSet& d = default_set();
-  const Geo g(d);
+  const ShapeGeo g(d);
   std::vector<double> ni, nt;
   const std::vector<float> x = d.input.to_vector<float>(), y = d.target.to_vector<float>();
-  for (int64_t i = 0; i < kN; ++i) {
+  for (int64_t i = 0; i < kSetSize; ++i) {
     const std::vector<double> ci = clean(g, i, heights_of(g, i)), ct = clean(g, i, averaged_heights(g, i));
     for (int64_t t = 0; t < L; ++t) {
       // Where the clean signal is 0 the sum is the float noise itself, exactly.
@@ -307,7 +296,7 @@ TEST_CASE("shapes: noise is uniform on [-0.15, 0.15], and input and target noise
   // Correlation of input and target noise at positions empty in both.
   double sxy = 0, sxx = 0, syy = 0;
   int64_t n = 0;
-  for (int64_t i = 0; i < kN; ++i) {
+  for (int64_t i = 0; i < kSetSize; ++i) {
     const std::vector<double> ci = clean(g, i, heights_of(g, i));
     for (int64_t t = 0; t < L; ++t)
       if (ci[t] == 0.0) {
@@ -328,7 +317,7 @@ TEST_CASE("shapes: positional channels are exactly the bits of t, on the input o
   const ShapesSet& p = location_set();
   const std::vector<float> x = p.input.to_vector<float>();
   int64_t wrong = 0;
-  for (int64_t i = 0; i < kN; ++i)
+  for (int64_t i = 0; i < kSetSize; ++i)
     for (int64_t k = 0; k < 7; ++k)
       for (int64_t t = 0; t < L; ++t) wrong += x[(i * 8 + 1 + k) * L + t] != static_cast<float>((t >> k) & 1);
   CHECK(wrong == 0);
@@ -341,14 +330,14 @@ TEST_CASE("shapes: positional channels are exactly the bits of t, on the input o
 
 TEST_CASE("shapes: render_shapes rebuilds the clean input and target exactly") {
   const ShapesSet& d = location_set();
-  const Geo g(d);
+  const ShapeGeo g(d);
   const Tensor ci = render_shapes(d.centres, d.widths, d.heights, d.kinds, L);
   const Tensor ct = render_shapes(d.centres, d.widths, d.target_heights, d.kinds, L);
-  CHECK(ci.shape() == Shape{kN, 1, L});
+  CHECK(ci.shape() == Shape{kSetSize, 1, L});
   const std::vector<float> a = ci.to_vector<float>(), b = ct.to_vector<float>();
   int64_t wrong = 0;
   double worst = 0;
-  for (int64_t i = 0; i < kN; ++i) {
+  for (int64_t i = 0; i < kSetSize; ++i) {
     const std::vector<double> ri = clean(g, i, heights_of(g, i)), rt = clean(g, i, averaged_heights(g, i));
     for (int64_t t = 0; t < L; ++t) {
       wrong += a[i * L + t] != static_cast<float>(ri[t]);
@@ -368,15 +357,15 @@ TEST_CASE("shapes: same seed gives bit-identical sets, different seeds differ") 
   const ShapesSet sb = generate_shapes(500, b, {.positional = true});
   const ShapesSet sc = generate_shapes(500, c, {.positional = true});
   CHECK(sets_equal(sa, sb));
-  CHECK_FALSE(bit_equal(sa.input, sc.input));
-  CHECK_FALSE(bit_equal(sa.centres, sc.centres));
+  CHECK_FALSE(same_bits(sa.input, sc.input));
+  CHECK_FALSE(same_bits(sa.centres, sc.centres));
   // Consecutive calls continue the stream: the second set is new.
   const ShapesSet sa2 = generate_shapes(500, a, {.positional = true});
-  CHECK_FALSE(bit_equal(sa.input, sa2.input));
+  CHECK_FALSE(same_bits(sa.input, sa2.input));
 }
 
 TEST_CASE("shapes: sample i depends only on (seed, offset + i): thread count and n do not matter") {
-  ThreadCount restore;
+  test::OmpThreadScope restore;
   Generator g1(9);
   omp_set_num_threads(1);
   const ShapesSet one = generate_shapes(3000, g1, {.group_by_location = true});
@@ -392,9 +381,9 @@ TEST_CASE("shapes: sample i depends only on (seed, offset + i): thread count and
   Generator g3(9);
   g3.reserve(1000);
   const ShapesSet part = generate_shapes(500, g3, {.group_by_location = true});
-  CHECK(bit_equal(part.input, kernel::narrow(one.input, 0, 1000, 500)));
-  CHECK(bit_equal(part.target, kernel::narrow(one.target, 0, 1000, 500)));
-  CHECK(bit_equal(part.centres, kernel::narrow(one.centres, 0, 1000, 500)));
+  CHECK(same_bits(part.input, kernel::narrow(one.input, 0, 1000, 500)));
+  CHECK(same_bits(part.target, kernel::narrow(one.target, 0, 1000, 500)));
+  CHECK(same_bits(part.centres, kernel::narrow(one.centres, 0, 1000, 500)));
 }
 
 TEST_CASE("shapes: a sample's first attempt reads its stream as documented") {
@@ -405,7 +394,7 @@ TEST_CASE("shapes: a sample's first attempt reads its stream as documented") {
   Generator g(5);
   const int64_t n = 2000;
   const ShapesSet set = generate_shapes(n, g, {});
-  const Geo got(set);
+  const ShapeGeo got(set);
   const std::vector<float> x = set.input.to_vector<float>(), y = set.target.to_vector<float>();
   int64_t first_kept = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -478,7 +467,7 @@ TEST_CASE("shapes: the standardizer fits the signal channel and leaves the bits 
   var /= static_cast<double>(sig.size() - 1);
   CHECK(std::abs(m) < 1e-5);
   CHECK(std::abs(std::sqrt(var) - 1.0) < 1e-5);
-  CHECK(bit_equal(kernel::narrow(z, 1, 1, 7), kernel::narrow(p.input, 1, 1, 7)));
+  CHECK(same_bits(kernel::narrow(z, 1, 1, 7), kernel::narrow(p.input, 1, 1, 7)));
   // The statistics are the signal channel's (the bits do not enter them).
   Standardizer one_channel;
   one_channel.fit(kernel::contiguous(kernel::narrow(p.input, 1, 0, 1)));

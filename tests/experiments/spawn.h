@@ -60,6 +60,14 @@ inline Result run_process(const std::vector<std::string>& argv, const std::strin
   return r;
 }
 
+#ifdef HEED_CLI_PATH
+// The heed program of this build with args, run in dir.
+inline Result heed_cli(std::vector<std::string> args, const std::string& dir) {
+  args.insert(args.begin(), HEED_CLI_PATH);
+  return run_process(args, dir);
+}
+#endif
+
 inline std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;

@@ -15,6 +15,8 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::heed_cli;
+using test::snapshot;
 namespace fs = std::filesystem;
 
 namespace {
@@ -22,20 +24,6 @@ namespace {
 using test::cat;
 using test::Result;
 using test::slurp;
-
-Result heed_cli(std::vector<std::string> args, const std::string& dir) {
-  args.insert(args.begin(), HEED_CLI_PATH);
-  return test::run_process(args, dir);
-}
-
-// Every file under dir with its bytes.
-std::map<std::string, std::string> snapshot(const std::string& dir) {
-  std::map<std::string, std::string> m;
-  std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file(ec)) m[e.path().string()] = slurp(e.path().string());
-  return m;
-}
 
 const std::vector<std::string> kTinyLM = {"--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
                                           "--batch", "4", "--eval-every", "2", "--eval-batches", "1"};

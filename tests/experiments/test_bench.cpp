@@ -12,16 +12,18 @@
 
 #include "test_util.h"
 
+using heed::test::has;
+
 namespace {
 
-struct Run {
+struct BenchRun {
   int status = -1;
   std::string out;  // stdout and stderr
 };
 
 // env: assignments for the command's environment ("HEED_CPU_ISA=avx2"), or empty.
-Run run_cli(const std::string& args, const std::string& env = "") {
-  Run r;
+BenchRun run_cli(const std::string& args, const std::string& env = "") {
+  BenchRun r;
   const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(HEED_CLI_PATH) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -33,12 +35,11 @@ Run run_cli(const std::string& args, const std::string& env = "") {
   return r;
 }
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
 }  // namespace
 
 TEST_CASE("heed bench: one workload's figures and its per-op profile") {
-  Run r = run_cli("bench --only toy-cnn --steps 2 --warmup 1 --threads 2 --profile");
+  BenchRun r = run_cli("bench --only toy-cnn --steps 2 --warmup 1 --threads 2 --profile");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(has(r.out, "GEMM peak"));
@@ -67,7 +68,7 @@ TEST_CASE("heed bench: one workload's figures and its per-op profile") {
 }
 
 TEST_CASE("heed bench: a GPT workload's profile and its limit, and a bf16 row after the float32 one where the CPU has bf16") {
-  Run r = run_cli("bench --only gpt-128 --steps 1 --warmup 0 --profile");
+  BenchRun r = run_cli("bench --only gpt-128 --steps 1 --warmup 0 --profile");
   INFO(r.out);
   REQUIRE(r.status == 0);
   // The products' share and the limit they set (float32 row): the limit is
@@ -129,7 +130,7 @@ TEST_CASE("heed bench: a GPT workload's profile and its limit, and a bf16 row af
 }
 
 TEST_CASE("heed bench --conv direct: the toy CNN on oneDNN's direct convolutions") {
-  Run r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --conv direct");
+  BenchRun r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --conv direct");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(has(r.out, "toy-cnn"));
@@ -137,7 +138,7 @@ TEST_CASE("heed bench --conv direct: the toy CNN on oneDNN's direct convolutions
 }
 
 TEST_CASE("heed bench: bad flags are refused, naming the value and what was expected") {
-  Run r = run_cli("bench --rounds 2");
+  BenchRun r = run_cli("bench --rounds 2");
   CHECK(r.status != 0);
   CHECK(has(r.out, "--rounds 2"));
   CHECK(has(r.out, "--compare"));
@@ -169,7 +170,7 @@ TEST_CASE("heed bench --isa caps heed's kernels and oneDNN's, and says so in its
   const std::string isa = avx2 ? "avx2" : "baseline";
   // (Without a HEED_CPU_ISA the suite itself may run under: --isa cannot
   // raise the cap the environment set.)
-  Run r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --isa " + isa, "-u HEED_CPU_ISA");
+  BenchRun r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --isa " + isa, "-u HEED_CPU_ISA");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(has(r.out, "isa " + isa + " (oneDNN " + (avx2 ? "avx2)" : "")));
@@ -184,7 +185,7 @@ TEST_CASE("heed bench --isa caps heed's kernels and oneDNN's, and says so in its
 
 TEST_CASE("HEED_CPU_ISA is applied to heed's kernels and oneDNN's, and a bad value is refused naming it") {
   const bool avx2 = heed::cpu_isa_max() >= heed::CpuIsa::avx2;
-  Run r = run_cli("info", avx2 ? "HEED_CPU_ISA=avx2" : "HEED_CPU_ISA=baseline");
+  BenchRun r = run_cli("info", avx2 ? "HEED_CPU_ISA=avx2" : "HEED_CPU_ISA=baseline");
   INFO(r.out);
   REQUIRE(r.status == 0);
   if (avx2) {
@@ -208,7 +209,7 @@ TEST_CASE("HEED_CPU_ISA is applied to heed's kernels and oneDNN's, and a bad val
 }
 
 TEST_CASE("HEED_ADAPTIVE_THREADS turns the adaptive threads off or on, and a bad value is refused naming it") {
-  Run r = run_cli("info");
+  BenchRun r = run_cli("info");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(has(r.out, "(adaptive on)"));  // the default
@@ -231,7 +232,7 @@ TEST_CASE("with OMP_PROC_BIND=true, heed's restart keeps libgomp's places: its t
   // process share_cores() restarts used to inherit that one-core mask, and
   // libgomp then bound every thread to CPU 0.
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  Run r = run_cli("bench --only toy-attention --steps 2 --warmup 1 --threads 2",
+  BenchRun r = run_cli("bench --only toy-attention --steps 2 --warmup 1 --threads 2",
                   "-u HEED_SHARE_CORES -u GOMP_SPINCOUNT OMP_PROC_BIND=true OMP_DISPLAY_AFFINITY=true "
                   "'OMP_AFFINITY_FORMAT=thread-on %A'");  // as from a shell: the restart happens
   INFO(r.out);
@@ -245,7 +246,7 @@ TEST_CASE("with OMP_PROC_BIND=true, heed's restart keeps libgomp's places: its t
 }
 
 TEST_CASE("heed bench --attention-memory: the fused path's memory, its scratch included, grows linearly and stays below the plain path's") {
-  Run r = run_cli("bench --attention-memory --max-t 1024 --plain-max-t 1024 --threads 2");
+  BenchRun r = run_cli("bench --attention-memory --max-t 1024 --plain-max-t 1024 --threads 2");
   INFO(r.out);
   REQUIRE(r.status == 0);
   // Rows: T, fused ms, fused MiB, scratch MiB, [x,] plain ms, plain MiB, [x,] ... (no x in the first)

@@ -10,6 +10,7 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::last_value;
 using namespace heed::experiments;
 
 namespace {
@@ -124,14 +125,6 @@ TEST_CASE("shape-token attention: all on the shape's own tokens scores 1, spread
   CHECK(shape_token_attention(even, centres, 2).head(0) == doctest::Approx(0.5));
   test::check_error([&] { shape_token_attention(A, Tensor::from_i64({5}, {1, 1}), 2); }, {"centres", "[1, 1]"});
 }
-
-namespace {
-double last_value(const std::string& log, const std::string& metric) {
-  std::vector<double> rows = h5::File(log, h5::File::Mode::read).read_tensor("metrics/" + metric).to_vector<double>();
-  REQUIRE(rows.size() >= 3);
-  return rows[rows.size() - 2];
-}
-}  // namespace
 
 TEST_CASE("crossattn: a small model draws the described signals, and in its second layer each position of a shape "
           "attends to that shape's tokens") {

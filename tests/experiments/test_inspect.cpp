@@ -16,16 +16,10 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::has;
+using test::temp_path;
 
 namespace {
-
-std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("heed-inspect-test-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Whether some line of text reads `words` once runs of spaces (the column
 // padding) are collapsed to one: has_line(s, "cnn/train_loss 5 1..5 4").

@@ -16,16 +16,13 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::heed_cli;
+using test::snapshot;
 namespace fs = std::filesystem;
 
 namespace {
 
 using test::Result;
-
-Result heed_cli(std::vector<std::string> args, const std::string& dir) {
-  args.insert(args.begin(), HEED_CLI_PATH);
-  return test::run_process(args, dir);
-}
 
 // A tiny charlm (on a small text) and a tiny shapes attention model, trained
 // once for all the cases below.
@@ -57,13 +54,6 @@ struct Trained {
 Trained& trained() {
   static Trained t;
   return t;
-}
-
-std::map<std::string, std::string> snapshot(const std::string& dir) {
-  std::map<std::string, std::string> m;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) m[e.path().string()] = test::slurp(e.path().string());
-  return m;
 }
 
 struct LayerLine {

@@ -6,7 +6,7 @@ using namespace heed;
 
 namespace {
 // One sample, T = 20: shapes 0 and 1 are partners, 2 and 3 are partners.
-struct Toy {
+struct MetricsToy {
   Tensor centres = Tensor::from({3, 8, 13, 17}, {1, 4});
   Tensor widths = Tensor::from({3, 3, 3, 3}, {1, 4});  // inside: |t - c| < 1.5 -> 3 positions each
   Tensor partner = Tensor::from_i64({1, 0, 3, 2}, {1, 4});
@@ -14,7 +14,7 @@ struct Toy {
 }  // namespace
 
 TEST_CASE("pair attention score: attention entirely on the partner scores 1, uniform scores partner width / T") {
-  Toy toy;
+  MetricsToy toy;
   const int64_t T = 20;
   // Perfect: every query inside shape s spreads its mass over its partner's 3 positions.
   Tensor A = Tensor::zeros({1, T, T});
@@ -42,7 +42,7 @@ TEST_CASE("pair attention score: attention entirely on the partner scores 1, uni
 }
 
 TEST_CASE("pair attention score: mismatched shapes are refused") {
-  Toy toy;
+  MetricsToy toy;
   test::check_error([&] { experiments::pair_attention_score(Tensor::zeros({1, 20, 19}), toy.centres, toy.widths, toy.partner); },
                     {"pair_attention_score", "[1, 20, 19]"});
 }

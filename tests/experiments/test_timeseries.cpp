@@ -13,6 +13,7 @@
 #include "test_util.h"
 
 using namespace heed;
+using test::last_value;
 using namespace heed::experiments;
 
 TEST_CASE("timeseries task: seed 0 draws the pinned periods, phases, waveforms, noise, anomalies and values") {
@@ -171,14 +172,6 @@ TEST_CASE("timeseries forecasters are causal: inputs after position t change no 
   const double pc = static_cast<double>(ConvForecaster(24, 4, 7, &h).num_parameters());
   CHECK(std::abs(pa / pc - 1.0) < 0.1);
 }
-
-namespace {
-double last_value(const std::string& log, const std::string& metric) {
-  std::vector<double> rows = h5::File(log, h5::File::Mode::read).read_tensor("metrics/" + metric).to_vector<double>();
-  REQUIRE(rows.size() >= 3);
-  return rows[rows.size() - 2];
-}
-}  // namespace
 
 TEST_CASE("timeseries: attention beats the CNN of its size and looks one period back (400 steps of 16 short signals)") {
   test::TempDir d("heed-learn-timeseries-");

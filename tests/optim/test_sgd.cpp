@@ -37,7 +37,7 @@ quad::Values reference_sgd(const SGDCase& c, int steps) {
   return P;
 }
 
-const std::vector<SGDCase> kCases{
+const std::vector<SGDCase> kSgdCases{
     {"plain", 0.05, 0.0, 0.0, 0.0, false},
     {"momentum", 0.05, 0.9, 0.0, 0.0, false},
     {"momentum + dampening", 0.05, 0.9, 0.3, 0.0, false},
@@ -51,7 +51,7 @@ const std::vector<SGDCase> kCases{
 
 TEST_CASE("optim: SGD matches a double-precision reference of torch.optim.SGD (float32 and float64)") {
   const int steps = 6;
-  for (const auto& c : kCases) {
+  for (const auto& c : kSgdCases) {
     for (DType dtype : {DType::f32, DType::f64}) {
       INFO("case " << c.name << ", dtype " << dtype_name(dtype));
       NamedParams p = quad::make_params(dtype);
