@@ -45,13 +45,15 @@ bool claim_tiles(std::atomic<uint64_t>& taken, int64_t tiles, int side, int64_t&
 
 namespace {
 
-// Under AddressSanitizer, sgemm's register tile is checked a range at a time
-// instead of a load at a time: before each tile, every row of A, B, C and
-// the bias, addend and multiplier that the tile reads or writes, as its
-// arguments give them; the tile itself (HEED_TILE, cpu_sgemm_simd.inc) is
-// not instrumented. Checked per load, the tile ran ~50x slower than in the
+// Under AddressSanitizer, the register tiles of sgemm and of the block GEMM
+// are checked a range at a time instead of a load at a time: before each
+// tile, every row of A, B, C and the bias, addend and multiplier that the
+// tile reads or writes, as its arguments give them; the tiles themselves
+// (HEED_TILE, cpu_sgemm_simd.inc and cpu_block_gemm_simd.inc) are not
+// instrumented. Checked per load, a tile ran ~50x slower than in the
 // Release build, and the sanitized suite's training runs were its time
-// (charlm under ASan: 57% of the run in the tile). An out-of-range row is
+// (charlm under ASan: 57% of the run in sgemm's tile; the shapes CNN: 41% in
+// the block GEMM's, which runs the Winograd convolutions). An out-of-range row is
 // reported as ASan reports a bad load: the read below of its first poisoned
 // address, from the tile's caller. (A tile computing the wrong element of a
 // range is a wrong result, which the GEMM tests catch bit for bit.)
@@ -66,6 +68,13 @@ void check_range(const float* p, int64_t n) {
 void check_rows(const float* p, int64_t rows, int64_t ld, int64_t cols) {
   if (p == nullptr) return;
   for (int64_t r = 0; r < rows; ++r) check_range(p + r * ld, cols);
+}
+// A's rows [0, mr) and inner indices [0, np): A(r, p) at a[r * ars + p * aps].
+void check_a(const float* a, int64_t mr, int64_t np, int64_t ars, int64_t aps) {
+  if (aps == 1) check_rows(a, mr, ars, np);
+  else if (ars == 1) check_rows(a, np, aps, mr);
+  else
+    for (int64_t r = 0; r < mr; ++r) check_rows(a + r * ars, np, aps, 1);
 }
 #else
 #define HEED_TILE
