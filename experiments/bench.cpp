@@ -151,7 +151,7 @@ Workload make_workload(const std::string& n, std::shared_ptr<optim::DataParallel
 // Each shape's timed products stop after kPeakShapeSeconds (never reached
 // by an optimised build: 0.1-0.4 s a shape at 160-230 GFLOP/s), and 2048^3
 // is skipped when the 1024^3 warm-up took over kSlowSquareSeconds (under 8.6
-// GFLOP/s: a sanitized or unoptimised build, whose figures are not speeds).
+// GFLOP/s: an unoptimised build, whose figures are not speeds).
 // Under AddressSanitizer the peak ran at 3 GFLOP/s and its ~90 GFLOP took
 // ~28 s, twice per `heed bench` run: most of the suite's bench tests. Since
 // its float32 tile runs uninstrumented (core/cpu_sgemm_simd.inc) a sanitized
@@ -869,7 +869,7 @@ int run_bench(const std::vector<std::string>& args) {
   if (first.skipped_big)
     fmt::print("(2048^3 skipped: {}, whose figures are not speeds)\n\n",
                kSanitized ? std::string("a sanitized build")
-                          : fmt::format("1024^3 took over {} s, a sanitized or unoptimised build", kSlowSquareSeconds));
+                          : fmt::format("1024^3 took over {} s, an unoptimised build", kSlowSquareSeconds));
   fmt::print("{:<19} {:>9} {:>14} {:>9} {:>7} {:>7} {:>9} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
              "% peak", "peak", "RSS MB", "allocs/step");
   // With --compare, each workload's PyTorch run follows its heed run, so a

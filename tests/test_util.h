@@ -63,7 +63,7 @@ inline int bits_differ(const Tensor& a, const Tensor& b) {
   REQUIRE(a.shape() == b.shape());
   REQUIRE(a.dtype() == b.dtype());
   const Tensor ac = kernel::contiguous(a), bc = kernel::contiguous(b);
-  const size_t n = static_cast<size_t>(ac.numel()) * (a.dtype() == DType::f64 ? 8 : 4);
+  const size_t n = static_cast<size_t>(ac.numel()) * dtype_size(a.dtype());  // 4 or 8 bytes an element
   const auto* pa = static_cast<const unsigned char*>(ac.raw_data());
   const auto* pb = static_cast<const unsigned char*>(bc.raw_data());
   int bad = 0;
@@ -75,9 +75,7 @@ inline int bits_differ(const Tensor& a, const Tensor& b) {
 // element bit for bit (any layout). False, not a failed REQUIRE, when they
 // differ in shape or dtype.
 inline bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor x = kernel::contiguous(a), y = kernel::contiguous(b);
-  return std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && bits_differ(a, b) == 0;
 }
 
 // Whether text contains part.
