@@ -20,6 +20,10 @@
 #include "core/random.h"
 #include "data/h5.h"
 
+// HEED_GIT_COMMIT: written at every build (cmake/git_commit.cmake).
+#if __has_include("heed_git_commit.h")
+#include "heed_git_commit.h"
+#endif
 #ifndef HEED_GIT_COMMIT
 #define HEED_GIT_COMMIT "unknown"
 #endif

@@ -51,7 +51,7 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
   if (args[0] == "info") {
-    fmt::print("heed {}\n{}\n", "0.1.0", heed::backend_info());
+    fmt::print("heed {} (commit {})\n{}\n", heed::heed_version(), heed::git_commit(), heed::backend_info());
     return 0;
   }
   if (args[0] == "demo") {

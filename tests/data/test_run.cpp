@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../experiments/resume_check.h"
+#include "../experiments/spawn.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -169,3 +170,20 @@ TEST_CASE("StopRequest: the first SIGINT only sets the flag; the previous handle
   std::signal(SIGINT, outer);
 }
 
+
+TEST_CASE("Run logs and heed info name the commit the build was made from, read at build time") {
+  // What git says of the source tree now; the suite runs on a fresh build.
+  std::string head;
+  if (FILE* f = popen("git -C '" HEED_SOURCE_DIR "' rev-parse --short=12 HEAD 2>/dev/null", "r")) {
+    char buf[64];
+    while (fgets(buf, sizeof buf, f)) head += buf;
+    pclose(f);
+  }
+  while (!head.empty() && (head.back() == '\n' || head.back() == '\r')) head.pop_back();
+  const std::string expected = head.empty() ? "unknown" : head;
+  CHECK(git_commit() == expected);
+  test::TempDir d("heed-info-");
+  const test::Result r = test::heed_cli({"info"}, d.path);
+  CHECK(r.status == 0);
+  CHECK(r.out.rfind("heed " + heed_version() + " (commit " + expected + ")\n", 0) == 0);
+}
