@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/kernels.h"
 
 namespace heed::safetensors {
@@ -81,7 +82,8 @@ void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  const std::string tmp = path + ".tmp";
+  const std::string target = files::replace_target(path, "safetensors");
+  const std::string tmp = target + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("safetensors: cannot write '{}': {}", path, std::strerror(errno));
   bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
@@ -90,7 +92,7 @@ void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
     ok = ok && (bytes == 0 || std::fwrite(t.raw_data(), 1, bytes, f) == bytes);  // x86-64: already little-endian
   }
   ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (!ok || std::rename(tmp.c_str(), target.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
     fail("safetensors: cannot write '{}': {}", path, why);

@@ -22,7 +22,9 @@ struct File {
 };
 
 // Writes F32, F64 and I64 tensors (any layout; stored contiguous), in name
-// order, atomically (a temporary file beside path, renamed over it).
+// order, atomically (a temporary file beside path, renamed over it; through
+// a symbolic link, beside and over the file it leads to). A directory,
+// device, FIFO or socket at path is refused (files::replace_target).
 void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
           const std::map<std::string, std::string>& metadata = {});
 

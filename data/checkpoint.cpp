@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/kernels.h"
 #include "data/h5.h"
 
@@ -90,10 +91,8 @@ void fault_point_in_checkpoint_write(h5::File& f) {
 void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec && st.type() != fs::file_type::not_found) fail("checkpoint: cannot write '{}': {}", path, ec.message());
-  if (fs::is_directory(st)) fail("checkpoint: cannot write '{}': it is a directory", path);
-  std::string tmp = path + ".tmp";
+  const std::string target = files::replace_target(path, "checkpoint");
+  std::string tmp = target + ".tmp";
   try {
     h5::File f(tmp, h5::File::Mode::create);
     f.set_attr("/", "heed_checkpoint_format", kFormat);
@@ -112,9 +111,9 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
     throw;
   }
   fsync_path(tmp, false);
-  fs::rename(tmp, path, ec);
-  if (ec) fail("checkpoint: could not move '{}' to '{}': {}", tmp, path, ec.message());
-  fs::path dir = fs::path(path).parent_path();
+  fs::rename(tmp, target, ec);
+  if (ec) fail("checkpoint: could not move '{}' to '{}': {}", tmp, target, ec.message());
+  fs::path dir = fs::path(target).parent_path();
   fsync_path(dir.empty() ? "." : dir.string(), true);
 }
 

@@ -40,7 +40,9 @@ struct Checkpoint {
 
 // Writes atomically: a temporary file beside path is written, flushed to disk
 // (fsync) and renamed over path, so a crash mid-write never destroys the
-// previous checkpoint.
+// previous checkpoint. Through a symbolic link, the file it leads to is
+// replaced; a directory, device, FIFO or socket at path is refused
+// (files::replace_target).
 void save_checkpoint(const std::string& path, const Checkpoint& ck);
 
 // Reads a checkpoint; a missing, truncated or corrupt file, a file that is not

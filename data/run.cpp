@@ -15,6 +15,7 @@
 
 #include "core/dist.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/kernels.h"
 #include "core/safetensors.h"
 #include "core/random.h"
@@ -107,13 +108,7 @@ extern "C" void on_sigint(int) {
   }
 }
 
-// Whether two paths name the same file (existing or not).
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ea, eb;
-  fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
-  if (ea || eb) return fs::absolute(a, ea).lexically_normal() == fs::absolute(b, eb).lexically_normal();
-  return ca == cb;
-}
+using files::same_file;
 }  // namespace
 
 StopRequest::StopRequest() {
@@ -246,6 +241,7 @@ void Run::check_paths() {
                                  args_.command(), checkpoint_, out_));
   if (!dist::is_main()) return;  // rank 0 writes both
   if (!resuming()) prepare_output_path(out_);
+  files::replace_target(checkpoint_, "checkpoint");  // a device or FIFO refused before the log is begun
   prepare_output_path(checkpoint_);
 }
 

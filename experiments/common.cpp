@@ -3,7 +3,11 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
+#include <map>
 
+#include "core/files.h"
+#include "data/h5.h"
 #include "experiments/charlm.h"
 #include "experiments/quantize.h"
 #include "experiments/copy.h"
@@ -15,6 +19,33 @@
 #include "layers/module.h"
 
 namespace heed::experiments {
+
+void check_output(const std::string& command, const std::string& out, const std::string& input,
+                  const std::string& writes, const std::string& log_experiment) {
+  if (files::same_file(out, input))
+    throw UsageError(fmt::format("{}: --out '{}' is the checkpoint being read; expected another file", command, out));
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(out, ec) || !h5::has_signature(out)) return;
+  // A heed file says what it is in its root attributes.
+  std::map<std::string, h5::Attr> root;
+  try {
+    root = h5::File(out, h5::File::Mode::read_any).attrs("/");
+  } catch (const Error&) {
+    return;  // not readable as HDF5: not a file heed could use either
+  }
+  const bool checkpoint = root.count("heed_checkpoint_format") > 0, log = root.count("heed_log_format") > 0;
+  if (!checkpoint && !log) return;
+  const std::string experiment = root.count("experiment") ? h5::attr_str(root.at("experiment")) : "?";
+  if (checkpoint && writes == "checkpoint") return;
+  if (log && !log_experiment.empty() && experiment == log_experiment) return;  // an earlier output of this command
+  throw UsageError(fmt::format("{}: --out '{}' is a heed {} of the '{}' experiment, which this would replace with {}; "
+                               "expected a new file (or one {} wrote before)",
+                               command, out, checkpoint ? "checkpoint" : "run log", experiment,
+                               writes == "safetensors"  ? "a safetensors file"
+                               : writes == "checkpoint" ? "a checkpoint"
+                                                        : "a log of its own",
+                               command));
+}
 
 void log_model(RunLog& log, const std::string& name, const nn::Module& model) {
   log.write_tensor("models/" + name + "/nb_parameters",

@@ -31,6 +31,17 @@ struct Experiment {
 };
 const std::vector<Experiment>& experiments();
 
+// What a command that writes a file beside its input checkpoint (heed
+// export, attend, quantize) may not write over, refused with a UsageError
+// naming the file and what it is: the checkpoint being read, and an existing
+// heed file of a kind it does not write (a training run's log or checkpoint,
+// which the run could not get back). `writes` is what the command writes:
+// "safetensors", a run log of experiment `log_experiment`, or "checkpoint"
+// (which may replace another checkpoint: an earlier output of the command).
+// A file that is not a heed file is left to the writer (it is replaced).
+void check_output(const std::string& command, const std::string& out, const std::string& input,
+                  const std::string& writes, const std::string& log_experiment = "");
+
 // A checkpoint's option as its run saved it (config.<key>): as text, or
 // read as an integer >= min, a number or a flag. A missing or malformed
 // value is an error naming the file, the option and the value.

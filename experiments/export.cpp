@@ -1,6 +1,7 @@
 // experiments/export.cpp: `heed export CKPT -o FILE.safetensors`.
 #include "experiments/export.h"
 
+#include "experiments/common.h"
 #include "heed.h"
 
 namespace heed::experiments {
@@ -23,16 +24,22 @@ int run_export(const std::vector<std::string>& args) {
   }
   const std::string path = args[0];
   std::string out, model, names = "heed";
+  bool out_given = false;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if ((a == "-o" || a == "--out" || a == "--model" || a == "--names") && i + 1 < args.size()) {
+    const bool takes_value = a == "-o" || a == "--out" || a == "--model" || a == "--names";
+    if (takes_value && i + 1 == args.size())
+      throw UsageError(fmt::format("export: {} expects a value (see --help)", a));
+    if (takes_value) {
       (a == "--model" ? model : a == "--names" ? names : out) = args[++i];
+      out_given = out_given || a == "-o" || a == "--out";
     } else {
       throw UsageError(fmt::format("export: unexpected argument '{}' (expected -o FILE or --model NAME; see --help)", a));
     }
   }
   if (names != "heed" && names != "nanogpt")
     throw UsageError(fmt::format("export: --names expects heed or nanogpt, got '{}'", names));
+  if (out_given && out.empty()) throw UsageError("export: -o expects a file name, got ''");
   if (out.empty()) {
     const bool h5 = path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0;
     out = (h5 ? path.substr(0, path.size() - 3) : path) + ".safetensors";
@@ -40,6 +47,7 @@ int run_export(const std::vector<std::string>& args) {
       out = out.substr(0, out.size() - 17) + ".safetensors";
   }
   Checkpoint ck = load_checkpoint(path, "");
+  check_output("export", out, path, "safetensors");
   // Models live under model/ (one) or model/<name>/ (several).
   std::map<std::string, Tensor> weights = ck.get(model.empty() ? "model" : "model/" + model);
   std::set<std::string> models;

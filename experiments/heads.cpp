@@ -9,6 +9,7 @@
 #include "data/runlog.h"
 #include "data/text.h"
 #include "experiments/charlm.h"
+#include "experiments/common.h"
 #include "experiments/plot.h"
 #include "heed.h"
 
@@ -170,6 +171,7 @@ int run_attend(const std::vector<std::string>& args) {
       }
     out = base + "_attend.h5";
   }
+  check_output("attend", out, path, "run log", "attend");
 
   autograd::NoGradGuard ng;
   cm.model->eval();

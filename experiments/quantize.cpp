@@ -237,13 +237,6 @@ std::string default_out(const std::string& path, const QuantizeSettings& s) {
   return fmt::format("{}.{}-{}bit.ckpt.h5", base, quant::method_name(s.method), s.bits);
 }
 
-bool same_file(const std::string& a, const std::string& b) {
-  namespace fs = std::filesystem;
-  std::error_code ea, eb;
-  fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
-  if (ea || eb) return fs::absolute(a, ea).lexically_normal() == fs::absolute(b, eb).lexically_normal();
-  return ca == cb;
-}
 
 std::string metric_label(const std::string& metric) {
   if (metric == "val_loss") return "validation loss";
@@ -296,8 +289,7 @@ int run_quantize(const std::vector<std::string>& args) {
   if (out.empty()) out = default_out(path, s);
 
   Checkpoint ck = load_checkpoint(path, "");
-  if (same_file(out, path))
-    throw UsageError(fmt::format("quantize: --out '{}' is the checkpoint being read; expected another file", out));
+  check_output("quantize", out, path, "checkpoint");
   Stopwatch sw;
   std::unique_ptr<TrainedModels> tm = trained_models(ck, path, "quantize");
   std::vector<std::string> names = tm->names();

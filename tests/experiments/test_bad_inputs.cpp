@@ -3,10 +3,13 @@
 // or file and what was expected, exit status 1 (2 for a bad command line),
 // never `terminate called`, and no file written. Then the cases that used to
 // be refused and are now accepted.
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "core/safetensors.h"
 #include "data/checkpoint.h"
 #include "data/h5.h"
 #include "experiments/common.h"
@@ -85,6 +88,20 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
        {"--precision", "'fp16'", "f32 or bf16"}},
       {"resume in another precision", {"run", "charlm", "--resume", ckpt, "--precision", "bf16"}, 2,
        {"--precision bf16 contradicts the checkpoint's f32"}},
+      // Commands that write beside the checkpoint they read never write over
+      // it, nor over a training run's log.
+      {"export over its checkpoint", {"export", ckpt, "-o", ckpt}, 2, {"lm.ckpt.h5", "is the checkpoint being read"}},
+      {"export over a run log", {"export", ckpt, "-o", p + "/lm.h5"}, 2,
+       {"lm.h5", "is a heed run log of the 'charlm' experiment", "safetensors"}},
+      {"attend over its checkpoint", {"attend", ckpt, "--prompt", "the q", "--out", ckpt}, 2,
+       {"is the checkpoint being read"}},
+      {"attend over a run log", {"attend", ckpt, "--prompt", "the q", "--out", p + "/lm.h5"}, 2,
+       {"is a heed run log of the 'charlm' experiment"}},
+      {"quantize over a run log", {"quantize", ckpt, "--method", "uniform", "--bits", "4", "-o", p + "/lm.h5"}, 2,
+       {"is a heed run log of the 'charlm' experiment", "a checkpoint"}},
+      {"export -o without a value", {"export", ckpt, "-o"}, 2, {"-o expects a value"}},
+      {"export -o ''", {"export", ckpt, "-o", ""}, 2, {"-o expects a file name"}},
+      {"export -o a directory", {"export", ckpt, "-o", p + "/"}, 1, {"it is a directory"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -114,6 +131,39 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     CHECK(r.err.find("AVX2") != std::string::npos);
     CHECK(snapshot(p) == before);
   }
+}
+
+TEST_CASE("writers replace only regular files: a device or FIFO is refused and stays, a link keeps leading to "
+          "the new file") {
+  test::TempDir d("heed-targets-");
+  const std::string p = d.path;
+  REQUIRE(heed_cli({"run", "copy", "--steps", "4", "--out", p + "/c.h5"}, p).status == 0);
+  const std::string ckpt = p + "/c.ckpt.h5";
+  REQUIRE(mkfifo((p + "/fifo").c_str(), 0644) == 0);
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const Case& c : {Case{{"export", ckpt, "-o", p + "/fifo"}, "safetensors: cannot write '" + p + "/fifo': it is a FIFO"},
+                        Case{{"run", "copy", "--steps", "4", "--out", p + "/t.h5", "--checkpoint", p + "/fifo"},
+                             "checkpoint: cannot write '" + p + "/fifo': it is a FIFO"},
+                        Case{{"export", ckpt, "-o", "/dev/null"}, "it is a device, not a regular file"}}) {
+    CAPTURE(c.args);
+    Result r = heed_cli(c.args, p);
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(fs::is_fifo(p + "/fifo"));
+    CHECK(!fs::exists(p + "/t.h5"));  // refused before the run's log was begun
+    CHECK(fs::is_character_file("/dev/null"));
+  }
+  // Through a link (to a file not there yet): the link stays, its target is written.
+  fs::create_symlink("target.safetensors", p + "/link.safetensors");
+  Result r = heed_cli({"export", ckpt, "-o", p + "/link.safetensors"}, p);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(fs::is_symlink(p + "/link.safetensors"));
+  CHECK(safetensors::load(p + "/target.safetensors").tensors.size() > 0);
 }
 
 TEST_CASE("bad inputs no more: charlm resumes with the default corpus, short runs clamp the warm-up, "

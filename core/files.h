@@ -1,0 +1,20 @@
+// core/files.h: what heed's file writers check before they write.
+#pragma once
+
+#include <string>
+
+namespace heed::files {
+
+// Whether two paths name the same file, existing or not (symbolic links and
+// "." / ".." resolved as far as the paths exist).
+bool same_file(const std::string& a, const std::string& b);
+
+// The file a writer that replaces path atomically (a temporary file, then a
+// rename over path) must write: path itself when nothing or a regular file
+// is there; the file a symbolic link at path leads to (so the link stays a
+// link and its target gets the new contents). Refuses, naming path and what
+// it is, a directory, a device, a FIFO or a socket, which a rename would
+// replace with a regular file. `what` starts the message ("checkpoint").
+std::string replace_target(const std::string& path, const char* what);
+
+}  // namespace heed::files
