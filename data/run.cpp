@@ -539,19 +539,28 @@ int Run::finish() {
 }
 
 int guard_main(const char* program, const std::function<int()>& body) {
-  auto report = [program](const char* what, int status) {
-    if (dist::size() > 1) dist::abort_job(what);  // does not return
+  auto report = [program](const std::string& what, int status) {
+    if (dist::size() > 1) dist::abort_job(what.c_str());  // does not return
     fmt::print(stderr, "{}: {}\n", program, what);
     return status;
   };
   share_cores();
+  int status = 0;
   try {
-    return body();
+    status = body();
   } catch (const UsageError& e) {
-    return report(e.what(), 2);
-  } catch (const std::exception& e) {
-    return report(e.what(), 1);
+    status = report(e.what(), 2);
+  } catch (const std::exception& e) {  // heed::Error, or a library's own
+    status = report(e.what(), 1);
+  } catch (...) {  // a throw of something else (an int, a string literal)
+    status = report("an exception that is not a std::exception", 1);
   }
+  // What the program printed must have reached stdout (a full disk, a file
+  // system gone): a lost output is an error, not a success.
+  errno = 0;
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && status == 0)
+    status = report(fmt::format("cannot write to standard output{}", errno ? ": " + std::string(std::strerror(errno)) : ""), 1);
+  return status;
 }
 
 }  // namespace heed

@@ -218,8 +218,9 @@ class Stopwatch {
 // A program's main in one line, with nothing escaping as `terminate called`:
 //   int main(int argc, char** argv) { return heed::guard_main(argv[0], [&] { ...; return 0; }); }
 // runs body and returns its status; a UsageError (a bad option) prints
-// "PROGRAM: message" and returns 2, any other exception prints the same and
-// returns 1. Under mpirun the other processes are stopped too (dist::abort_job),
+// "PROGRAM: message" and returns 2, any other exception (std::exception or
+// not) prints the same and returns 1, and so does output that could not be
+// written to stdout (a full disk) after the body returned 0. Under mpirun the other processes are stopped too (dist::abort_job),
 // so they never wait for one that failed. First it calls share_cores()
 // (core/runtime.h), which may restart the program once: put nothing before it.
 int guard_main(const char* program, const std::function<int()>& body);

@@ -100,26 +100,11 @@ int run(const std::vector<std::string>& args) {
   return 2;
 }
 
-// An error ends the command with "heed: ..." and its status; in a
-// data-parallel job it ends every process at once (naming the rank), so that
-// none is left waiting for the failed one.
-int failed(int status, const char* what) {
-  if (heed::dist::size() > 1) heed::dist::abort_job(what);
-  fmt::print(stderr, "heed: {}\n", what);
-  return status;
-}
-
 }  // namespace
 
+// An error ends the command with "heed: ..." and its status (heed::guard_main,
+// as for a user's program); in a data-parallel job it ends every process at
+// once (naming the rank), so that none is left waiting for the failed one.
 int main(int argc, char** argv) {
-  heed::share_cores();
-  try {
-    return run(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const heed::UsageError& e) {
-    return failed(2, e.what());
-  } catch (const std::exception& e) {  // heed::Error, or a library's own: still a message, never `terminate called`
-    return failed(1, e.what());
-  } catch (...) {
-    return failed(1, "unknown error");
-  }
+  return heed::guard_main("heed", [&] { return run(std::vector<std::string>(argv + 1, argv + argc)); });
 }

@@ -187,3 +187,11 @@ TEST_CASE("Run logs and heed info name the commit the build was made from, read 
   CHECK(r.status == 0);
   CHECK(r.out.rfind("heed " + heed_version() + " (commit " + expected + ")\n", 0) == 0);
 }
+
+TEST_CASE("guard_main: any exception becomes a message and status 1, a bad command line status 2") {
+  CHECK(guard_main("toy", [] { return 0; }) == 0);
+  CHECK(guard_main("toy", [] { return 130; }) == 130);
+  CHECK(guard_main("toy", []() -> int { throw UsageError("--steps: expected an integer"); }) == 2);
+  CHECK(guard_main("toy", []() -> int { fail("something failed"); }) == 1);
+  CHECK(guard_main("toy", []() -> int { throw 42; }) == 1);  // was `terminate called`
+}

@@ -166,6 +166,22 @@ TEST_CASE("writers replace only regular files: a device or FIFO is refused and s
   CHECK(safetensors::load(p + "/target.safetensors").tensors.size() > 0);
 }
 
+TEST_CASE("output that cannot be written to stdout (a full disk) ends with status 1, not 0") {
+  test::TempDir d("heed-full-");
+  const std::string p = d.path;
+  REQUIRE(heed_cli({"run", "copy", "--steps", "4", "--out", p + "/c.h5"}, p).status == 0);
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"inspect", p + "/c.h5"},
+                                               std::vector<std::string>{"info"}}) {
+    CAPTURE(args);
+    const std::string err = p + "/.stderr";
+    const int status = test::wait_status(test::start(cat({HEED_CLI_PATH}, args), "/dev/full", err));
+    const std::string message = slurp(err);
+    INFO(message);
+    CHECK(status == 1);
+    CHECK(message.find("heed: cannot write to standard output: No space left on device") != std::string::npos);
+  }
+}
+
 TEST_CASE("bad inputs no more: charlm resumes with the default corpus, short runs clamp the warm-up, "
           "--checkpoint-every comes back on resume") {
   test::TempDir d("heed-good-");
