@@ -91,9 +91,15 @@ void init() {
 #endif
 }
 
-int rank() { return g_rank; }
-int size() { return g_size; }
-bool is_main() { return g_rank == 0; }
+int rank() {
+  init();
+  return g_rank;
+}
+int size() {
+  init();
+  return g_size;
+}
+bool is_main() { return rank() == 0; }
 
 void abort_job(const std::string& why) {
   std::fprintf(stderr, "heed: rank %d of %d: %s\n", g_rank, g_size, why.c_str());
@@ -105,6 +111,7 @@ void abort_job(const std::string& why) {
 }
 
 std::vector<Tensor> all_gather(const Tensor& t) {
+  init();
   check_defined(t, "dist::all_gather");
   Tensor c = kernel::contiguous(t);
   if (g_size == 1) return {kernel::clone(c)};
@@ -128,6 +135,7 @@ void sum_(Tensor& t) {
 }
 
 double mean(double value) {
+  init();
   if (g_size == 1) return value;
   Tensor t = Tensor::scalar(value, DType::f64);
   sum_(t);
@@ -135,6 +143,7 @@ double mean(double value) {
 }
 
 Tensor shard(const Tensor& t) {
+  init();
   check_defined(t, "dist::shard");
   if (g_size == 1) return t;
   if (t.dim() < 1 || t.size(0) % g_size != 0)
@@ -144,6 +153,7 @@ Tensor shard(const Tensor& t) {
 }
 
 void broadcast_(Tensor& t, int root) {
+  init();
   check_defined(t, "dist::broadcast_");
   if (g_size == 1) return;
   if (!t.is_contiguous()) fail("dist::broadcast_: expected a contiguous tensor, got shape {}", shape_str(t.shape()));
@@ -172,6 +182,7 @@ PendingSum& PendingSum::operator=(PendingSum&&) noexcept = default;
 bool PendingSum::active() const { return impl_->active; }
 
 void PendingSum::start(const Tensor& t) {
+  init();
   check_sum_tensor(t, "dist::PendingSum::start");
   if (impl_->active) fail("dist::PendingSum::start: a sum is already in flight");
   impl_->target = t;

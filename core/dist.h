@@ -24,7 +24,10 @@ namespace heed::dist {
 
 // Starts MPI when the process was started by mpirun (it sets
 // OMPI_COMM_WORLD_SIZE), once; later calls do nothing. MPI is finalised at
-// exit. Without mpirun, one process and no MPI at all.
+// exit. Without mpirun, one process and no MPI at all. Every function below
+// calls it first (so do heed::Run and optim::DataParallel through them): a
+// program needs no call of its own, and none of them can see one process
+// of a job as a job of one. Call it, if at all, after share_cores().
 void init();
 bool built_with_mpi();
 int rank();   // 0 .. size() - 1

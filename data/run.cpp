@@ -208,8 +208,11 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
 // the configuration is the checkpoint's.
 void Run::restore_config() {
   const std::set<std::string> never = {"resume", "stop-after", "init-from"};
-  std::set<std::string> changeable = {"threads", "checkpoint", "checkpoint-every", "steps"};
+  // --out too: a log that moved (check_resumed_log makes sure it is this run's).
+  std::set<std::string> changeable = {"threads", "checkpoint", "checkpoint-every", "steps", "out"};
   changeable.insert(changeable_.begin(), changeable_.end());
+  std::set<std::string> listed = changeable;  // for the message: what a resume may give
+  listed.insert("stop-after");
   std::map<std::string, std::string> now;
   for (const auto& [k, v] : args_.values()) now[k] = v;
   for (const auto& [k, v] : resume_ck_->config) {
@@ -221,7 +224,7 @@ void Run::restore_config() {
       if (!changeable.count(k) && now[k] != v)
         throw UsageError(fmt::format("{}: --{} {} contradicts the checkpoint's {} (a resumed run keeps its "
                                      "configuration; only --{} may change)",
-                                     args_.command(), k, now[k], v, fmt::join(changeable, ", --")));
+                                     args_.command(), k, now[k], v, fmt::join(listed, ", --")));
       continue;
     }
     if (k == "checkpoint") continue;  // the resumed file, unless --checkpoint says otherwise
@@ -232,6 +235,24 @@ void Run::restore_config() {
     }
   }
   if (!args_.given("checkpoint")) checkpoint_ = resume_;
+  const int64_t at = resume_ck_->counters.count("step") ? resume_ck_->counter("step") : 0;
+  if (stop_after_ > 0 && stop_after_ <= at)
+    throw UsageError(fmt::format("{}: --stop-after {} is not after step {}, where checkpoint '{}' resumes; expected "
+                                 "a later step (or 0: never)",
+                                 args_.command(), stop_after_, at, resume_));
+  // The log path is kept as it was given, relative to where the run started.
+  // Run from elsewhere (or moved with its checkpoint), a log written beside
+  // its checkpoint under its default name is found there again.
+  std::error_code ec;
+  if (!args_.given("out") && !fs::exists(out_, ec)) {
+    const auto saved = resume_ck_->config.find("checkpoint");
+    const std::string was = saved == resume_ck_->config.end() || saved->second.empty() ? default_checkpoint_path(out_)
+                                                                                       : saved->second;
+    const fs::path beside = fs::path(resume_).parent_path() / fs::path(out_).filename();
+    if (fs::path(was).filename() == fs::path(resume_).filename() &&
+        fs::path(default_checkpoint_path(out_)).filename() == fs::path(was).filename() && fs::exists(beside, ec))
+      out_ = beside.string();
+  }
 }
 
 void Run::check_paths() {
@@ -261,6 +282,19 @@ void Run::check_resumed_log() const {
   if (exp != experiment_)
     fail("{}: the log '{}' is of experiment '{}', not '{}'", args_.command(), out_, exp.empty() ? "?" : exp,
          experiment_);
+  // A log given with --out on resume (it moved) must be this run's: the
+  // configuration it began with is the checkpoint's, but for what a resume
+  // may change and where the files are.
+  if (!args_.given("out")) return;
+  const std::set<std::string> free = {"out", "checkpoint", "checkpoint-every", "steps", "threads", "resume",
+                                      "stop-after", "init-from"};
+  for (const auto& [k, v] : resume_ck_->config) {
+    if (free.count(k) || changeable_.count(k)) continue;
+    const std::string logged = text(("config." + k).c_str());
+    if (logged != v)
+      fail("{}: the log '{}' is not the run of checkpoint '{}': it began with --{} {}, the checkpoint has {}",
+           args_.command(), out_, resume_, k, logged.empty() ? "(none)" : logged, v);
+  }
 }
 
 void Run::set_steps(int64_t total) {

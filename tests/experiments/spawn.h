@@ -25,8 +25,10 @@ struct Result {
   std::string out, err;
 };
 
-// Starts argv (argv[0] a path) with stdout and stderr into files; the pid.
-inline pid_t start(const std::vector<std::string>& argv_s, const std::string& out, const std::string& err) {
+// Starts argv (argv[0] a path) with stdout and stderr into files, in the
+// directory cwd (empty: this process's); the pid.
+inline pid_t start(const std::vector<std::string>& argv_s, const std::string& out, const std::string& err,
+                   const std::string& cwd = "") {
   std::vector<std::string> copy = argv_s;
   std::vector<char*> argv;
   for (auto& s : copy) argv.push_back(s.data());
@@ -35,6 +37,7 @@ inline pid_t start(const std::vector<std::string>& argv_s, const std::string& ou
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());  // after the opens: out, err as given
   pid_t pid = 0;
   int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -48,11 +51,12 @@ inline int wait_status(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// Runs argv to its end, its output captured through files in dir.
-inline Result run_process(const std::vector<std::string>& argv, const std::string& dir) {
+// Runs argv to its end, its output captured through files in dir (and in
+// the directory cwd when one is given).
+inline Result run_process(const std::vector<std::string>& argv, const std::string& dir, const std::string& cwd = "") {
   const std::string out = dir + "/.stdout", err = dir + "/.stderr";
   Result r;
-  r.status = wait_status(start(argv, out, err));
+  r.status = wait_status(start(argv, out, err, cwd));
   r.out = slurp(out);
   r.err = slurp(err);
   std::remove(out.c_str());
@@ -61,10 +65,11 @@ inline Result run_process(const std::vector<std::string>& argv, const std::strin
 }
 
 #ifdef HEED_CLI_PATH
-// The heed program of this build with args, run in dir.
-inline Result heed_cli(std::vector<std::string> args, const std::string& dir) {
+// The heed program of this build with args, its output captured in dir (and
+// run in the directory cwd when one is given).
+inline Result heed_cli(std::vector<std::string> args, const std::string& dir, const std::string& cwd = "") {
   args.insert(args.begin(), HEED_CLI_PATH);
-  return run_process(args, dir);
+  return run_process(args, dir, cwd);
 }
 #endif
 

@@ -50,6 +50,11 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
   const std::string longname = p + "/" + std::string(300, 'a') + ".h5";
   fs::create_symlink(p + "/loop1", p + "/loop2");
   fs::create_symlink(p + "/loop2", p + "/loop1");
+  // Another run of the same experiment (another seed), whose log a resume must not take.
+  REQUIRE(heed_cli(cat({"run", "charlm", "--text", text, "--steps", "2", "--seed", "7", "--out", p + "/lm7.h5"},
+                       kTinyLM),
+                   p)
+              .status == 0);
   {
     Checkpoint c = load_checkpoint(ckpt, "charlm");
     c.config["layers"] = "two";
@@ -88,6 +93,13 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
        {"--precision", "'fp16'", "f32 or bf16"}},
       {"resume in another precision", {"run", "charlm", "--resume", ckpt, "--precision", "bf16"}, 2,
        {"--precision bf16 contradicts the checkpoint's f32"}},
+      {"resume with a changed option", {"run", "charlm", "--resume", ckpt, "--lr", "0.5"}, 2,
+       {"--lr 0.5 contradicts the checkpoint's 0.001",
+        "only --checkpoint, --checkpoint-every, --out, --steps, --stop-after, --threads may change"}},
+      {"resume with --stop-after at the checkpoint's step", {"run", "charlm", "--resume", ckpt, "--stop-after", "2"},
+       2, {"--stop-after 2 is not after step 2", "expected a later step"}},
+      {"resume into another run's log", {"run", "charlm", "--resume", ckpt, "--out", p + "/lm7.h5"}, 1,
+       {"the log '" + p + "/lm7.h5' is not the run of checkpoint", "--seed 7, the checkpoint has 0"}},
       // Commands that write beside the checkpoint they read never write over
       // it, nor over a training run's log.
       {"export over its checkpoint", {"export", ckpt, "-o", ckpt}, 2, {"lm.ckpt.h5", "is the checkpoint being read"}},
@@ -203,6 +215,27 @@ TEST_CASE("bad inputs no more: charlm resumes with the default corpus, short run
     INFO(r.out << r.err);
     CHECK(r.status == 0);
     CHECK(load_checkpoint(p + "/w.ckpt.h5", "charlm").config.at("warmup") == "6");
+  }
+  SUBCASE("a run resumed from another directory finds its log beside its checkpoint; a moved log with --out") {
+    fs::create_directories(p + "/runs");
+    Result r = heed_cli({"run", "copy", "--steps", "12", "--stop-after", "4", "--out", "runs/c.h5"}, p, p);
+    REQUIRE(r.status == 130);
+    // From inside runs/: the log was given as runs/c.h5, relative to p.
+    Result again = heed_cli({"run", "copy", "--resume", "c.ckpt.h5", "--stop-after", "8"}, p, p + "/runs");
+    INFO(again.out << again.err);
+    CHECK(again.status == 130);
+    CHECK(again.out.find("logging to c.h5") != std::string::npos);
+    // The log moved: --out says where; every step is in it once.
+    fs::rename(p + "/runs/c.h5", p + "/runs/moved.h5");
+    Result moved = heed_cli({"run", "copy", "--resume", p + "/runs/c.ckpt.h5"}, p);
+    CHECK(moved.status == 1);
+    CHECK(moved.err.find("is missing (give --out if it moved)") != std::string::npos);
+    moved = heed_cli({"run", "copy", "--resume", p + "/runs/c.ckpt.h5", "--out", p + "/runs/moved.h5"}, p);
+    INFO(moved.out << moved.err);
+    CHECK(moved.status == 0);
+    const Tensor rows = h5::File(p + "/runs/moved.h5", h5::File::Mode::read).read_tensor("metrics/train_loss");
+    REQUIRE(rows.size(0) == 12);
+    for (int64_t i = 0; i < 12; ++i) CHECK(rows.at({i, 0}) == static_cast<double>(i + 1));
   }
   SUBCASE("--checkpoint-every is restored, and the printed command needs nothing else") {
     Result r = heed_cli({"run", "sine", "--steps", "30", "--checkpoint-every", "7", "--stop-after", "8", "--out",

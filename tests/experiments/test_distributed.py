@@ -10,7 +10,9 @@ unbound: the flags docs/distributed.md gives) and checks:
   - kill -9 of one rank ends the whole job promptly, naming the rank; the
     resume from the last checkpoint equals an uninterrupted 2-process run;
   - bad input: a global batch not divisible by the process count, a
-    checkpoint from another process count.
+    checkpoint from another process count;
+  - a program's own DataParallel starts MPI without a heed::Run (the test
+    case of tests/optim/test_data_parallel.cpp, run under mpirun).
 Debian's Python runs it (h5py, numpy).
 """
 import os
@@ -26,6 +28,7 @@ import numpy as np
 
 HEED = sys.argv[1]
 EXAMPLE = sys.argv[2]  # the example user program (experiments/examples/fit_sine.cpp)
+TESTS = sys.argv[3]  # the test program (heed_tests)
 TMP = tempfile.mkdtemp(prefix="heed-dist-")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 # In the sanitized suite: AddressSanitizer's checks stay on, but not its leak
@@ -117,6 +120,11 @@ try:
         print(f"     {name}: largest relative difference of the per-step losses, 2 vs 1 process: {rel:.3g} "
               f"(without the floor {raw:.3g}; smallest loss {np.min(np.abs(a)):.3g})")
         check(logs[0].shape == logs[1].shape and rel < 1e-4, f"{name}: 2 processes train as 1 ({rel:.3g})")
+
+    # ---- a program of one's own: DataParallel with no Run starts MPI itself ----------------
+    t = run(["-tc=DataParallel: with no Run*"], program=TESTS)
+    check(t.returncode == 0 and "1 passed" in t.stdout,
+          f"DataParallel without a Run on 2 processes: exit {t.returncode} {(t.stdout + t.stderr)[-800:]}")
 
     # ---- kill -9 of one rank, then resume ------------------------------------------------
     ref = run(lm("ref.h5", "--steps", "600", "--checkpoint-every", "20"))
