@@ -138,11 +138,14 @@ void Args::assign(const std::string& name, const std::string& value) {
 }
 
 std::string Args::help() const {
-  std::string s = fmt::format("usage: heed {} [options]\n\n{}\n\noptions:\n", command_, summary_);
+  std::string s = fmt::format("usage: {} [options]\n\n{}\n\noptions:\n",
+                              program_.empty() ? "heed " + command_ : program_, summary_);
   for (const auto& o : opts_) {
     std::string lhs = "--" + o.name + (o.is_flag ? "" : " " + o.metavar);
     s += fmt::format("  {:<28} {}", lhs, o.help);
-    if (!o.is_flag) s += fmt::format(" (default: {})", o.show());
+    // The default, unless the help says it in its own words or there is none.
+    const std::string shown = o.is_flag ? "" : o.show();
+    if (!shown.empty() && o.help.find("(default:") == std::string::npos) s += fmt::format(" (default: {})", shown);
     s += "\n";
   }
   s += fmt::format("  {:<28} {}\n", "--help", "show this help");

@@ -33,6 +33,9 @@ class Args {
   // asked for (help is printed); throws UsageError on a bad option.
   bool parse(const std::vector<std::string>& args);
   std::string help() const;
+  // How the usage line names the program (default: "heed <command>"), e.g.
+  // a user's own program's path.
+  void set_program(std::string program) { program_ = std::move(program); }
   // Whether the option appeared on the command line (not just its default).
   bool given(const std::string& name) const;
   // Sets an option from its saved text (a checkpoint's configuration, as
@@ -52,7 +55,7 @@ class Args {
     std::function<std::string()> show;
   };
   const Opt* find(const std::string& name) const;
-  std::string command_, summary_;
+  std::string command_, summary_, program_;
   std::vector<Opt> opts_;
   std::vector<std::string> given_;
 };

@@ -188,6 +188,11 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
            path);
     fail("'{}' is not a heed checkpoint (an HDF5 file without the heed_checkpoint_format attribute)", path);
   }
+  const int64_t format = h5::attr_as<int64_t>(root.at("heed_checkpoint_format"),
+                                              fmt::format("checkpoint '{}': its heed_checkpoint_format attribute", path));
+  if (format != kFormat)
+    fail("checkpoint '{}' is in format {}; this heed reads format {} (docs/checkpoint-format.md){}", path, format,
+         kFormat, format > kFormat ? ": it was written by a newer heed" : "");
   Checkpoint ck;
   if (!root.count("experiment")) fail("checkpoint '{}' has no experiment attribute", path);
   ck.experiment =

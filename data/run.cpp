@@ -171,6 +171,7 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
             "AVX512-BF16 or AMX")
       .text("init-from", &init_from_,
             "start the model from the weights in this .safetensors file (heed export writes one; so can PyTorch)");
+  args_.set_program(defaults_.program_);
   if (!args_.parse(argv)) return false;
   if (command_line.empty()) {
     command_line = {defaults_.program_};

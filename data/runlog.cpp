@@ -12,6 +12,9 @@
 
 namespace heed {
 
+// docs/log-format.md: what a reader of this version finds.
+constexpr int64_t kLogFormat = 1;
+
 namespace {
 double unix_now() {
   struct timeval tv;
@@ -32,10 +35,20 @@ struct RunLog::Impl {
     hid_t step_id = -1;  // series only
     Shape item;           // series only
     int64_t rows = 0;
+    int64_t last_step = INT64_MIN;  // steps never decrease within a metric or series
   };
   std::map<std::string, Ds> metrics, series;
 
   Impl(h5::File f, Options o) : file(std::move(f)), opt(o) {}
+
+  // A step before the last one logged to d is refused (docs/log-format.md:
+  // steps never decrease, which resume's trimming and every reader rely on).
+  void check_step(Ds& d, const char* kind, const std::string& name, int64_t step) const {
+    if (step < d.last_step)
+      fail("RunLog '{}': {} '{}' at step {} after step {}; expected steps that never decrease", file.path(), kind,
+           name, step, d.last_step);
+    d.last_step = step;
+  }
   ~Impl() { close(); }
 
   void close() {
@@ -145,7 +158,7 @@ RunLog::~RunLog() = default;
 RunLog RunLog::create(const std::string& path, const Options& opt) {
   auto impl = std::make_unique<Impl>(h5::File(path, h5::File::Mode::create), opt);
   impl->start_unix = unix_now();
-  impl->file.set_attr("/", "heed_log_format", int64_t{1});
+  impl->file.set_attr("/", "heed_log_format", kLogFormat);
   impl->file.set_attr("/", "start_unix_time", impl->start_unix);
   return RunLog(std::move(impl));
 }
@@ -154,6 +167,11 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
   auto impl = std::make_unique<Impl>(h5::File(path, h5::File::Mode::append), opt);
   h5::File& f = impl->file;
   if (!f.has_attr("/", "heed_log_format")) fail("'{}' is not a heed run log (no heed_log_format attribute)", path);
+  const int64_t format =
+      h5::attr_as<int64_t>(f.get_attr("/", "heed_log_format"), fmt::format("run log '{}': its heed_log_format attribute", path));
+  if (format != kLogFormat)
+    fail("run log '{}' is in format {}; this heed appends to format {} (docs/log-format.md){}", path, format, kLogFormat,
+         format > kLogFormat ? ": it was written by a newer heed" : "");
   impl->start_unix = h5::attr_as<double>(f.get_attr("/", "start_unix_time"),
                                          fmt::format("run log '{}': its start_unix_time attribute", path));
   for (const std::string& p : f.list_datasets("/")) {
@@ -167,6 +185,7 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
       hsize_t dims[2] = {static_cast<hsize_t>(keep), 3};
       H5Dset_extent(d.id, dims);
       d.rows = keep;
+      if (keep > 0) d.last_step = static_cast<int64_t>(r[(keep - 1) * 3]);
       impl->metrics.emplace(p.substr(8), d);
     } else if (p.rfind("series/", 0) == 0 && p.size() > 12 && p.substr(p.size() - 7) == "/values") {
       std::string name = p.substr(7, p.size() - 7 - 7);
@@ -184,6 +203,7 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
       H5Dset_extent(d.id, dims.data());
       H5Dset_extent(d.step_id, dims.data());
       d.rows = keep;
+      if (keep > 0) d.last_step = st[keep - 1];
       impl->series.emplace(name, d);
     }
   }
@@ -236,6 +256,7 @@ void RunLog::scalar(const std::string& name, int64_t step, double value) {
   impl_->require(true, "scalar");
   auto it = impl_->metrics.find(name);
   if (it == impl_->metrics.end()) fail("RunLog '{}': metric '{}' was not declared", impl_->file.path(), name);
+  impl_->check_step(it->second, "metric", name, step);
   double row[3] = {static_cast<double>(step), value, wall_seconds()};
   impl_->append(it->second.id, it->second.rows, H5T_NATIVE_DOUBLE, {3}, row);
   impl_->maybe_flush();
@@ -250,6 +271,7 @@ void RunLog::series(const std::string& name, int64_t step, const Tensor& value) 
   if (value.shape() != d.item)
     fail("RunLog '{}': series '{}' expects shape {}, got {}", impl_->file.path(), name, shape_str(d.item),
          shape_str(value.shape()));
+  impl_->check_step(d, "series", name, step);
   Tensor v = kernel::contiguous(kernel::to_dtype(value, DType::f32));
   int64_t rows = d.rows;
   impl_->append(d.step_id, rows, H5T_NATIVE_INT64, {}, &step);

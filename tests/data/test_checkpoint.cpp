@@ -58,7 +58,7 @@ TEST_CASE("checkpoint: a run log, or another HDF5 file, given as a checkpoint is
   test::check_error([&] { load_checkpoint(text, "sine"); }, {"'" + text + "' is not a heed checkpoint (not an HDF5 file)"});
 }
 
-TEST_CASE("checkpoint: an attribute of another type (crc32, a counter, experiment) is a heed::Error naming it") {
+TEST_CASE("checkpoint: an attribute of another type (crc32, a counter, experiment) or an unknown format is a heed::Error naming it") {
   test::DamageDir d("heed-ckpt-types-");
   std::string path = d.file("sine.ckpt.h5");
   struct Case {
@@ -75,6 +75,12 @@ TEST_CASE("checkpoint: an attribute of another type (crc32, a counter, experimen
       {"/", "counter.step", std::string("five"),
        {"checkpoint '" + path + "': counter.step is text (\"five\"), expected an integer"}},
       {"/", "experiment", int64_t{3}, {"checkpoint '" + path + "': its experiment attribute is an integer (3), expected text"}},
+      // A format this heed does not read (a newer heed's): refused, not misread.
+      {"/", "heed_checkpoint_format", int64_t{2},
+       {"checkpoint '" + path + "' is in format 2; this heed reads format 1", "written by a newer heed"}},
+      {"/", "heed_checkpoint_format", int64_t{0}, {"checkpoint '" + path + "' is in format 0; this heed reads format 1"}},
+      {"/", "heed_checkpoint_format", std::string("1"),
+       {"checkpoint '" + path + "': its heed_checkpoint_format attribute is text (\"1\"), expected an integer"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);

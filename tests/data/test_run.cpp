@@ -93,8 +93,10 @@ TEST_CASE("Run: resume restores the whole configuration; only the run's length a
     for (const auto& [k, v] : more.run.args().values()) every2 = every2 || (k == "checkpoint-every" && v == "2");
     CHECK(every2);
   }
+  // --out may name the run's log where it moved to, not a missing file or another run's log.
   test::check_error([&] { Toy().run.parse({"--resume", ck, "--out", d.path + "/other.h5"}); },
-                    {"--out", "contradicts", "r.h5"});
+                    {"the log '" + d.path + "/other.h5'", "is missing"});
+  // (Another run's log: tests/experiments/test_bad_inputs.cpp, "resume into another run's log".)
   test::check_error([&] { Toy().run.parse({"--out", d.path + "/x.h5", "--checkpoint", d.path + "/x.h5"}); },
                     {"--checkpoint", "is the log --out", "two files"});
   test::check_error([&] { Toy().run.parse({"--resume", d.path + "/r.h5"}); }, {"r.h5", "not a heed checkpoint"});
@@ -194,4 +196,20 @@ TEST_CASE("guard_main: any exception becomes a message and status 1, a bad comma
   CHECK(guard_main("toy", []() -> int { throw UsageError("--steps: expected an integer"); }) == 2);
   CHECK(guard_main("toy", []() -> int { fail("something failed"); }) == 1);
   CHECK(guard_main("toy", []() -> int { throw 42; }) == 1);  // was `terminate called`
+}
+
+TEST_CASE("Run: a program's --help names the program, and no option shows an empty default") {
+  Toy t;
+  std::vector<std::string> words = {"./my_trainer", "--steps", "3"};
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  REQUIRE(t.run.parse(static_cast<int>(argv.size()), argv.data()));
+  const std::string help = t.run.args().help();
+  CHECK(help.rfind("usage: ./my_trainer [options]\n", 0) == 0);
+  CHECK(help.find("(default: )") == std::string::npos);
+  // The option whose help gives its default in words shows it once.
+  const size_t at = help.find("--checkpoint ");
+  REQUIRE(at != std::string::npos);
+  const std::string line = help.substr(at, help.find('\n', at) - at);
+  CHECK(line.find("(default:") == line.rfind("(default:"));
 }

@@ -60,6 +60,12 @@ TEST_CASE("runlog: misuse is refused with a message naming the problem") {
   test::check_error([&] { log.declare_scalar("b"); }, {"declare_scalar", "before begin()"});
   test::check_error([&] { log.scalar("nope", 1, 1.0); }, {"metric 'nope' was not declared"});
   test::check_error([&] { log.series("s", 1, Tensor::zeros({3})); }, {"series 's'", "[2]", "[3]"});
+  // Steps never decrease within a metric or series (a repeated step is allowed).
+  log.scalar("a", 5, 1.0);
+  log.scalar("a", 5, 2.0);
+  test::check_error([&] { log.scalar("a", 4, 1.0); }, {"metric 'a' at step 4 after step 5", "never decrease"});
+  log.series("s", 3, Tensor::zeros({2}));
+  test::check_error([&] { log.series("s", 2, Tensor::zeros({2})); }, {"series 's' at step 2 after step 3"});
   test::check_error([] { RunLog::create("/nonexistent-dir/x/y.h5"); }, {"cannot create", "/nonexistent-dir/x/y.h5"});
   test::check_error([] { h5::File("/nonexistent.h5", h5::File::Mode::read); }, {"cannot open", "/nonexistent.h5"});
 }
@@ -127,6 +133,9 @@ TEST_CASE("runlog: resume drops rows written after the checkpoint step and appen
   {
     RunLog log = RunLog::resume(path, 6);
     test::check_error([&] { log.begin(); }, {"begin() was already called", "RunLog::resume"});
+    // After the kept rows (the last at step 6), not before them.
+    test::check_error([&] { log.scalar("loss", 5, 0.0); }, {"metric 'loss' at step 5 after step 6"});
+    test::check_error([&] { log.series("maps", 3, Tensor::zeros({2})); }, {"series 'maps' at step 3 after step 4"});
     for (int64_t s = 7; s <= 8; ++s) log.scalar("loss", s, 100.0 + static_cast<double>(s));
   }
   h5::File f(path, h5::File::Mode::read);
