@@ -34,17 +34,18 @@ Args& Args::integer(const std::string& name, int64_t* v, const std::string& help
 }
 
 Args& Args::real(const std::string& name, double* v, const std::string& help, double min, double max,
-                 bool min_exclusive) {
+                 bool min_exclusive, bool max_exclusive) {
   std::string range = min <= -1e300 ? "a number"
                       : max >= 1e300 ? fmt::format("a number {} {}", min_exclusive ? ">" : ">=", min)
-                                     : fmt::format("a number in {}{}, {}]", min_exclusive ? "(" : "[", min, max);
+                                     : fmt::format("a number in {}{}, {}{}", min_exclusive ? "(" : "[", min, max,
+                                                   max_exclusive ? ")" : "]");
   opts_.push_back({name, help, "X", false,
                    [=, this](const std::string& s, bool) {
                      char* end = nullptr;
                      errno = 0;
                      double x = std::strtod(s.c_str(), &end);
-                     bool low = min_exclusive ? x <= min : x < min;
-                     if (s.empty() || *end != '\0' || errno != 0 || x != x || low || x > max)
+                     const bool low = min_exclusive ? x <= min : x < min, high = max_exclusive ? x >= max : x > max;
+                     if (s.empty() || *end != '\0' || errno != 0 || x != x || low || high)
                        usage("{}: --{} expects {}, got '{}'", command_, name, range, s);
                      *v = x;
                    },
@@ -91,12 +92,23 @@ const Args::Opt* Args::find(const std::string& name) const {
   return nullptr;
 }
 
-bool Args::parse(const std::vector<std::string>& args) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
+bool Args::parse(const std::vector<std::string>& args) { return parse(args, nullptr, ""); }
+
+bool Args::parse(const std::vector<std::string>& args, std::string* positional, const std::string& what) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") {  // anywhere: help, not an error about the rest
       fmt::print("{}", help());
       return false;
+    }
+  bool took = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    for (const auto& [short_name, long_name] : aliases_)
+      if (a == short_name) a = "--" + long_name;
+    if (positional && !took && !a.empty() && a[0] != '-') {
+      *positional = a;
+      took = true;
+      continue;
     }
     if (a.rfind("--", 0) != 0) usage("{}: unexpected argument '{}' (options start with --; see --help)", command_, a);
     std::string name = a.substr(2), value;
@@ -120,6 +132,7 @@ bool Args::parse(const std::vector<std::string>& args) {
     }
     o->set(value, false);
   }
+  if (positional && !took) usage("{}: expected {} (see --help)", command_, what);
   return true;
 }
 

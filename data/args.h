@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@ class Args {
   Args& integer(const std::string& name, int64_t* v, const std::string& help, int64_t min = INT64_MIN,
                 int64_t max = INT64_MAX);
   Args& real(const std::string& name, double* v, const std::string& help, double min = -1e300, double max = 1e300,
-             bool min_exclusive = false);
+             bool min_exclusive = false, bool max_exclusive = false);
   Args& text(const std::string& name, std::string* v, const std::string& help);
   Args& choice(const std::string& name, std::string* v, const std::vector<std::string>& choices,
                const std::string& help);
@@ -32,6 +33,16 @@ class Args {
   // Parses args (without the command words). Returns false when --help was
   // asked for (help is printed); throws UsageError on a bad option.
   bool parse(const std::vector<std::string>& args);
+  // The same, for a command that also takes one argument of its own (a
+  // file): the first argument that is neither an option nor an option's
+  // value goes to *positional, wherever it stands; without one, a
+  // UsageError says `what` was expected ("a checkpoint path").
+  bool parse(const std::vector<std::string>& args, std::string* positional, const std::string& what);
+  // A short name for an option: alias("o", "out") reads -o FILE as --out FILE.
+  Args& alias(const std::string& short_name, const std::string& long_name) {
+    aliases_.emplace_back("-" + short_name, long_name);
+    return *this;
+  }
   std::string help() const;
   // How the usage line names the program (default: "heed <command>"), e.g.
   // a user's own program's path.
@@ -56,6 +67,7 @@ class Args {
   };
   const Opt* find(const std::string& name) const;
   std::string command_, summary_, program_;
+  std::vector<std::pair<std::string, std::string>> aliases_;  // "-o" -> "out"
   std::vector<Opt> opts_;
   std::vector<std::string> given_;
 };

@@ -808,7 +808,13 @@ int run_bench(const std::vector<std::string>& args) {
       .text("load-worker", &load_worker, "(internal) a child process of --load");
   if (!a.parse(args)) return 0;
   if (!isa.empty()) {
-    heed::set_cpu_isa(heed::parse_cpu_isa(isa, "bench: --isa"));
+    try {
+      heed::set_cpu_isa(heed::parse_cpu_isa(isa, "bench: --isa"));
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {  // a name it does not know, or an instruction set this CPU lacks
+      throw UsageError(e.what());
+    }
     setenv("HEED_CPU_ISA", isa.c_str(), 1);  // and in the processes it starts (--data-parallel)
   }
   if (!load_worker.empty()) {
@@ -816,7 +822,7 @@ int run_bench(const std::vector<std::string>& args) {
     return run_load_worker(load_worker, steps);
   }
   if (load) {
-    if (compare || !only.empty()) fail("bench: --load takes neither --compare nor --only");
+    if (compare || !only.empty()) throw UsageError("bench: --load takes neither --compare nor --only");
     return run_load(threads, sample_chars);
   }
   if (!dp_worker.empty()) {
@@ -825,34 +831,38 @@ int run_bench(const std::vector<std::string>& args) {
   }
   if (data_parallel) {
     if (!only.empty() && only != "gpt-128" && only != "gpt-256")
-      fail("bench: --data-parallel runs gpt-128 and gpt-256; --only expects one of them, got '{}'", only);
+      throw UsageError(
+          fmt::format("bench: --data-parallel runs gpt-128 and gpt-256; --only expects one of them, got '{}'", only));
     return run_data_parallel(only, warmup, steps);
   }
   if (attention_memory) {
-    if (compare || !only.empty()) fail("bench: --attention-memory takes neither --compare nor --only");
+    if (compare || !only.empty()) throw UsageError("bench: --attention-memory takes neither --compare nor --only");
     heed::set_num_threads(static_cast<int>(threads));
     return run_attention_memory(threads, max_t, plain_max_t, a.given("warmup") ? warmup : 1,
                                 a.given("steps") ? steps : 3);
   }
-  if (conv != "winograd" && conv != "direct") fail("bench: --conv expects winograd or direct, got '{}'", conv);
+  if (conv != "winograd" && conv != "direct")
+    throw UsageError(fmt::format("bench: --conv expects winograd or direct, got '{}'", conv));
   heed::set_conv1d_winograd(conv == "winograd");
-  if (rounds > 1 && !compare) fail("bench: --rounds {} alternates heed with PyTorch and needs --compare", rounds);
+  if (rounds > 1 && !compare)
+    throw UsageError(fmt::format("bench: --rounds {} alternates heed with PyTorch and needs --compare", rounds));
   // --only takes one workload or several, comma-separated.
   std::vector<std::string> selected;
   for (size_t i = 0; !only.empty() && i <= only.size();) {
     const size_t comma = std::min(only.find(',', i), only.size());
     selected.push_back(only.substr(i, comma - i));
     if (std::find(kWorkloads.begin(), kWorkloads.end(), selected.back()) == kWorkloads.end())
-      make_workload(selected.back());  // refuses the unknown name before anything runs
+      throw UsageError(fmt::format("bench: --only expects names from {}, comma-separated, got '{}'",
+                                   fmt::join(kWorkloads, "|"), selected.back()));
     i = comma + 1;
   }
   auto chosen = [&](const std::string& n) {
     return selected.empty() || std::find(selected.begin(), selected.end(), n) != selected.end();
   };
   if (prec != "f32" && prec != "bf16" && prec != "both")
-    fail("bench: --precision expects f32, bf16 or both, got '{}'", prec);
+    throw UsageError(fmt::format("bench: --precision expects f32, bf16 or both, got '{}'", prec));
   const std::string no_bf16 = bf16_unsupported_reason();
-  if (prec == "bf16" && !no_bf16.empty()) fail("bench: --precision bf16: {}", no_bf16);
+  if (prec == "bf16" && !no_bf16.empty()) throw UsageError(fmt::format("bench: --precision bf16: {}", no_bf16));
   std::vector<Precision> precisions;
   if (prec != "bf16") precisions.push_back(Precision::f32);
   if (prec == "bf16" || (prec == "both" && no_bf16.empty())) precisions.push_back(Precision::bf16);

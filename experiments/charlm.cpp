@@ -174,7 +174,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
       .choice("init", &c.init, {"gpt2", "torch"},
               "initialisation: gpt2 (N(0, 0.02), scaled residual projections) or torch (PyTorch's layer defaults)")
       .real("weight-decay", &c.weight_decay, "AdamW decoupled weight decay", 0.0)
-      .real("dropout", &c.dropout, "dropout probability", 0.0, 1.0)
+      .real("dropout", &c.dropout, "dropout probability", 0.0, 1.0, false, true)
       .real("clip", &c.clip, "clip the global gradient norm to this (0: off)", 0.0)
       .integer("eval-every", &c.eval_every, "evaluate every N steps", 1)
       .integer("eval-batches", &c.eval_batches, "fixed batches per evaluation", 1)
@@ -187,6 +187,10 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     throw UsageError(fmt::format("run charlm: --width {} is not divisible by --heads {}", c.width, c.heads));
   if (c.warmup > c.steps)
     throw UsageError(fmt::format("run charlm: --warmup {} exceeds --steps {}", c.warmup, c.steps));
+  if (c.schedule == "cosine" && c.min_lr > c.lr)
+    throw UsageError(fmt::format("run charlm: --min-lr {} exceeds --lr {} (the cosine schedule decays from --lr "
+                                 "to --min-lr)",
+                                 c.min_lr, c.lr));
   // Data-parallel (mpirun -np N): every process draws the same global batch
   // and trains on its N-th of the rows; the gradients are averaged.
   const int64_t procs = dist::size();
@@ -356,25 +360,20 @@ CharModel load_charlm(const std::string& path, const char* command) {
 }
 
 int run_sample(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    fmt::print("usage: heed sample CHECKPOINT [options]\n\nGenerates text from a character-level GPT checkpoint "
-               "(written by heed run charlm),\nreusing cached keys and values for each new character.\n\n"
-               "options: --prompt TEXT --tokens N --temperature X --top-k K --seed S --no-cache\n");
-    if (args.empty()) fail("sample: expected a checkpoint path (see heed sample --help)");
-    return 0;
-  }
-  std::string path = args[0];
+  std::string path;
   SampleOptions o;
   std::string prompt = "And God said";
   bool no_cache = false;
-  Args a("sample CHECKPOINT", "Generates text from a character-level GPT checkpoint.");
+  Args a("sample CHECKPOINT",
+         "Generates text from a character-level GPT checkpoint (written by heed run charlm),\n"
+         "reusing cached keys and values for each new character.");
   a.text("prompt", &prompt, "text to continue")
       .integer("tokens", &o.tokens, "characters to generate", 1)
       .real("temperature", &o.temperature, "softmax temperature", 0.0, 1e300, true)
       .integer("top-k", &o.top_k, "sample among the k most likely characters (0: all)", 0)
       .integer("seed", &o.seed, "seed", 0)
       .flag("no-cache", &no_cache, "recompute the whole prefix for every character (slower; same tokens)");
-  if (!a.parse({args.begin() + 1, args.end()})) return 0;
+  if (!a.parse(args, &path, "a checkpoint path")) return 0;
   o.use_cache = !no_cache;
   CharModel cm = load_charlm(path, "sample");
   auto& model = cm.model;

@@ -7,39 +7,28 @@
 namespace heed::experiments {
 
 int run_export(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    fmt::print(
-        "usage: heed export CHECKPOINT [-o FILE.safetensors] [--model NAME] [--names heed|nanogpt]\n\n"
-        "Writes the model weights of a checkpoint (any experiment's, or a program's on heed::Run) to a\n"
-        "safetensors file, under the model's own parameter names (e.g. blocks.0.attn.q_proj.weight), with\n"
-        "the run's experiment, step and configuration as metadata. PyTorch reads it with\n"
-        "safetensors.torch.load_file (or json + numpy); heed runs start from one with --init-from.\n\n"
-        "options:\n"
-        "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
-        "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention)\n"
-        "  --names nanogpt    charlm: a plain PyTorch GPT's names (nanoGPT: transformer.h.0.attn.c_attn.weight\n"
-        "                     with q, k and v fused, ...); heed's own by default. heed loads either.\n");
-    if (args.empty()) throw UsageError("export: expected a checkpoint path (see heed export --help)");
-    return 0;
-  }
-  const std::string path = args[0];
-  std::string out, model, names = "heed";
-  bool out_given = false;
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const bool takes_value = a == "-o" || a == "--out" || a == "--model" || a == "--names";
-    if (takes_value && i + 1 == args.size())
-      throw UsageError(fmt::format("export: {} expects a value (see --help)", a));
-    if (takes_value) {
-      (a == "--model" ? model : a == "--names" ? names : out) = args[++i];
-      out_given = out_given || a == "-o" || a == "--out";
-    } else {
-      throw UsageError(fmt::format("export: unexpected argument '{}' (expected -o FILE or --model NAME; see --help)", a));
+  for (const auto& x : args)
+    if (x == "--help" || x == "-h") {
+      fmt::print(
+          "usage: heed export CHECKPOINT [-o FILE.safetensors] [--model NAME] [--names heed|nanogpt]\n\n"
+          "Writes the model weights of a checkpoint (any experiment's, or a program's on heed::Run) to a\n"
+          "safetensors file, under the model's own parameter names (e.g. blocks.0.attn.q_proj.weight), with\n"
+          "the run's experiment, step and configuration as metadata. PyTorch reads it with\n"
+          "safetensors.torch.load_file (or json + numpy); heed runs start from one with --init-from.\n\n"
+          "options:\n"
+          "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
+          "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention)\n"
+          "  --names nanogpt    charlm: a plain PyTorch GPT's names (nanoGPT: transformer.h.0.attn.c_attn.weight\n"
+          "                     with q, k and v fused, ...); heed's own by default. heed loads either.\n");
+      return 0;
     }
-  }
-  if (names != "heed" && names != "nanogpt")
-    throw UsageError(fmt::format("export: --names expects heed or nanogpt, got '{}'", names));
-  if (out_given && out.empty()) throw UsageError("export: -o expects a file name, got ''");
+  std::string path, out, model, names = "heed";
+  Args a("export", "Writes the model weights of a checkpoint to a safetensors file.");
+  a.text("out", &out, "the file to write")
+      .text("model", &model, "which model")
+      .choice("names", &names, {"heed", "nanogpt"}, "parameter names")
+      .alias("o", "out");
+  a.parse(args, &path, "a checkpoint path");
   if (out.empty()) {
     const bool h5 = path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0;
     out = (h5 ? path.substr(0, path.size() - 3) : path) + ".safetensors";

@@ -143,17 +143,9 @@ int run_attend(const std::vector<std::string>& args) {
          "word) with the kind of head they suggest, and a PNG grid of the maps (layers x heads).");
   a.text("prompt", &prompt, "the text whose attention is shown (every character must be in the model's vocabulary)")
       .text("out", &out, "HDF5 file for the maps and statistics (default: CHECKPOINT without .ckpt.h5, plus _attend.h5)");
-  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    fmt::print("{}", a.help());
-    return 0;
-  }
-  if (args.empty() || args[0].starts_with("-"))
-    throw UsageError("attend: expected a checkpoint path first (see heed attend --help)");
-  const std::string path = args[0];
-  std::vector<std::string> rest(args.begin() + 1, args.end());
-  for (auto& r : rest)
-    if (r == "-o") r = "--out";
-  if (!a.parse(rest)) return 0;
+  a.alias("o", "out");
+  std::string path;
+  if (!a.parse(args, &path, "a checkpoint path")) return 0;
 
   CharModel cm = load_charlm(path, "attend");
   std::vector<int64_t> ids = cm.tok.encode(prompt);

@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/quantize.h"
+#include "data/args.h"
 #include "data/checkpoint.h"
 #include "data/h5.h"
 
@@ -479,14 +480,14 @@ int run_inspect(const std::vector<std::string>& args) {
     if (a == "--full") {
       opt.full = true;
     } else if (starts_with(a, "-")) {
-      fail("inspect: unknown option '{}' (see heed inspect --help)", a);
+      throw UsageError(fmt::format("inspect: unknown option '{}' (see heed inspect --help)", a));
     } else if (file.empty()) {
       file = a;
     } else {
-      fail("inspect: expects one file, got '{}' and '{}'", file, a);
+      throw UsageError(fmt::format("inspect: expects one file, got '{}' and '{}'", file, a));
     }
   }
-  if (file.empty()) fail("inspect: expects a file: heed inspect FILE.h5 (see --help)");
+  if (file.empty()) throw UsageError("inspect: expects a file: heed inspect FILE.h5 (see --help)");
   fmt::print("{}", inspect_file(file, opt));
   return 0;
 }

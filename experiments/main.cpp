@@ -25,7 +25,7 @@ std::string usage() {
   return "usage: heed <command> [options]\n"
          "\n"
          "commands:\n"
-         "  info              backends and thread count\n"
+         "  info              version, commit, backends and thread count (also: heed --version)\n"
          "  demo              the CNN-versus-attention experiment, 5 epochs (about 3-5 minutes on 2 cores)\n"
          "  bench [opts]      training-step speed of the bundled workloads (--compare: side by side with PyTorch;\n"
          "                    --micro: per-kernel micro-benchmarks; --attention-memory: memory against T)\n" +
@@ -46,11 +46,25 @@ std::string usage() {
 int run(const std::vector<std::string>& args) {
   std::vector<std::string> full{"heed"};
   full.insert(full.end(), args.begin(), args.end());
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+  if (args.empty()) {  // a command is missing: the usage, as a bad command line
+    fmt::print(stderr, "heed: expected a command\n{}", usage());
+    return 2;
+  }
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     fmt::print("{}", usage());
     return 0;
   }
+  if (args[0] == "--version") {
+    fmt::print("heed {} (commit {})\n", heed::heed_version(), heed::git_commit());
+    return 0;
+  }
   if (args[0] == "info") {
+    if (args.size() > 1 && (args[1] == "--help" || args[1] == "-h")) {
+      fmt::print("usage: heed info\n\nPrints heed's version and commit, the libraries' kernels and threads, heed's "
+                 "instruction set\nand which kernels the convolutions and float32 products run on.\n");
+      return 0;
+    }
+    if (args.size() > 1) throw heed::UsageError(fmt::format("info takes no options, got '{}'", args[1]));
     fmt::print("heed {} (commit {})\n{}\n", heed::heed_version(), heed::git_commit(), heed::backend_info());
     return 0;
   }
@@ -86,6 +100,15 @@ int run(const std::vector<std::string>& args) {
   if (args[0] == "run") {
     std::string names;
     for (const auto& e : heed::experiments::experiments()) names += (names.empty() ? "" : ", ") + std::string(e.name);
+    if (args.size() >= 2 && (args[1] == "--help" || args[1] == "-h")) {
+      std::string list;
+      for (const auto& e : heed::experiments::experiments())
+        list += fmt::format("  {:<12} {}\n", e.name, e.summary);
+      fmt::print("usage: heed run EXPERIMENT [options]\n\nexperiments (heed run EXPERIMENT --help for the "
+                 "options of each):\n{}",
+                 list);
+      return 0;
+    }
     if (args.size() < 2) {
       fmt::print(stderr, "heed: run expects an experiment name (expected one of: {})\n", names);
       return 2;

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/args.h"
 
 extern char** environ;
 
@@ -183,19 +184,19 @@ int run_plot(const std::vector<std::string>& args) {
       return 0;
     }
     if (a == "-o" || a == "--out") {
-      if (i + 1 >= args.size() || args[i + 1].empty()) fail("plot: {} expects a directory", a);
+      if (i + 1 >= args.size() || args[i + 1].empty()) throw UsageError(fmt::format("plot: {} expects a directory", a));
       dir = args[++i];
     } else if (a.rfind("--out=", 0) == 0) {
       dir = a.substr(6);
     } else if (a.rfind("-", 0) == 0) {
-      fail("plot: unknown option '{}' (see heed plot --help)", a);
+      throw UsageError(fmt::format("plot: unknown option '{}' (see heed plot --help)", a));
     } else if (file.empty()) {
       file = a;
     } else {
-      fail("plot: expects one file, got '{}' and '{}'", file, a);
+      throw UsageError(fmt::format("plot: expects one file, got '{}' and '{}'", file, a));
     }
   }
-  if (file.empty()) fail("plot: expects a file: heed plot FILE.h5 [-o DIR] (see --help)");
+  if (file.empty()) throw UsageError("plot: expects a file: heed plot FILE.h5 [-o DIR] (see --help)");
   plot_log(file, dir);
   return 0;
 }

@@ -248,17 +248,12 @@ std::string metric_label(const std::string& metric) {
 }  // namespace
 
 int run_quantize(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    fmt::print("{}", kQuantizeHelp);
-    if (args.empty()) throw UsageError("quantize: expected a checkpoint path (see heed quantize --help)");
-    return 0;
-  }
-  const std::string path = args[0];
-  if (path.rfind("-", 0) == 0)
-    throw UsageError(fmt::format("quantize: expected the checkpoint first, got '{}' (heed quantize CHECKPOINT "
-                                 "[options]; see --help)",
-                                 path));
-  std::string method = "hadamard", range = "row", keep, model, out;
+  for (const auto& x : args)
+    if (x == "--help" || x == "-h") {
+      fmt::print("{}", kQuantizeHelp);
+      return 0;
+    }
+  std::string path, method = "hadamard", range = "row", keep, model, out;
   int64_t bits = 4, rank = 0, seed = 0, threads = 2;
   Args a("quantize", "Quantizes the weight matrices of a trained model.");
   a.choice("method", &method, quant::method_names(), "quantizer")
@@ -269,13 +264,9 @@ int run_quantize(const std::vector<std::string>& args) {
       .text("keep", &keep, "parameters left in float32, comma-separated")
       .text("model", &model, "shapes: only this model")
       .text("out", &out, "the checkpoint to write")
-      .integer("threads", &threads, "threads", 1, 1024);
-  std::vector<std::string> rest;
-  for (size_t i = 1; i < args.size(); ++i) rest.push_back(args[i] == "-o" ? "--out" : args[i]);
-  if (!a.parse(rest)) {
-    fmt::print("{}", kQuantizeHelp);
-    return 0;
-  }
+      .integer("threads", &threads, "threads", 1, 1024)
+      .alias("o", "out");
+  a.parse(args, &path, "a checkpoint path");
   QuantizeSettings s;
   s.method = quant::method_from_name(method);
   s.bits = static_cast<int>(bits);

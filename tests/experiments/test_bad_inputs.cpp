@@ -71,6 +71,21 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
   for (const auto& e : experiments::experiments()) names += (names.empty() ? "" : ", ") + std::string(e.name);
   const std::vector<Case> cases = {
       {"unknown command", {"frobnicate"}, 2, {"unknown command 'frobnicate'"}},
+      {"no command", {}, 2, {"expected a command", "usage: heed <command>"}},
+      {"info with an option", {"info", "--verbose"}, 2, {"info takes no options, got '--verbose'"}},
+      {"inspect: an unknown option", {"inspect", p + "/lm.h5", "--bogus"}, 2, {"unknown option '--bogus'"}},
+      {"inspect: no file", {"inspect", "--full"}, 2, {"expects a file"}},
+      {"plot: -o without a value", {"plot", p + "/lm.h5", "-o"}, 2, {"-o expects a directory"}},
+      {"sample: no checkpoint", {"sample", "--tokens", "5"}, 2, {"expected a checkpoint path"}},
+      {"export: two checkpoints", {"export", ckpt, ckpt}, 2, {"unexpected argument"}},
+      {"bench: an unknown workload", {"bench", "--only", "toy-cnn,bogus"}, 2, {"--only", "'bogus'", "gpt-128"}},
+      {"bench: --rounds without --compare", {"bench", "--rounds", "3"}, 2, {"needs --compare"}},
+      {"bench: an unknown --isa", {"bench", "--isa", "sse9"}, 2, {"--isa", "'sse9'", "avx2"}},
+      {"charlm: --dropout 1", cat({"run", "charlm", "--text", text, "--dropout", "1", "--out", p + "/x.h5"}, kTinyLM), 2,
+       {"--dropout expects a number in [0, 1), got '1'"}},
+      {"charlm: --min-lr above --lr",
+       cat({"run", "charlm", "--text", text, "--lr", "0.001", "--min-lr", "0.01", "--out", p + "/x.h5"}, kTinyLM), 2,
+       {"--min-lr 0.01 exceeds --lr 0.001"}},
       {"unknown experiment", {"run", "nope"}, 2, {"unknown experiment 'nope'", names}},
       {"bad number", {"run", "copy", "--steps", "ten"}, 2, {"--steps", "'ten'", "integer"}},
       {"unknown option", {"run", "sine", "--epochs", "3"}, 2, {"unknown option '--epochs'"}},
@@ -111,8 +126,8 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
        {"is a heed run log of the 'charlm' experiment"}},
       {"quantize over a run log", {"quantize", ckpt, "--method", "uniform", "--bits", "4", "-o", p + "/lm.h5"}, 2,
        {"is a heed run log of the 'charlm' experiment", "a checkpoint"}},
-      {"export -o without a value", {"export", ckpt, "-o"}, 2, {"-o expects a value"}},
-      {"export -o ''", {"export", ckpt, "-o", ""}, 2, {"-o expects a file name"}},
+      {"export -o without a value", {"export", ckpt, "-o"}, 2, {"--out expects a value"}},
+      {"export -o ''", {"export", ckpt, "-o", ""}, 2, {"--out expects a value, got an empty string"}},
       {"export -o a directory", {"export", ckpt, "-o", p + "/"}, 1, {"it is a directory"}},
   };
   for (const Case& c : cases) {
@@ -236,6 +251,20 @@ TEST_CASE("bad inputs no more: charlm resumes with the default corpus, short run
     const Tensor rows = h5::File(p + "/runs/moved.h5", h5::File::Mode::read).read_tensor("metrics/train_loss");
     REQUIRE(rows.size(0) == 12);
     for (int64_t i = 0; i < 12; ++i) CHECK(rows.at({i, 0}) == static_cast<double>(i + 1));
+  }
+  SUBCASE("options before the checkpoint; help for run, info and --version") {
+    REQUIRE(heed_cli({"run", "copy", "--steps", "4", "--out", p + "/c.h5"}, p).status == 0);
+    Result r = heed_cli({"export", "-o", p + "/w.safetensors", p + "/c.ckpt.h5"}, p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(fs::exists(p + "/w.safetensors"));
+    r = heed_cli({"run", "--help"}, p);
+    CHECK(r.status == 0);
+    for (const auto& e : experiments::experiments()) CHECK(r.out.find(std::string("  ") + e.name) != std::string::npos);
+    CHECK(heed_cli({"info", "--help"}, p).out.rfind("usage: heed info", 0) == 0);
+    r = heed_cli({"--version"}, p);
+    CHECK(r.status == 0);
+    CHECK(r.out == "heed " + heed_version() + " (commit " + git_commit() + ")\n");
   }
   SUBCASE("--checkpoint-every is restored, and the printed command needs nothing else") {
     Result r = heed_cli({"run", "sine", "--steps", "30", "--checkpoint-every", "7", "--stop-after", "8", "--out",
