@@ -1,6 +1,9 @@
 // data/run.cpp
 #include "data/run.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -109,6 +112,52 @@ extern "C" void on_sigint(int) {
 }
 
 using files::same_file;
+
+// A running Run holds a write lock on its log: an open file description
+// (OFD) lock of the whole file, which HDF5's own flock() locks neither see
+// nor disturb (HDF5 drops its lock once a writer turns to SWMR, after which
+// a second writer could truncate the file under the first). The kernel
+// releases it when the process ends, however it ends.
+bool log_in_use(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  const bool busy = ::fcntl(fd, F_OFD_GETLK, &l) == 0 && l.l_type != F_UNLCK;
+  ::close(fd);
+  return busy;
+}
+
+// The lock on path for this run (the descriptor holding it), or -1 when
+// another holds it. Creates an empty file when there is none (the log's
+// writer replaces it at once).
+int lock_log(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot open '{}' to lock it: {}", path, std::strerror(errno));
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_OFD_SETLK, &l) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The log a checkpoint's run wrote (its config.out), or "" when the file is
+// not a readable heed checkpoint.
+std::string checkpoint_log(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || !h5::has_signature(path)) return "";
+  try {
+    h5::File f(path, h5::File::Mode::read);
+    if (!f.has_attr("/", "heed_checkpoint_format") || !f.has_attr("/", "config.out")) return "";
+    return h5::attr_str(f.get_attr("/", "config.out"));
+  } catch (const Error&) {
+    return "";
+  }
+}
 }  // namespace
 
 StopRequest::StopRequest() {
@@ -140,7 +189,12 @@ Run::Run(std::string experiment, std::string summary, RunOptions defaults)
   track("rng/default", default_generator());
 }
 
-Run::~Run() = default;
+Run::~Run() { release_log(); }
+
+void Run::release_log() {
+  if (log_lock_ >= 0) ::close(log_lock_);
+  log_lock_ = -1;
+}
 
 void Run::may_change_on_resume(const std::string& option) { changeable_.insert(option); }
 
@@ -262,6 +316,16 @@ void Run::check_paths() {
     throw UsageError(fmt::format("{}: --checkpoint '{}' is the log --out '{}'; they must be two files",
                                  args_.command(), checkpoint_, out_));
   if (!dist::is_main()) return;  // rank 0 writes both
+  // Another process's run: its log (or the log its checkpoint belongs to) is locked.
+  if (log_in_use(out_))
+    fail("{}: the log '{}' is being written by a run that is still going (another process); expected another "
+         "--out, or that run to end",
+         args_.command(), out_);
+  const std::string owner = checkpoint_log(checkpoint_);
+  if (!owner.empty() && !same_file(owner, out_) && log_in_use(owner))
+    fail("{}: --checkpoint '{}' is the checkpoint of the run writing '{}', which is still going (another "
+         "process); expected another --checkpoint",
+         args_.command(), checkpoint_, owner);
   if (!resuming()) prepare_output_path(out_);
   files::replace_target(checkpoint_, "checkpoint");  // a device or FIFO refused before the log is begun
   prepare_output_path(checkpoint_);
@@ -433,7 +497,15 @@ void Run::init_model() {
 void Run::begin(const std::function<void(RunLog&)>& schema) {
   if (begun_) fail("Run::begin: called twice");
   if (steps_ < 1 && !resuming()) fail("{}: the run has no steps (RunOptions::steps or set_steps)", args_.command());
+  // The log's lock, taken just before the log is opened (an empty file is
+  // created for it when there is none: nothing may fail after that).
+  auto lock = [this] {
+    if (dist::is_main() && log_lock_ < 0 && (log_lock_ = lock_log(out_)) < 0)
+      fail("{}: the log '{}' is being written by a run that is still going (another process)", args_.command(),
+           out_);
+  };
   if (resuming()) {
+    lock();
     restore_state();
     resume_ck_.reset();
     log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_) : RunLog::discard());
@@ -441,6 +513,7 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
   } else {
     if (!init_from_.empty()) init_model();  // before the log exists: a file that does not fit leaves none
     if (dist::is_main()) {
+      lock();
       log_ = std::make_unique<RunLog>(RunLog::create(out_));
       write_metadata();
       if (schema) schema(*log_);
@@ -562,6 +635,7 @@ void Run::print_progress(bool force) {
 
 int Run::finish() {
   if (log_) log_->close();
+  release_log();
   ctrl_c_.reset();
   if (stopped_) {
     const std::string launcher = dist::size() > 1 ? fmt::format("mpirun -np {} [mpirun options] ", dist::size()) : "";

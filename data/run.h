@@ -169,6 +169,8 @@ class Run {
   std::map<std::string, int64_t*> counters_;
   std::map<std::string, Tensor> constants_;
   std::unique_ptr<RunLog> log_;
+  int log_lock_ = -1;  // the descriptor holding the log's lock while the run goes (data/run.cpp)
+  void release_log();
   struct StopGuard;
   std::unique_ptr<StopGuard> ctrl_c_;
   int64_t step_ = 0, start_step_ = 0;

@@ -193,6 +193,44 @@ TEST_CASE("writers replace only regular files: a device or FIFO is refused and s
   CHECK(safetensors::load(p + "/target.safetensors").tensors.size() > 0);
 }
 
+TEST_CASE("a run's log and checkpoint are its own while it runs: a second run on them is refused") {
+  test::TempDir d("heed-live-");
+  const std::string p = d.path;
+  // A run that goes on until interrupted.
+  const pid_t live = test::start({HEED_CLI_PATH, "run", "copy", "--steps", "100000000", "--checkpoint-every", "50",
+                                  "--out", p + "/a.h5"},
+                                 p + "/live.out", p + "/live.err");
+  // Begun (its log locked) and past its first checkpoint.
+  auto going = [&] {
+    return slurp(p + "/live.out").find("logging to") != std::string::npos && fs::exists(p + "/a.ckpt.h5");
+  };
+  for (int i = 0; i < 6000 && !going(); ++i) usleep(10000);
+  REQUIRE(going());
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const Case& c : {Case{{"run", "copy", "--steps", "3", "--out", p + "/a.h5"},
+                             "the log '" + p + "/a.h5' is being written by a run that is still going"},
+                        Case{{"run", "sine", "--steps", "3", "--out", p + "/b.h5", "--checkpoint", p + "/a.ckpt.h5"},
+                             "--checkpoint '" + p + "/a.ckpt.h5' is the checkpoint of the run writing"},
+                        Case{{"run", "copy", "--resume", p + "/a.ckpt.h5"}, "is being written by a run that is still going"}}) {
+    CAPTURE(c.args);
+    Result r = heed_cli(c.args, p);
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find(c.message) != std::string::npos);
+  }
+  CHECK(!fs::exists(p + "/b.h5"));
+  kill(live, SIGINT);
+  CHECK(test::wait_status(live) == 130);
+  // Ended, the run's files are free again: its own resume goes on.
+  const int64_t at = load_checkpoint(p + "/a.ckpt.h5", "copy").counter("step");
+  Result r = heed_cli({"run", "copy", "--resume", p + "/a.ckpt.h5", "--stop-after", std::to_string(at + 2)}, p);
+  INFO(r.err);
+  CHECK(r.status == 130);
+}
+
 TEST_CASE("output that cannot be written to stdout (a full disk) ends with status 1, not 0") {
   test::TempDir d("heed-full-");
   const std::string p = d.path;
