@@ -163,6 +163,9 @@ std::string checkpoint_log(const std::string& path) {
 StopRequest::StopRequest() {
   g_stop = false;
   previous_ = std::signal(SIGINT, on_sigint);
+  // A process started with SIGINT ignored (a background job of a script,
+  // nohup) keeps ignoring it, as its starter asked.
+  if (previous_ == SIG_IGN) std::signal(SIGINT, SIG_IGN);
 }
 
 StopRequest::~StopRequest() { std::signal(SIGINT, previous_); }

@@ -183,7 +183,9 @@ class Run {
 // sets a flag that the run reads after each step: it finishes the step,
 // writes a checkpoint, flushes the log and returns, and the command exits
 // with 130. A second SIGINT ends the process at once, as usual. The previous
-// handler comes back when the StopRequest goes; one at a time.
+// handler comes back when the StopRequest goes; one at a time. A process
+// started with SIGINT ignored (a script's background job, nohup) keeps
+// ignoring it.
 class StopRequest {
  public:
   StopRequest();

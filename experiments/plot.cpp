@@ -80,6 +80,9 @@ Output run_captured(const std::vector<std::string>& argv) {
   std::vector<std::string> copy = argv;
   for (auto& a : copy) args.push_back(a.data());
   args.push_back(nullptr);
+  // The plotting script ends with heed (heed_plot.py: end_with_parent), so a
+  // Ctrl-C that reaches heed alone stops the drawing too.
+  setenv("HEED_PLOT_PARENT", std::to_string(getpid()).c_str(), 1);
   pid_t pid = 0;
   int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);

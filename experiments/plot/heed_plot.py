@@ -869,5 +869,22 @@ def main(argv):
     return 0
 
 
+def end_with_parent():
+    """Run by `heed plot` (HEED_PLOT_PARENT is its pid): end when heed ends,
+    however it ends (a Ctrl-C sent to heed alone), not draw on after it."""
+    parent = os.environ.get("HEED_PLOT_PARENT")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:  # heed ended before the line above
+        sys.exit(1)
+
+
 if __name__ == "__main__":
+    end_with_parent()
     sys.exit(main(sys.argv[1:]))

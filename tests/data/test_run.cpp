@@ -155,21 +155,33 @@ TEST_CASE("Run: registering a name twice, or after begin, is refused naming it")
   t.run.finish();
 }
 
+namespace {
+void known_handler(int) {}
+}  // namespace
+
 TEST_CASE("StopRequest: the first SIGINT only sets the flag; the previous handler comes back afterwards") {
-  auto outer = std::signal(SIGINT, SIG_IGN);  // a known handler to come back to
+  auto outer = std::signal(SIGINT, known_handler);  // a known handler to come back to
   {
     StopRequest ctrl_c;
     CHECK_FALSE(ctrl_c.requested());
     std::raise(SIGINT);  // the process goes on
     CHECK(ctrl_c.requested());
   }
-  bool restored = std::signal(SIGINT, SIG_IGN) == SIG_IGN;
+  bool restored = std::signal(SIGINT, known_handler) == known_handler;
   CHECK(restored);
   {
     StopRequest again;  // a new run starts without the old request
     CHECK_FALSE(again.requested());
   }
-  std::signal(SIGINT, outer);
+  // Started with SIGINT ignored (a script's background job): it stays ignored.
+  std::signal(SIGINT, SIG_IGN);
+  {
+    StopRequest ignored;
+    std::raise(SIGINT);
+    CHECK_FALSE(ignored.requested());
+  }
+  const bool still_ignored = std::signal(SIGINT, outer) == SIG_IGN;
+  CHECK(still_ignored);
 }
 
 

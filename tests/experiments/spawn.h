@@ -38,8 +38,18 @@ inline pid_t start(const std::vector<std::string>& argv_s, const std::string& ou
   posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());  // after the opens: out, err as given
+  // SIGINT as a terminal delivers it, even when this process was started
+  // with it ignored (a background job of a script): the tests send it.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t deflt;
+  sigemptyset(&deflt);
+  sigaddset(&deflt, SIGINT);
+  posix_spawnattr_setsigdefault(&attr, &deflt);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   REQUIRE(rc == 0);
   return pid;

@@ -231,6 +231,31 @@ TEST_CASE("a run's log and checkpoint are its own while it runs: a second run on
   CHECK(r.status == 130);
 }
 
+TEST_CASE("heed plot ended by a signal leaves no drawing process behind") {
+  test::TempDir d("heed-plotkill-");
+  const std::string p = d.path;
+  REQUIRE(heed_cli({"run", "copy", "--steps", "4", "--out", p + "/c.h5"}, p).status == 0);
+  // Any process drawing this log: its command line names it.
+  auto drawing = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      std::ifstream f(e.path().string() + "/cmdline", std::ios::binary);  // size 0 to stat: read it through
+      const std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (cmd.find("heed_plot") != std::string::npos && cmd.find(p + "/c.h5") != std::string::npos) return true;
+    }
+    return false;
+  };
+  const pid_t pid = test::start({HEED_CLI_PATH, "plot", p + "/c.h5"}, p + "/plot.out", p + "/plot.err");
+  for (int i = 0; i < 1000 && !drawing(); ++i) usleep(5000);
+  REQUIRE(drawing());  // the script has started (it spends a second importing its modules)
+  kill(pid, SIGTERM);
+  test::wait_status(pid);
+  for (int i = 0; i < 300 && drawing(); ++i) usleep(10000);
+  CHECK_FALSE(drawing());
+  const bool no_figure = !fs::exists(p + "/c_plots") || fs::is_empty(p + "/c_plots");
+  CHECK(no_figure);  // none drawn after heed ended
+}
+
 TEST_CASE("output that cannot be written to stdout (a full disk) ends with status 1, not 0") {
   test::TempDir d("heed-full-");
   const std::string p = d.path;
