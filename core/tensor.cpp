@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/allocator.h"
@@ -230,10 +231,22 @@ std::vector<T> Tensor::to_vector() const {
   check_defined(*this, "to_vector");
   Tensor c = kernel::contiguous(*this);
   std::vector<T> out(static_cast<size_t>(numel()));
+  // A float read as an integer: truncated toward zero, as static_cast does,
+  // but only where that is defined (finite, inside int64's range).
+  auto integer = [&](double v, size_t i) {
+    if (!(v > -9223372036854775808.0 && v < 9223372036854775808.0))
+      fail("to_vector<int64_t>: element {} of a {} tensor is {}, which is not an int64 value", i,
+           dtype_name(dtype()), v);
+    return static_cast<T>(v);
+  };
   for (size_t i = 0; i < out.size(); ++i) {
     switch (dtype()) {
-      case DType::f32: out[i] = static_cast<T>(c.data<float>()[i]); break;
-      case DType::f64: out[i] = static_cast<T>(c.data<double>()[i]); break;
+      case DType::f32:
+        out[i] = std::is_integral_v<T> ? integer(c.data<float>()[i], i) : static_cast<T>(c.data<float>()[i]);
+        break;
+      case DType::f64:
+        out[i] = std::is_integral_v<T> ? integer(c.data<double>()[i], i) : static_cast<T>(c.data<double>()[i]);
+        break;
       case DType::i64: out[i] = static_cast<T>(c.data<int64_t>()[i]); break;
     }
   }

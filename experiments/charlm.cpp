@@ -356,6 +356,12 @@ CharModel load_charlm(const std::string& path, const char* command) {
   c.context = num("context");
   cm.model = make_model(c, cm.tok.vocab_size(), nullptr);
   cm.model->load_state_dict(ck.get("model"));
+  // A diverged run's weights (or a file altered after its checksums) would
+  // give nonsense that looks like output: refuse, naming the parameter.
+  for (const auto& [name, p] : cm.model->named_parameters())
+    if (!kernel::all_finite(p))
+      fail("{}: checkpoint '{}': parameter {} holds values that are not finite (NaN or inf): the run diverged",
+           command, path, name);
   return cm;
 }
 

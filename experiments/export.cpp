@@ -1,6 +1,7 @@
 // experiments/export.cpp: `heed export CKPT -o FILE.safetensors`.
 #include "experiments/export.h"
 
+#include "experiments/charlm.h"
 #include "experiments/common.h"
 #include "heed.h"
 
@@ -37,6 +38,11 @@ int run_export(const std::vector<std::string>& args) {
   }
   Checkpoint ck = load_checkpoint(path, "");
   check_output("export", out, path, "safetensors");
+  // A GPT is rebuilt from the checkpoint's configuration and its weights
+  // loaded first, as sample and --init-from will: a checkpoint they would
+  // refuse (a missing or mis-shaped weight, a bad configuration, NaN
+  // weights) is refused here, not exported.
+  if (ck.experiment == "charlm") load_charlm(path, "export");
   // Models live under model/ (one) or model/<name>/ (several).
   std::map<std::string, Tensor> weights = ck.get(model.empty() ? "model" : "model/" + model);
   std::set<std::string> models;

@@ -929,3 +929,12 @@ TEST_CASE("contiguous of a transposed matrix: every element in place, tiles and 
     }
   }
 }
+
+TEST_CASE("to_vector<int64_t> of floats truncates toward zero and refuses what is no int64 (NaN, inf, out of range)") {
+  CHECK(Tensor::from({2.9f, -2.9f, 0.0f}, {3}).to_vector<int64_t>() == std::vector<int64_t>{2, -2, 0});
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  test::check_error([&] { Tensor::from(std::vector<float>{1, nan}, {2}).to_vector<int64_t>(); },
+                    {"to_vector<int64_t>: element 1 of a float32 tensor is nan"});
+  test::check_error([&] { Tensor::from(std::vector<float>{-inf}, {1}).to_vector<int64_t>(); }, {"element 0", "-inf"});
+  test::check_error([&] { Tensor::full({1}, 1e19, DType::f64).to_vector<int64_t>(); }, {"element 0", "not an int64"});
+}

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/safetensors.h"
 #include "data/checkpoint.h"
@@ -60,6 +61,12 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     c.config["layers"] = "two";
     save_checkpoint(p + "/badconfig.ckpt.h5", c);
   }
+  {
+    Checkpoint c = load_checkpoint(ckpt, "charlm");  // a diverged run: NaN weights, valid checksums
+    Tensor& w = c.tensors.at("model/lm_head.weight");
+    w = Tensor::full(w.shape(), std::numeric_limits<double>::quiet_NaN(), w.dtype());
+    save_checkpoint(p + "/nan.ckpt.h5", c);
+  }
 
   struct Case {
     std::string what;
@@ -103,6 +110,12 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"sample: a non-numeric config value", {"sample", p + "/badconfig.ckpt.h5"}, 1,
        {"config.layers is 'two'", "integer"}},
       {"sample: a missing checkpoint", {"sample", p + "/none.ckpt.h5"}, 1, {"none.ckpt.h5"}},
+      {"sample: NaN weights", {"sample", p + "/nan.ckpt.h5"}, 1,
+       {"nan.ckpt.h5", "parameter lm_head.weight holds values that are not finite"}},
+      {"export: NaN weights", {"export", p + "/nan.ckpt.h5", "-o", p + "/nan.safetensors"}, 1,
+       {"export: checkpoint", "not finite"}},
+      {"export: a bad configuration", {"export", p + "/badconfig.ckpt.h5", "-o", p + "/bad.safetensors"}, 1,
+       {"config.layers is 'two'"}},
       {"inspect: a missing file", {"inspect", p + "/none.h5"}, 1, {"none.h5"}},
       {"bad --precision", {"run", "copy", "--precision", "fp16", "--out", p + "/x.h5"}, 2,
        {"--precision", "'fp16'", "f32 or bf16"}},
