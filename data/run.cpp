@@ -219,7 +219,8 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
       .integer("checkpoint-every", &checkpoint_every_, "write a checkpoint every N steps (0: only at the end and when stopped)", 0)
       .text("resume", &resume_,
             "continue the run saved in this checkpoint, appending to its log; its configuration comes back "
-            "with it, and only the run's length, --threads and where and how often it checkpoints may change")
+            "with it, and only the run's length, --threads, --stop-after, where and how often it checkpoints, and "
+            "where its log is now (--out, for a log that moved) may change")
       .integer("stop-after", &stop_after_, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0)
       .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024)
       .text("precision", &precision_,
