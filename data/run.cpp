@@ -263,12 +263,16 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   return true;
 }
 
-// Options that may differ between a run and its continuation; the rest of
-// the configuration is the checkpoint's.
+// Options that may differ between a run and its continuation (--out too: a
+// log that moved, which check_resumed_log makes sure is this run's), and
+// options a resume never restores; the rest of the configuration is the
+// checkpoint's.
+const std::set<std::string> kResumeMayChange = {"threads", "checkpoint", "checkpoint-every", "steps", "out"};
+const std::set<std::string> kNeverRestored = {"resume", "stop-after", "init-from"};
+
 void Run::restore_config() {
-  const std::set<std::string> never = {"resume", "stop-after", "init-from"};
-  // --out too: a log that moved (check_resumed_log makes sure it is this run's).
-  std::set<std::string> changeable = {"threads", "checkpoint", "checkpoint-every", "steps", "out"};
+  const std::set<std::string>& never = kNeverRestored;
+  std::set<std::string> changeable = kResumeMayChange;
   changeable.insert(changeable_.begin(), changeable_.end());
   std::set<std::string> listed = changeable;  // for the message: what a resume may give
   listed.insert("stop-after");
@@ -355,10 +359,8 @@ void Run::check_resumed_log() const {
   // configuration it began with is the checkpoint's, but for what a resume
   // may change and where the files are.
   if (!args_.given("out")) return;
-  const std::set<std::string> free = {"out", "checkpoint", "checkpoint-every", "steps", "threads", "resume",
-                                      "stop-after", "init-from"};
   for (const auto& [k, v] : resume_ck_->config) {
-    if (free.count(k) || changeable_.count(k)) continue;
+    if (kResumeMayChange.count(k) || kNeverRestored.count(k) || changeable_.count(k)) continue;
     const std::string logged = text(("config." + k).c_str());
     if (logged != v)
       fail("{}: the log '{}' is not the run of checkpoint '{}': it began with --{} {}, the checkpoint has {}",
@@ -672,7 +674,8 @@ int guard_main(const char* program, const std::function<int()>& body) {
   // system gone): a lost output is an error, not a success.
   errno = 0;
   if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && status == 0)
-    status = report(fmt::format("cannot write to standard output{}", errno ? ": " + std::string(std::strerror(errno)) : ""), 1);
+    status = report(
+        fmt::format("cannot write to standard output{}", errno ? ": " + std::string(std::strerror(errno)) : ""), 1);
   return status;
 }
 

@@ -167,8 +167,8 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
   auto impl = std::make_unique<Impl>(h5::File(path, h5::File::Mode::append), opt);
   h5::File& f = impl->file;
   if (!f.has_attr("/", "heed_log_format")) fail("'{}' is not a heed run log (no heed_log_format attribute)", path);
-  const int64_t format =
-      h5::attr_as<int64_t>(f.get_attr("/", "heed_log_format"), fmt::format("run log '{}': its heed_log_format attribute", path));
+  const int64_t format = h5::attr_as<int64_t>(f.get_attr("/", "heed_log_format"),
+                                              fmt::format("run log '{}': its heed_log_format attribute", path));
   if (format != kLogFormat)
     fail("run log '{}' is in format {}; this heed appends to format {} (docs/log-format.md){}", path, format, kLogFormat,
          format > kLogFormat ? ": it was written by a newer heed" : "");
