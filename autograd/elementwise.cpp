@@ -102,6 +102,8 @@ Tensor pow(const Tensor& a, double e) {
   Tensor y = k::binary_scalar(Binary::pow, a, e);
   // d(a^e)/da = e * a^(e-1)
   return record("pow", y, {a}, [as = saved(a), e](const Tensor& g, Grads& gi) {
+    // a^0 is constant: its gradient is 0, also at a = 0 (where 0 * 0^-1 would be NaN).
+    if (e == 0.0) return gi.set(0, Tensor::zeros(as.shape(), as.dtype()));
     gi.set(0, kmul(g, kscale(k::binary_scalar(Binary::pow, as, e - 1.0), e)));
   });
 }

@@ -94,6 +94,7 @@ Tensor activation_linear(const Tensor& a, Activation act, const Tensor& w, const
   const k::Unary op = act == Activation::gelu ? k::Unary::gelu_erf : k::Unary::gelu_tanh;
   Tensor d;
   const Tensor h = k::unary_with_derivative(op, a, d);
+  if (!d.is_contiguous()) d = k::contiguous(d);  // laid out like a: the backward's epilogue reads it as dX's rows
   if (autograd::is_profiling()) {  // the activation's pass under its own name, the product under linear's
     autograd::profile_add(fmt::format("{} {}", k::unary_name(op), shape_str(h.shape())),
                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -54,14 +54,28 @@ namespace {
 
 template <class T>
 inline T apply_binary(Binary op, T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    // int64 arithmetic wraps around (two's complement, as PyTorch's does);
+    // in signed arithmetic an overflow is undefined, and INT64_MIN / -1
+    // stops the process (SIGFPE). A zero divisor is refused before this.
+    using U = std::make_unsigned_t<T>;
+    switch (op) {
+      case Binary::add: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+      case Binary::sub: return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+      case Binary::mul: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+      case Binary::div: return b == -1 ? static_cast<T>(U(0) - static_cast<U>(a)) : a / b;
+      default: break;
+    }
+  }
   switch (op) {
     case Binary::add: return a + b;
     case Binary::sub: return a - b;
     case Binary::mul: return a * b;
     case Binary::div: return a / b;
     case Binary::pow: return static_cast<T>(std::pow(a, b));
-    case Binary::maximum: return a > b ? a : b;
-    case Binary::minimum: return a < b ? a : b;
+    // NaN in either operand gives NaN (a != a only for NaN), as PyTorch's.
+    case Binary::maximum: return a > b || a != a ? a : b;
+    case Binary::minimum: return a < b || a != a ? a : b;
     case Binary::eq: return a == b;
     case Binary::ne: return a != b;
     case Binary::lt: return a < b;
@@ -143,6 +157,12 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
 
 Tensor binary_scalar(Binary op, const Tensor& a, double s, bool scalar_first) {
   check_defined(a, binary_name(op));
+  // With an int64 tensor the number is an int64 too: one that is not (0.5,
+  // 1e30, NaN) would be cut to another number, and the result with it.
+  if (a.dtype() == DType::i64 && !(s == std::trunc(s) && s >= -9223372036854775808.0 && s < 9223372036854775808.0))
+    fail("{}: an int64 tensor of shape {} with the number {}, which is not an int64 value; expected an integer, or "
+         "the tensor converted first (t.to(DType::f64))",
+         binary_name(op), shape_str(a.shape()), s);
   Tensor st = Tensor::scalar(s, a.dtype());
   return scalar_first ? binary(op, st, a) : binary(op, a, st);
 }
@@ -274,7 +294,7 @@ inline T apply_unary(Unary op, T x) {
     case Unary::sqrt: return std::sqrt(x);
     case Unary::tanh: return std::tanh(x);
     case Unary::sigmoid: return T(1) / (T(1) + std::exp(-x));
-    case Unary::relu: return x > T(0) ? x : T(0);
+    case Unary::relu: return x > T(0) || x != x ? x : T(0);  // NaN stays NaN
     // GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in sec. 2)
     case Unary::gelu_tanh: return gelu_tanh_from(x, gelu_tanh_arg(x));
     // GELU, exact: x * Phi(x)
@@ -316,7 +336,7 @@ inline T apply_unary_grad(Unary op, T s, T g) {
     case Unary::sqrt: return g * T(0.5) / s;
     case Unary::tanh: return g * (T(1) - s * s);
     case Unary::sigmoid: return g * s * (T(1) - s);
-    case Unary::relu: return s > T(0) ? g : T(0);
+    case Unary::relu: return s > T(0) || s != s ? g : T(0);  // at NaN the gradient passes, as PyTorch's
     case Unary::gelu_tanh:
     case Unary::gelu_erf: return g * apply_unary_derivative<T>(op, s);
     // d/dx x sig(x) = sig(x) (1 + x (1 - sig(x))), with sig(x) recomputed from x.

@@ -785,7 +785,9 @@ LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, b
       else if (into) data_grad_into<float>(g2, w, x_sum);
       r.x = x_sum;
     } else if (need_x) {
-      r.x = matmul(g, w);
+      Shape xs = g.shape();  // x's: a 1-d x too, which matmul's operands may not be
+      xs.back() = I;
+      r.x = reshape(matmul(g2, w), xs);
       if (scale_x) mul_(r.x, dx_mul);
     }
     if (need_w) r.w = matmul(transpose(g2, 0, 1), reshape(x, {R, I}));

@@ -226,9 +226,11 @@ Tensor argmax(const Tensor& t, int64_t dim, bool keepdim) {
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < inner; ++i) {
         const T* q = px + o * n * inner + i;
+        // The first maximum; a NaN counts as the maximum (as PyTorch's, and
+        // as max() propagates it): the first NaN is the answer.
         int64_t best = 0;
-        for (int64_t k = 1; k < n; ++k)
-          if (q[k * inner] > q[best * inner]) best = k;
+        for (int64_t k = 1; k < n && q[best * inner] == q[best * inner]; ++k)
+          if (q[k * inner] > q[best * inner] || q[k * inner] != q[k * inner]) best = k;
         po[o * inner + i] = best;
       }
   });

@@ -293,6 +293,9 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
 
 void fill_(const Tensor& t, double value) {
   check_defined(t, "fill_");
+  // An int64 tensor takes the value truncated toward zero, where that is one.
+  if (t.dtype() == DType::i64 && !(value > -9223372036854775808.0 && value < 9223372036854775808.0))
+    fail("fill_: {} is not an int64 value (the tensor of shape {} is int64)", value, shape_str(t.shape()));
   if (t.numel() == 0) return;
   auto it = detail::make_iter<1>(t.shape(), {&t.strides()});
   HEED_DISPATCH_ALL(t.dtype(), "fill_", {
