@@ -41,6 +41,13 @@ enum class GeluApprox { erf, tanh };
 Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::erf);
 Tensor silu(const Tensor& a);  // x sigmoid(x), PyTorch's silu (swish)
 
+// Both operands of one dtype (broadcast). On int64 tensors, arithmetic wraps
+// around (two's complement) and / truncates toward zero, as C++'s does
+// (PyTorch's / gives a float there, its // floors); a divisor 0 is refused,
+// and so is a number that is no int64 value (a + 0.5: convert a first).
+// An op that saves a tensor for its backward reads it then: changing that
+// tensor in place in between (an optimiser step before a second backward
+// with retain_graph) is not detected, and gives the gradient at the new values.
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
