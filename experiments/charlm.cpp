@@ -334,7 +334,10 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
 }
 
 CharModel load_charlm(const std::string& path, const char* command) {
-  Checkpoint ck = load_checkpoint(path, "charlm");
+  return charlm_from(load_checkpoint(path, "charlm"), path, command);
+}
+
+CharModel charlm_from(const Checkpoint& ck, const std::string& path, const char* command) {
   auto tt = ck.tensors.find("tokenizer/codepoints");
   if (tt == ck.tensors.end()) fail("{}: checkpoint '{}' has no tokenizer/codepoints", command, path);
   CharModel cm;

@@ -32,6 +32,8 @@ struct CharModel {
   data::CharTokenizer tok;
 };
 CharModel load_charlm(const std::string& path, const char* command);
+// The same from a checkpoint already loaded (path names it in messages).
+CharModel charlm_from(const Checkpoint& ck, const std::string& path, const char* command);
 
 // The GPT of a charlm checkpoint with its validation text (heed quantize):
 // evaluate("") is the validation loss as the run logged it (the mean of its

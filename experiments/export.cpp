@@ -42,7 +42,7 @@ int run_export(const std::vector<std::string>& args) {
   // loaded first, as sample and --init-from will: a checkpoint they would
   // refuse (a missing or mis-shaped weight, a bad configuration, NaN
   // weights) is refused here, not exported.
-  if (ck.experiment == "charlm") load_charlm(path, "export");
+  if (ck.experiment == "charlm") charlm_from(ck, path, "export");
   // Models live under model/ (one) or model/<name>/ (several).
   std::map<std::string, Tensor> weights = ck.get(model.empty() ? "model" : "model/" + model);
   std::set<std::string> models;
