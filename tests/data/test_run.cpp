@@ -223,5 +223,6 @@ TEST_CASE("Run: a program's --help names the program, and no option shows an emp
   const size_t at = help.find("--checkpoint ");
   REQUIRE(at != std::string::npos);
   const std::string line = help.substr(at, help.find('\n', at) - at);
+  REQUIRE(line.find("(default:") != std::string::npos);
   CHECK(line.find("(default:") == line.rfind("(default:"));
 }
