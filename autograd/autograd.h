@@ -90,6 +90,15 @@ struct Node {
   bool is_accumulator = false;
   bool freed = false;
   Shape out_shape;
+  // The tensors the closure saved (autograd::saved) with their storage's
+  // version at the save (Storage::version): backward refuses to run the
+  // graph when one has changed in place since.
+  struct Saved {
+    std::shared_ptr<Storage> storage;
+    uint64_t version;
+    Shape shape;
+  };
+  std::vector<Saved> saved;
 
   Node() = default;
   Node(const Node&) = delete;
@@ -174,7 +183,11 @@ class GradReadyHook {
 bool needs_graph(std::initializer_list<Tensor> inputs);
 bool needs_graph(const std::vector<Tensor>& inputs);
 // The data of t without its autograd fields, for closures to capture: saving
-// an op's own output with its grad_fn would make a reference cycle.
+// an op's own output with its grad_fn would make a reference cycle. Also
+// notes t's version for the node that the next record() on this thread
+// makes, if t is one of that op's inputs or its output: backward then
+// refuses the graph if t changes in place in between. A closure that keeps
+// an input or the output captures it through saved(), never directly.
 Tensor saved(const Tensor& t);
 // Attaches a node computing `fn` to `out` when needs_graph(inputs); returns out.
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn fn);

@@ -97,9 +97,23 @@ bool needs_graph(const std::vector<Tensor>& inputs) {
   return false;
 }
 
+namespace {
+// Versions noted by saved() since the last record() on this thread, each
+// with the view saved() returned: an op that throws between its saved() and
+// its record() destroys its closure, and with it the view, so its entries
+// show as expired to the next record().
+struct PendingSave {
+  std::weak_ptr<TensorImpl> view;
+  Node::Saved saved;
+};
+thread_local std::vector<PendingSave> t_saved;
+}  // namespace
+
 Tensor saved(const Tensor& t) {
   if (!t.defined()) return t;
-  return Tensor::view_of(t, t.shape(), t.strides(), t.offset());
+  Tensor v = Tensor::view_of(t, t.shape(), t.strides(), t.offset());
+  if (t_grad_enabled) t_saved.push_back({v.impl_ptr(), {t.impl()->storage, t.version(), t.shape()}});
+  return v;
 }
 
 // The node that receives the gradient of input t: its producer, or for a
@@ -133,8 +147,22 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, B
     t_mark = now;
   }
   if (t_anomaly_enabled) check_finite(out, fmt::format("the output of {}", name));
-  if (!needs_graph(inputs)) return out;
+  if (!needs_graph(inputs)) {
+    t_saved.clear();
+    return out;
+  }
   auto node = std::make_shared<Node>();
+  // The versions saved() noted for this op, whose views its closure holds:
+  // those of its inputs and output. An entry left by an op that threw before
+  // its record() has expired.
+  for (PendingSave& p : t_saved) {
+    if (p.view.expired()) continue;
+    Node::Saved& s = p.saved;
+    bool mine = out.defined() && s.storage == out.impl()->storage;
+    for (const Tensor& t : inputs) mine = mine || (t.defined() && s.storage == t.impl()->storage);
+    if (mine) node->saved.push_back(std::move(s));
+  }
+  t_saved.clear();
   node->name = name;
   node->backward = std::move(fn);
   node->out_shape = out.shape();
@@ -197,6 +225,14 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
       fail("backward: the graph through '{}' was already freed by an earlier backward; pass retain_graph=true "
            "to the first backward to run it twice",
            n->name);
+    // Before any gradient is computed, so that a refusal changes nothing.
+    for (const Node::Saved& s : n->saved)
+      if (s.storage->version != s.version)
+        fail("backward: a tensor of shape {} that {} saved for its backward was changed in place since (its version "
+             "is {}, expected {}): an optimiser step, copy_, fill_ or another in-place kernel wrote to it between "
+             "the forward and this backward, so the gradient would not be that of the forward's values. Run the "
+             "forward again after the change, or change a copy (kernel::clone) instead",
+             shape_str(s.shape), n->name, s.storage->version, s.version);
     for (auto& c : n->next) {
       if (!c) continue;
       ++deps[c.get()];
@@ -289,6 +325,7 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
     }
     if (!retain_graph) {
       n->backward = nullptr;  // drops every tensor the closure saved
+      n->saved.clear();
       n->next.clear();
       n->freed = true;
     }
@@ -312,6 +349,9 @@ bool autograd::sole_owner(const Tensor& t) {
   return impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->requires_grad;
 }
 
-Tensor detach(const Tensor& t) { return autograd::saved(t); }
+Tensor detach(const Tensor& t) {
+  if (!t.defined()) return t;
+  return Tensor::view_of(t, t.shape(), t.strides(), t.offset());
+}
 
 }  // namespace heed

@@ -11,7 +11,8 @@ namespace k = kernel;
 Tensor index_select(const Tensor& t, int64_t dim, const Tensor& index) {
   Tensor y = k::index_select(t, dim, index);
   dim = normalize_dim(dim, t.dim(), "index_select");
-  return autograd::record("index_select", y, {t},
+  // index is an input without a gradient, listed so that its saved version is kept.
+  return autograd::record("index_select", y, {t, index},
                           [s = t.shape(), dim, idx = autograd::saved(index)](const Tensor& g, autograd::Grads& gi) {
                             Tensor gx = Tensor::zeros(s, g.dtype());
                             k::index_add_(gx, dim, idx, g);

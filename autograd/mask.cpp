@@ -10,7 +10,7 @@ namespace k = kernel;
 Tensor masked_fill(const Tensor& t, const Tensor& mask, double value) {
   Tensor y = k::masked_fill(t, mask, value);
   // Filled positions do not depend on t: their gradient is zero.
-  return autograd::record("masked_fill", y, {t},
+  return autograd::record("masked_fill", y, {t, mask},  // mask: no gradient, its version kept
                           [m = autograd::saved(mask)](const Tensor& g, autograd::Grads& gi) {
                             gi.set(0, k::masked_fill(g, m, 0.0));
                           });

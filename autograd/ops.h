@@ -45,9 +45,10 @@ Tensor silu(const Tensor& a);  // x sigmoid(x), PyTorch's silu (swish)
 // around (two's complement) and / truncates toward zero, as C++'s does
 // (PyTorch's / gives a float there, its // floors); a divisor 0 is refused,
 // and so is a number that is no int64 value (a + 0.5: convert a first).
-// An op that saves a tensor for its backward reads it then: changing that
-// tensor in place in between (an optimiser step before a second backward
-// with retain_graph) is not detected, and gives the gradient at the new values.
+// An op that saves a tensor for its backward notes its version
+// (Storage::version): changing that tensor in place in between (an optimiser
+// step before a second backward with retain_graph, a targets buffer refilled)
+// makes backward refuse the graph, naming the op, before any gradient changes.
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);

@@ -84,7 +84,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_floating(b, "where");
   Tensor y = k::where(cond, a, b);
   // Each branch's gradient is g where it was chosen, summed back to its shape.
-  return record("where", y, {a, b},
+  return record("where", y, {a, b, cond},  // cond: no gradient, its version kept
                 [c = saved(cond), sa = a.shape(), sb = b.shape()](const Tensor& g, Grads& gi) {
                   Tensor zero = Tensor::zeros({}, g.dtype());
                   if (gi.needs(0)) gi.set(0, k::sum_to(k::where(c, g, zero), sa));

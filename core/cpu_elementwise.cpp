@@ -188,6 +188,7 @@ bool in_place_iter(const char* name, const Tensor& dst, const Tensor& src, detai
 void add_(const Tensor& dst, const Tensor& src, double alpha) {
   detail::Iter<2> it;
   if (!in_place_iter("add_", dst, src, it)) return;
+  dst.bump_version();
   HEED_DISPATCH_ALL(dst.dtype(), "add_", {
     T* d = dst.data<T>();
     const T* s = src.data<T>();
@@ -210,6 +211,7 @@ void add_(const Tensor& dst, const Tensor& src, double alpha) {
 void mul_(const Tensor& dst, const Tensor& src) {
   detail::Iter<2> it;
   if (!in_place_iter("mul_", dst, src, it)) return;
+  dst.bump_version();
   HEED_DISPATCH_ALL(dst.dtype(), "mul_", {
     T* d = dst.data<T>();
     const T* s = src.data<T>();
@@ -227,6 +229,7 @@ void mul_(const Tensor& dst, const Tensor& src) {
 void scale_(const Tensor& dst, double s) {
   check_defined(dst, "scale_");
   if (dst.numel() == 0) return;
+  dst.bump_version();
   auto it = detail::make_iter<1>(dst.shape(), {&dst.strides()});
   HEED_DISPATCH_ALL(dst.dtype(), "scale_", {
     T* d = dst.data<T>();

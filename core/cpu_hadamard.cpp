@@ -199,6 +199,7 @@ void fwht_(const Tensor& x) {
     fail("fwht_: expected a contiguous tensor or a 2-D view with unit-stride rows, got shape {} strides {}",
          shape_str(x.shape()), shape_str(x.strides()));
   }
+  x.bump_version();
   if (x.dtype() == DType::f32) fwht_rows(x.data<float>(), rows, n, row_stride);
   else fwht_rows(x.data<double>(), rows, n, row_stride);
 }

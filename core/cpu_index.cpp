@@ -84,6 +84,7 @@ void index_add_(const Tensor& dst, int64_t dim, const Tensor& idx0, const Tensor
   for (int64_t d = 0; d < dim; ++d) outer *= dst.size(d);
   for (int64_t d = dim + 1; d < dst.dim(); ++d) inner *= dst.size(d);
   const int64_t* pi = idx.data<int64_t>();
+  dst.bump_version();
   HEED_DISPATCH_ALL(dst.dtype(), "index_add_", scatter_add<T>(src.data<T>(), dst.data<T>(), pi, outer, n, k, inner));
 }
 

@@ -236,6 +236,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
     fail("copy_: source shape {} does not broadcast to destination shape {}", shape_str(src.shape()),
          shape_str(dst.shape()));
   if (dst.numel() == 0) return;
+  dst.bump_version();
   switch (dst.dtype()) {
     case DType::f32: HEED_DISPATCH_ALL(src.dtype(), "copy_", copy_loop<float, T>(dst, src)); break;
     case DType::f64: HEED_DISPATCH_ALL(src.dtype(), "copy_", copy_loop<double, T>(dst, src)); break;
@@ -297,6 +298,7 @@ void fill_(const Tensor& t, double value) {
   if (t.dtype() == DType::i64 && !(value > -9223372036854775808.0 && value < 9223372036854775808.0))
     fail("fill_: {} is not an int64 value (the tensor of shape {} is int64)", value, shape_str(t.shape()));
   if (t.numel() == 0) return;
+  t.bump_version();
   auto it = detail::make_iter<1>(t.shape(), {&t.strides()});
   HEED_DISPATCH_ALL(t.dtype(), "fill_", {
     T* p = t.data<T>();

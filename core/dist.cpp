@@ -157,6 +157,7 @@ void broadcast_(Tensor& t, int root) {
   check_defined(t, "dist::broadcast_");
   if (g_size == 1) return;
   if (!t.is_contiguous()) fail("dist::broadcast_: expected a contiguous tensor, got shape {}", shape_str(t.shape()));
+  t.bump_version();
 #ifdef HEED_WITH_MPI
   check_mpi(MPI_Bcast(t.raw_data(), static_cast<int>(t.numel()), mpi_type(t.dtype()), root, MPI_COMM_WORLD),
             "broadcast");
@@ -203,6 +204,7 @@ void PendingSum::wait() {
 #ifdef HEED_WITH_MPI
   check_mpi(MPI_Wait(&impl_->req, MPI_STATUS_IGNORE), "wait");
   Tensor& t = impl_->target;
+  t.bump_version();
   if (t.dtype() == DType::f32) sum_blocks(impl_->all.data<float>(), t.data<float>(), t.numel(), g_size);
   else sum_blocks(impl_->all.data<double>(), t.data<double>(), t.numel(), g_size);
   impl_->all = Tensor();

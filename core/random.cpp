@@ -192,6 +192,7 @@ template <class T, class F>
 void fill_each(const Tensor& t, F&& value) {
   const int64_t n = t.numel();
   if (n == 0) return;
+  t.bump_version();
   T* base = t.data<T>();
   if (t.is_contiguous()) {
 #pragma omp parallel for if (n > kParallelGrain)

@@ -41,9 +41,17 @@ Shape contiguous_strides(const Shape& s);
 
 // Bytes with 64-byte alignment (one cache line, and AVX-512-safe). Shared by
 // every view of a tensor.
+//
+// version counts the in-place changes to the bytes (PyTorch's version
+// counter): every in-place kernel (copy_, fill_, add_, the random fills...)
+// and every optimiser step adds one, and so does Tensor::bump_version() for
+// code that writes through data<T>(). An op that saves a tensor for its
+// backward notes the version, and backward refuses to run it if the version
+// moved: the gradient would be computed from values the forward never saw.
 struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
+  uint64_t version = 0;
   explicit Storage(size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -116,6 +124,12 @@ class Tensor {
   // All elements in logical (row-major) order, converted to T.
   template <class T> std::vector<T> to_vector() const;
   std::vector<float> to_floats() const { return to_vector<float>(); }
+  // The storage's count of in-place changes (Storage::version), shared by
+  // every view of it. After writing through data<T>() into a tensor that a
+  // recorded op may have saved, call bump_version(): the next backward
+  // through that op is then refused instead of using the new values.
+  uint64_t version() const { return impl_->storage->version; }
+  void bump_version() const { ++impl_->storage->version; }
 
   // ---- autograd fields ----
   bool requires_grad() const { return impl_->requires_grad; }

@@ -82,6 +82,7 @@ double clip_grad_norm(const NamedParams& params, double max_norm) {
   for (const auto& [_, p] : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
+    g.bump_version();
     if (g.dtype() == DType::f32)
       scale(g.data<float>(), g.numel(), static_cast<float>(coef));
     else

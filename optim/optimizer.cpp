@@ -116,6 +116,13 @@ void Optimizer::step() {
     ++param_state(i, kStep).data<int64_t>()[0];
     with_grad.push_back(i);
   }
+  // The updates write through data pointers: count them as in-place changes,
+  // so that a backward through ops that saved these parameters (a graph kept
+  // with retain_graph) is refused instead of using the new weights.
+  for (size_t i : with_grad) {
+    params_[i].second.bump_version();
+    for (const auto& [key, s] : state_[i]) s.bump_version();
+  }
   update_all(with_grad);
 }
 
