@@ -90,13 +90,12 @@ struct Node {
   bool is_accumulator = false;
   bool freed = false;
   Shape out_shape;
-  // The tensors the closure saved (autograd::saved) with their storage's
-  // version at the save (Storage::version): backward refuses to run the
-  // graph when one has changed in place since.
+  // The views the closure saved (autograd::saved), which it holds, with
+  // their storage's version at the save (Storage::version): backward refuses
+  // to run the graph when one has changed in place since.
   struct Saved {
-    std::shared_ptr<Storage> storage;
+    std::weak_ptr<TensorImpl> view;
     uint64_t version;
-    Shape shape;
   };
   std::vector<Saved> saved;
 

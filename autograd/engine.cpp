@@ -98,21 +98,16 @@ bool needs_graph(const std::vector<Tensor>& inputs) {
 }
 
 namespace {
-// Versions noted by saved() since the last record() on this thread, each
-// with the view saved() returned: an op that throws between its saved() and
-// its record() destroys its closure, and with it the view, so its entries
-// show as expired to the next record().
-struct PendingSave {
-  std::weak_ptr<TensorImpl> view;
-  Node::Saved saved;
-};
-thread_local std::vector<PendingSave> t_saved;
+// The views saved() returned since the last record() on this thread. An op
+// that throws between its saved() and its record() destroys its closure, and
+// with it the views, so its entries show as expired to the next record().
+thread_local std::vector<Node::Saved> t_saved;
 }  // namespace
 
 Tensor saved(const Tensor& t) {
   if (!t.defined()) return t;
   Tensor v = Tensor::view_of(t, t.shape(), t.strides(), t.offset());
-  if (t_grad_enabled) t_saved.push_back({v.impl_ptr(), {t.impl()->storage, t.version(), t.shape()}});
+  if (t_grad_enabled) t_saved.push_back({v.impl_ptr(), v.version()});
   return v;
 }
 
@@ -155,11 +150,11 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, B
   // The versions saved() noted for this op, whose views its closure holds:
   // those of its inputs and output. An entry left by an op that threw before
   // its record() has expired.
-  for (PendingSave& p : t_saved) {
-    if (p.view.expired()) continue;
-    Node::Saved& s = p.saved;
-    bool mine = out.defined() && s.storage == out.impl()->storage;
-    for (const Tensor& t : inputs) mine = mine || (t.defined() && s.storage == t.impl()->storage);
+  for (Node::Saved& s : t_saved) {
+    const std::shared_ptr<TensorImpl> v = s.view.lock();
+    if (!v) continue;
+    bool mine = out.defined() && v->storage == out.impl()->storage;
+    for (const Tensor& t : inputs) mine = mine || (t.defined() && v->storage == t.impl()->storage);
     if (mine) node->saved.push_back(std::move(s));
   }
   t_saved.clear();
@@ -227,12 +222,12 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
            n->name);
     // Before any gradient is computed, so that a refusal changes nothing.
     for (const Node::Saved& s : n->saved)
-      if (s.storage->version != s.version)
+      if (const std::shared_ptr<TensorImpl> v = s.view.lock(); v && v->storage->version != s.version)
         fail("backward: a tensor of shape {} that {} saved for its backward was changed in place since (its version "
              "is {}, expected {}): an optimiser step, copy_, fill_ or another in-place kernel wrote to it between "
              "the forward and this backward, so the gradient would not be that of the forward's values. Run the "
              "forward again after the change, or change a copy (kernel::clone) instead",
-             shape_str(s.shape), n->name, s.storage->version, s.version);
+             shape_str(v->shape), n->name, v->storage->version, s.version);
     for (auto& c : n->next) {
       if (!c) continue;
       ++deps[c.get()];
