@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "core/kernels.h"
@@ -91,16 +92,29 @@ int64_t words_for(int64_t bits) { return (bits + 63) / 64; }
 // Matrix Computations, 4th ed., algorithm 5.2.1): q [m, k] with orthonormal
 // columns and r [k, k] upper triangular with a non-negative diagonal. Serial,
 // so the bits do not depend on the thread count.
+//
+// A column left with a norm below 1e-12 of the largest column's (a
+// rank-deficient a: LPLR's sketch of a low-rank matrix) gets no reflection,
+// as a zero column: it is rounding noise, and a reflection built from it
+// could overflow (2 / |v|^2 of a norm near 1e-160 is infinite) and fill q
+// with NaN. q keeps orthonormal columns either way, and least_squares drops
+// such a pivot.
 void householder_qr(const double* a, int64_t m, int64_t k, std::vector<double>& q, std::vector<double>& r) {
   std::vector<double> A(a, a + m * k);
   std::vector<std::vector<double>> vs(static_cast<size_t>(k));
   std::vector<double> beta(static_cast<size_t>(k), 0.0), w(static_cast<size_t>(k));
   auto at = [&](std::vector<double>& M, int64_t i, int64_t c) -> double& { return M[static_cast<size_t>(i * k + c)]; };
+  double largest = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    double n2 = 0;
+    for (int64_t i = 0; i < m; ++i) n2 += at(A, i, c) * at(A, i, c);
+    largest = std::max(largest, std::sqrt(n2));
+  }
   for (int64_t j = 0; j < k; ++j) {
     double norm2 = 0;
     for (int64_t i = j; i < m; ++i) norm2 += at(A, i, j) * at(A, i, j);
     const double norm = std::sqrt(norm2);
-    if (norm == 0) continue;  // a zero column: no reflection, r_jj = 0
+    if (!(norm > 1e-12 * largest)) continue;  // a zero column, or noise: no reflection
     std::vector<double>& v = vs[static_cast<size_t>(j)];
     v.resize(static_cast<size_t>(m - j));
     for (int64_t i = j; i < m; ++i) v[static_cast<size_t>(i - j)] = at(A, i, j);
@@ -199,7 +213,19 @@ std::vector<float> dynamic_ranges(const double* x, int64_t rows, int64_t cols, R
   std::vector<float> out(static_cast<size_t>(range == Range::row ? rows : 1), 0.0f);
   for (int64_t i = 0; i < rows; ++i) {
     double m = 0;
-    for (int64_t c = 0; c < cols; ++c) m = std::max(m, std::abs(x[i * cols + c]));
+    for (int64_t c = 0; c < cols; ++c) {
+      const double a = std::abs(x[i * cols + c]);
+      if (a > m || a != a) m = a;  // a NaN stays, to be refused below (std::max would drop it)
+    }
+    // The scales are stored in float32. A rotation keeps a row's norm but
+    // may gather it into one entry (a constant row of d values v becomes
+    // v sqrt(d) there), so finite weights near float32's largest value can
+    // give a range it cannot hold: an infinite scale would decode to NaN.
+    if (!(m <= static_cast<double>(std::numeric_limits<float>::max())))
+      fail("quantize: a row's range to store is {:.4g}, beyond float32's largest value {:.4g} in which the scales "
+           "are kept: scale the weights down first (--method uniform, which does not rotate, stores any float32 "
+           "weights)",
+           m, static_cast<double>(std::numeric_limits<float>::max()));
     float& o = out[static_cast<size_t>(range == Range::row ? i : 0)];
     o = std::max(o, static_cast<float>(m));
   }

@@ -159,7 +159,11 @@ void quantize_planned(TrainedModels& tm, ModelQuantization& mq, const QuantizeSe
     o.range = s.range;
     o.rank = l.rank;
     o.seed = matrix_seed(s.seed, model_label(l.model, l.name));
-    l.q = quant::quantize(w, o);
+    try {
+      l.q = quant::quantize(w, o);
+    } catch (const Error& e) {  // the matrix alone does not know which parameter it is
+      fail("{} (in {} {})", e.what(), model_label(l.model, l.name), shape_str(l.shape));
+    }
     Tensor w_hat = quant::dequantize(l.q);
     l.rel_error = quant::relative_error(w, w_hat);
     double e = 0, n = 0;

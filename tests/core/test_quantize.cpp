@@ -1,6 +1,7 @@
 // tests/core/test_quantize.cpp: the quantizers of core/quantize.h, and the
 // attention lecture's claims about them, measured with stated tolerances.
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "test_util.h"
@@ -268,6 +269,19 @@ TEST_CASE("LPLR at full rank and 16 bits reproduces the matrix to half-precision
         0.1);
 }
 
+TEST_CASE("LPLR of a matrix of lower rank than asked: every rank reproduces it (the sketch's noise columns once "
+          "overflowed the QR into NaN, stored as zero scales: relative error 1)") {
+  for (int64_t n : {16, 32}) {
+    Tensor ones = Tensor::full({n, n}, 1.0, DType::f64);  // rank 1
+    for (int64_t rank = 1; rank <= n; ++rank) {
+      CAPTURE(n);
+      CAPTURE(rank);
+      Tensor q = quant::dequantize(quant::quantize(ones, opts(Method::lplr, 4, quant::Range::row, rank)));
+      CHECK(quant::relative_error(ones, q) < 1e-6);
+    }
+  }
+}
+
 TEST_CASE("bits accounting: stored_bits counts codes, ranges, signs and seed, and equals the bytes to_state writes") {
   struct Case {
     Method m;
@@ -342,6 +356,14 @@ TEST_CASE("quantize refuses bad input with errors naming the value and what was 
                     {"expected a matrix", "[2, 3, 4]"});
   test::check_error([] { quant::quantize(Tensor::zeros({0, 4}), opts(Method::uniform, 4)); }, {"empty", "[0, 4]"});
   test::check_error([] { quant::quantize(Tensor::full({2, 2}, NAN), opts(Method::uniform, 4)); }, {"non-finite"});
+  // Finite, but a rotation gathers a constant row's norm into one entry,
+  // beyond float32 where the scales are kept (an infinite scale decoded to NaN).
+  for (Method m : {Method::hadamard, Method::gaussian, Method::e8})
+    test::check_error([&] { quant::quantize(Tensor::full({2, 16}, 3e38), opts(m, 4)); },
+                      {"beyond float32's largest value"});
+  // Without a rotation any float32 matrix fits, up to its largest value.
+  Tensor top = Tensor::full({2, 16}, static_cast<double>(std::numeric_limits<float>::max()));
+  CHECK(kernel::all_finite(quant::dequantize(quant::quantize(top, opts(Method::uniform, 4)))));
   test::check_error([] { quant::method_from_name("e9"); }, {"unknown method 'e9'", "uniform, hadamard, gaussian, e8, lplr"});
   // A stored matrix whose parts do not fit its descriptor.
   std::map<std::string, Tensor> s = quant::to_state(quant::quantize(w, opts(Method::uniform, 4)));

@@ -216,6 +216,14 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
   const std::string p = t.dir.path;
   REQUIRE(heed_cli({"run", "sine", "--steps", "5", "--stop-after", "2", "--threads", "1", "--out", p + "/sine.h5"}, p)
               .status == 130);
+  {
+    // Finite weights whose rotated rows exceed float32: a constant row of
+    // 3e38 becomes 3e38 sqrt(32) in one entry.
+    Checkpoint c = load_checkpoint(t.lm, "charlm");
+    Tensor& w = c.tensors.at("model/blocks.0.attn.v_proj.weight");
+    w = Tensor::full(w.shape(), 3e38, w.dtype());
+    save_checkpoint(p + "/huge.ckpt.h5", c);
+  }
   struct Case {
     std::string what;
     std::vector<std::string> args;
@@ -233,6 +241,10 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
        {"--rank 4", "lplr only", "uniform"}},
       {"e8 on rows of 5", {"quantize", t.shapes, "--method", "e8"}, 2,
        {"attention/0.weight", "[64, 1, 5]", "rows of 5", "multiple of 8", "--keep 0.weight"}},
+      {"weights near float32's largest value, rotated", {"quantize", p + "/huge.ckpt.h5", "--method", "hadamard"}, 1,
+       {"beyond float32's largest value", "blocks.0.attn.v_proj.weight"}},
+      {"the same, lplr", {"quantize", p + "/huge.ckpt.h5", "--method", "lplr"}, 1,
+       {"beyond float32's largest value", "blocks.0.attn.v_proj.weight"}},
       {"a checkpoint of another kind", {"quantize", p + "/sine.ckpt.h5"}, 1,
        {"sine.ckpt.h5", "experiment 'sine'", "charlm or shapes"}},
       {"a run log", {"quantize", p + "/lm.h5"}, 1, {"lm.h5", "not a heed checkpoint"}},
