@@ -101,13 +101,13 @@ int size() {
 }
 bool is_main() { return rank() == 0; }
 
-void abort_job(const std::string& why) {
-  std::fprintf(stderr, "heed: rank %d of %d: %s\n", g_rank, g_size, why.c_str());
+void abort_job(const std::string& why, int status, const char* program) {
+  std::fprintf(stderr, "%s: rank %d of %d: %s\n", program, g_rank, g_size, why.c_str());
   std::fflush(stderr);
 #ifdef HEED_WITH_MPI
-  if (g_size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (g_size > 1) MPI_Abort(MPI_COMM_WORLD, status);
 #endif
-  std::exit(1);
+  std::exit(status);
 }
 
 std::vector<Tensor> all_gather(const Tensor& t) {

@@ -34,9 +34,10 @@ int rank();   // 0 .. size() - 1
 int size();   // 1 without mpirun
 bool is_main();  // rank 0: writes logs and checkpoints, prints
 
-// Ends every process of the job at once, after printing "heed: rank R: why"
-// (a process that fails must not leave the others waiting in a collective).
-[[noreturn]] void abort_job(const std::string& why);
+// Ends every process of the job at once with `status` (mpirun's own exit
+// status), after printing "PROGRAM: rank R of N: why" (a process that fails
+// must not leave the others waiting in a collective).
+[[noreturn]] void abort_job(const std::string& why, int status = 1, const char* program = "heed");
 
 // Every process's t, in rank order (t must have the same shape everywhere).
 std::vector<Tensor> all_gather(const Tensor& t);

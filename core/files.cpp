@@ -52,4 +52,19 @@ std::string replace_target(const std::string& path, const char* what) {
   }
 }
 
+std::string temporary_beside(const std::string& target, const char* suffix, const char* what) {
+  const std::string tmp = target + suffix;
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(tmp, ec);
+  if (st.type() == fs::file_type::not_found) return tmp;
+  if (ec) fail("{}: cannot write the temporary file '{}': {}", what, tmp, ec.message());
+  if (st.type() == fs::file_type::directory)
+    fail("{}: cannot write the temporary file '{}' beside '{}': a directory is there", what, tmp, target);
+  // A file left by a writer that was killed, or a link: removed (a link
+  // itself, never what it leads to), so the writer creates a new file there.
+  fs::remove(tmp, ec);
+  if (ec) fail("{}: cannot remove the old temporary file '{}': {}", what, tmp, ec.message());
+  return tmp;
+}
+
 }  // namespace heed::files

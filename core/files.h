@@ -17,4 +17,10 @@ bool same_file(const std::string& a, const std::string& b);
 // replace with a regular file. `what` starts the message ("checkpoint").
 std::string replace_target(const std::string& path, const char* what);
 
+// target + suffix (".tmp"), with nothing there: a file a killed writer left
+// or a symbolic link is removed first (the link itself: a writer opening
+// the name would otherwise write where the link leads). Refuses a directory
+// there, naming it. `what` starts the message.
+std::string temporary_beside(const std::string& target, const char* suffix, const char* what);
+
 }  // namespace heed::files

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -76,15 +77,17 @@ void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
     data.push_back(c);
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::string text = header.dump();
+  // JSON is UTF-8: a byte that is not (a Latin-1 file name in a run's
+  // configuration) is written as U+FFFD instead of failing the export.
+  std::string text = header.dump(-1, ' ', false, json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   const uint64_t n = text.size();
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
   const std::string target = files::replace_target(path, "safetensors");
-  const std::string tmp = target + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  const std::string tmp = files::temporary_beside(target, ".tmp", "safetensors");
+  std::FILE* f = std::fopen(tmp.c_str(), "wbx");  // x: a new file, never through a link made meanwhile
   if (!f) fail("safetensors: cannot write '{}': {}", path, std::strerror(errno));
   bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   for (const Tensor& t : data) {
@@ -100,9 +103,17 @@ void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
 }
 
 File load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail("safetensors: '{}' is a directory, expected a .safetensors file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("safetensors: cannot read '{}': {}", path, std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::string bytes;
+  try {  // a read error surfaces as the stream library's own exception
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  } catch (const std::exception& e) {
+    fail("safetensors: cannot read '{}': {}", path, e.what());
+  }
   if (bytes.size() < 8) fail("safetensors: '{}' has {} bytes, too short for a header length", path, bytes.size());
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
@@ -145,12 +156,15 @@ File load(const std::string& path) {
     uint64_t numel = 1;
     for (const json& d : e["shape"]) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
-        bad(fmt::format("shape {} holds a value that is not a size", e["shape"].dump()));
+        // Not e["shape"].dump(): a shape nested 100000 lists deep overflowed
+        // the stack of the JSON library's recursive printer.
+        bad(fmt::format("shape holds a value that is not a size (an integer >= 0) but a JSON {}", d.type_name()));
       const uint64_t v = d.get<uint64_t>();
       if (v > (uint64_t{1} << 40) || (v && numel > (uint64_t{1} << 62) / v)) bad("shape is too large");
       numel *= v;
       shape.push_back(static_cast<int64_t>(v));
     }
+    if (numel > (uint64_t{1} << 62) / item) bad("shape is too large");  // numel * item would wrap to a small number
     const json& off = e["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       bad("data_offsets is not a pair of byte offsets");

@@ -1,6 +1,7 @@
 // core/tensor.cpp: storage, factories, metadata and element access.
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -78,11 +79,19 @@ void check_dtype(const Tensor& t, DType expected, const char* op) {
 
 // ---- factories ----
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  int64_t numel = 1, bytes = 0;
   for (int64_t d : shape)
     if (d < 0) fail("empty: negative size {} in shape {}", d, shape_str(shape));
+  // Sizes whose product wraps around would give a small storage for a huge
+  // shape. (A size 0 anywhere makes it empty, however large the others.)
+  bool wraps = false;
+  for (int64_t d : shape) wraps = __builtin_mul_overflow(numel, d, &numel) || wraps;
+  if (std::find(shape.begin(), shape.end(), int64_t{0}) != shape.end()) wraps = false, numel = 0;
+  if (wraps || __builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(dtype)), &bytes))
+    fail("empty: shape {} of {} holds more bytes than a 64-bit size can count", shape_str(shape), dtype_name(dtype));
   detail::pace_threads();  // every op's output passes here: fewer threads while the cores are busy
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(bytes));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -92,7 +92,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string target = files::replace_target(path, "checkpoint");
-  std::string tmp = target + ".tmp";
+  const std::string tmp = files::temporary_beside(target, ".tmp", "checkpoint");
   try {
     h5::File f(tmp, h5::File::Mode::create);
     f.set_attr("/", "heed_checkpoint_format", kFormat);

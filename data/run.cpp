@@ -75,6 +75,9 @@ std::string default_checkpoint_path(const std::string& out) {
 void prepare_output_path(const std::string& path) {
   fs::path p(path);
   std::error_code ec;
+  // Before any directory is made: "out/" names a directory to create, not a file.
+  if (!p.has_filename() || p.filename() == "." || p.filename() == "..")
+    fail("'{}' is a directory; expected a file path like run.h5", path);
   if (p.has_parent_path() && !fs::exists(p.parent_path(), ec)) {
     fs::create_directories(p.parent_path(), ec);
     if (ec) fail("cannot create directory '{}' for '{}': {}", p.parent_path().string(), path, ec.message());
@@ -83,8 +86,8 @@ void prepare_output_path(const std::string& path) {
   if (ec && ec != std::errc::no_such_file_or_directory) fail("cannot write '{}': {}", path, ec.message());
   if (fs::is_directory(st)) fail("'{}' is a directory; expected a file path like run.h5", path);
   // Probe with a temporary file beside the target: never clobbers the target.
-  const std::string probe = path + ".probe";
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  const std::string probe = files::temporary_beside(path, ".probe", "run");
+  std::FILE* f = std::fopen(probe.c_str(), "wbx");
   if (!f) fail("cannot write '{}': {}", path, std::strerror(errno));
   std::fclose(f);
   std::remove(probe.c_str());
@@ -655,7 +658,7 @@ int Run::finish() {
 
 int guard_main(const char* program, const std::function<int()>& body) {
   auto report = [program](const std::string& what, int status) {
-    if (dist::size() > 1) dist::abort_job(what.c_str());  // does not return
+    if (dist::size() > 1) dist::abort_job(what, status, program);  // does not return
     fmt::print(stderr, "{}: {}\n", program, what);
     return status;
   };

@@ -224,8 +224,9 @@ class Stopwatch {
 // runs body and returns its status; a UsageError (a bad option) prints
 // "PROGRAM: message" and returns 2, any other exception (std::exception or
 // not) prints the same and returns 1, and so does output that could not be
-// written to stdout (a full disk) after the body returned 0. Under mpirun the other processes are stopped too (dist::abort_job),
-// so they never wait for one that failed. First it calls share_cores()
+// written to stdout (a full disk) after the body returned 0. Under mpirun the
+// other processes are stopped too, and mpirun ends with the same status
+// (dist::abort_job), so they never wait for one that failed. First it calls share_cores()
 // (core/runtime.h), which may restart the program once: put nothing before it.
 int guard_main(const char* program, const std::function<int()>& body);
 

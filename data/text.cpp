@@ -7,6 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
+#include "core/dist.h"
 #include "core/error.h"
 
 namespace heed::data {
@@ -103,17 +106,31 @@ std::string kjv_text(const std::string& cache_path) {
     fail("'bible \"gen1:1-rev22:21\"' failed or printed too little ({} bytes); install the bible-kjv package "
          "(./heed does) or pass --text FILE",
          s.size());
+  // The cache is written by one process of a data-parallel job (the others
+  // have the same text from 'bible'), through a name of this process's own:
+  // with one shared ".tmp", a second writer (another rank, or another run
+  // started at the same moment) found it already moved and failed.
+  if (!dist::is_main()) return s;
   const fs::path dir = fs::path(cache_path).parent_path();
   if (!dir.empty() && !fs::create_directories(dir, ec) && ec)
     fail("cannot create directory '{}' for the corpus cache '{}': {}", dir.string(), cache_path, ec.message());
-  std::string tmp = cache_path + ".tmp";
+  const std::string tmp = fmt::format("{}.tmp.{}", cache_path, static_cast<long>(getpid()));
   {
     std::ofstream out(tmp, std::ios::binary);
     out << s;
-    if (!out.flush()) fail("cannot write the corpus cache '{}'", tmp);
+    if (!out.flush()) {
+      out.close();
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      fail("cannot write the corpus cache '{}'", tmp);
+    }
   }
   fs::rename(tmp, cache_path, ec);
-  if (ec) fail("cannot move '{}' to the corpus cache '{}': {}", tmp, cache_path, ec.message());
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    fail("cannot move '{}' to the corpus cache '{}': {}", tmp, cache_path, ec.message());
+  }
   return s;
 }
 

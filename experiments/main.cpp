@@ -76,7 +76,7 @@ int run(const std::vector<std::string>& args) {
     fmt::print("heed demo: a CNN and the same CNN with one self-attention layer learn the toy shapes task\n");
     const std::string log = "runs/demo.h5";
     int rc = heed::experiments::run_shapes({"--epochs", "5", "--out", log}, full);
-    if (rc != 0) return rc;
+    if (rc != 0 || !heed::dist::is_main()) return rc;  // under mpirun, rank 0 alone has the log to plot
     // The figures are a bonus: without Python's plotting packages the demo still succeeds.
     std::string dir = heed::experiments::default_plot_dir(log);
     try {

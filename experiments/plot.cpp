@@ -1,4 +1,5 @@
 // experiments/plot.cpp
+#include "experiments/inspect.h"
 #include "experiments/plot.h"
 
 #include <fcntl.h>
@@ -142,6 +143,15 @@ std::vector<std::string> plot_log(const std::string& log_path, const std::string
   // Checked here too so the common mistake costs no Python start-up.
   std::error_code ec;
   if (!std::filesystem::exists(log_path, ec)) fail("plot: '{}' does not exist", log_path);
+  // heed's own reader first: it gives up on metadata that fails its checksum
+  // after a few attempts, where h5py in SWMR mode retried with sleeps for
+  // more than 10 minutes (a log with one damaged byte).
+  try {
+    inspect_file(log_path);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    fail("plot: {}", what.rfind("inspect: ", 0) == 0 ? what.substr(9) : what);
+  }
   std::string dir = out_dir.empty() ? default_plot_dir(log_path) : out_dir;
   Output o = run_captured({python, script_path(), log_path, "-o", dir});
   // The script exits 2 on a problem it explains in one message (a missing

@@ -534,6 +534,7 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
     std::fflush(stdout);
   }
   if (int rc = run.finish()) return rc;
+  if (!dist::is_main()) return 0;  // the log and its table are rank 0's (another rank found it still open)
 
   // The table, from the log (a resumed run printed only its own cells).
   h5::File f(run.log_path(), h5::File::Mode::read);

@@ -233,7 +233,11 @@ bool block_key(const std::string& k, const std::string& prefix, int64_t& layer, 
   const size_t dot = k.find('.', prefix.size());
   if (dot == std::string::npos) return false;
   const std::string num = k.substr(prefix.size(), dot - prefix.size());
-  if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) return false;
+  // A layer number as written: "0" or no leading zero, and short enough for
+  // int64 ("00" or 20 digits name no layer: std::stoll threw on the latter).
+  if (num.empty() || num.size() > 9 || num.find_first_not_of("0123456789") != std::string::npos ||
+      (num.size() > 1 && num[0] == '0'))
+    return false;
   layer = std::stoll(num);
   rest = k.substr(dot + 1);
   return true;
@@ -294,13 +298,19 @@ std::map<std::string, Tensor> gpt_to_nanogpt(const std::map<std::string, Tensor>
 
 std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tensor>& state) {
   std::map<std::string, Tensor> out;
+  std::map<std::string, std::string> source;  // heed name -> the nanoGPT key it came from
   for (const auto& [k, t] : state) {
     int64_t layer = 0;
     std::string rest;
     bool done = false;
+    auto put = [&, &k = k](const std::string& name, const Tensor& v) {
+      if (auto [it, fresh] = source.emplace(name, k); !fresh)
+        fail("gpt_from_nanogpt: '{}' and '{}' both give heed's '{}'", it->second, k, name);
+      out[name] = v;
+    };
     for (const auto& [heed, nano] : top_names())
       if (k == nano) {
-        out[heed] = t;
+        put(heed, t);
         done = true;
       }
     if (!done && block_key(k, "transformer.h.", layer, rest)) {
@@ -308,7 +318,7 @@ std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tenso
       if (rest == "attn.bias" || rest == "attn.masked_bias") continue;  // nanoGPT's causal mask, not a weight
       for (const auto& [heed, nano] : block_names())
         if (rest.rfind(nano, 0) == 0) {
-          out[b + heed + rest.substr(nano.size())] = t;
+          put(b + heed + rest.substr(nano.size()), t);
           done = true;
         }
       if (!done && rest.rfind("attn.c_attn.", 0) == 0) {
@@ -318,7 +328,7 @@ std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tenso
         const int64_t d = t.size(0) / 3;
         const std::string w = rest.substr(12);
         for (int j = 0; j < 3; ++j)
-          out[b + "attn." + "qkv"[j] + "_proj." + w] = kernel::contiguous(kernel::narrow(t, 0, j * d, d));
+          put(b + "attn." + "qkv"[j] + "_proj." + w, kernel::contiguous(kernel::narrow(t, 0, j * d, d)));
         done = true;
       }
     }

@@ -108,6 +108,37 @@ TEST_CASE("safetensors: a damaged or malformed file is refused, naming the file 
   SUBCASE("a missing file") {
     test::check_error([&] { safetensors::load(d.path + "/none.safetensors"); }, {"none.safetensors", "cannot read"});
   }
+  SUBCASE("a shape nested 100000 lists deep (the message once printed it, recursively: a stack overflow)") {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    write_raw(p, R"({"w":{"dtype":"F32","shape":[)" + deep + R"(],"data_offsets":[0,0]}})", "");
+    test::check_error([&] { safetensors::load(p); }, {"tensor 'w'", "not a size", "JSON array"});
+  }
+  SUBCASE("a shape whose byte count wraps around 64 bits (2^62 elements of 4 bytes: 0 bytes)") {
+    write_raw(p, R"({"w":{"dtype":"F32","shape":[1099511627776,4194304],"data_offsets":[0,0]}})", "");
+    test::check_error([&] { safetensors::load(p); }, {"tensor 'w'", "too large"});
+    test::check_error([] { Tensor::empty({int64_t{1} << 40, int64_t{1} << 22}); }, {"empty", "more bytes"});
+    CHECK(Tensor::empty({int64_t{1} << 62, 4, 0}).numel() == 0);  // a size 0 anywhere: empty
+  }
+  SUBCASE("a directory") {
+    std::filesystem::create_directory(d.path + "/dir.safetensors");
+    test::check_error([&] { safetensors::load(d.path + "/dir.safetensors"); }, {"dir.safetensors", "is a directory"});
+  }
+}
+
+TEST_CASE("safetensors: the writer replaces a link at its temporary name, not the file the link leads to") {
+  test::TempDir d("heed-st-tmp-");
+  const std::string keep = d.path + "/precious.bin", out = d.path + "/out.safetensors";
+  std::ofstream(keep) << "keep me";
+  std::filesystem::create_symlink(keep, out + ".tmp");
+  safetensors::save(out, {{"w", Tensor::ones({2})}});
+  std::ifstream in(keep);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK(text == "keep me");
+  CHECK(safetensors::load(out).tensors.at("w").to_floats() == std::vector<float>{1, 1});
+  CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
+  // Metadata that is not UTF-8 (a Latin-1 file name) is written, the byte as U+FFFD.
+  safetensors::save(out, {{"w", Tensor::ones({2})}}, {{"text", "caf\xe9.txt"}});
+  CHECK(safetensors::load(out).metadata.at("text") == "caf\xef\xbf\xbd.txt");
 }
 
 TEST_CASE("Module::save and load go through safetensors; load_state_dict converts float64 and names every problem") {

@@ -96,6 +96,8 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"unknown experiment", {"run", "nope"}, 2, {"unknown experiment 'nope'", names}},
       {"bad number", {"run", "copy", "--steps", "ten"}, 2, {"--steps", "'ten'", "integer"}},
       {"unknown option", {"run", "sine", "--epochs", "3"}, 2, {"unknown option '--epochs'"}},
+      {"--out naming a directory to create", {"run", "sine", "--steps", "2", "--out", p + "/newdir/"}, 1,
+       {"newdir/' is a directory", "expected a file path"}},
       {"--checkpoint equal to --out",
        {"run", "sine", "--out", p + "/same.h5", "--checkpoint", p + "/same.h5"},
        2,
@@ -154,6 +156,7 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     CHECK(r.err.find("terminate called") == std::string::npos);
     CHECK(snapshot(p) == before);
   }
+  CHECK_FALSE(fs::exists(p + "/newdir"));  // refused before it was made (snapshot sees files only)
   // bf16 on a CPU without it (here: capped to AVX2, as on an AVX2-only
   // machine): refused naming the instruction sets, nothing written.
   {

@@ -180,6 +180,32 @@ try:
     one_proc = run(["run", "charlm", "--resume", os.path.join(TMP, "ref.ckpt.h5"), "--steps", "700"], np_=1)
     check(one_proc.returncode == 2 and "written by 2 processes" in one_proc.stderr,
           f"a 2-process checkpoint resumed on 1 process is refused: {one_proc.stderr.strip()[-300:]}")
+    flag = run(lm("flag.h5", "--steps", "4", "--batch", "abc"))
+    check(flag.returncode == 2 and "--batch expects an integer" in flag.stderr,
+          f"a bad option on 2 processes ends mpirun with status 2, as one process: {flag.returncode} "
+          f"{flag.stderr.strip()[-300:]}")
+
+    # ---- what runs after the training: rank 0's alone --------------------------------------
+    comp = run(["run", "compression", "--charlm", os.path.join(TMP, "ref.ckpt.h5"), "--methods", "uniform",
+                "--bits", "8", "--threads", "1", "--out", os.path.join(TMP, "comp.h5")])
+    check(comp.returncode == 0 and "uniform" in comp.stdout,
+          f"run compression on 2 processes (rank 0 reads its log back for the table): exit {comp.returncode} "
+          f"{comp.stderr.strip()[-300:]}")
+
+    # ---- the default text's cache, written by one process ------------------------------------
+    # Every rank wrote runs/corpus/kjv.txt through one shared .tmp name; the
+    # second to rename found it gone (4 processes: 4 failures in 4).
+    if shutil.which("bible"):
+        fresh = os.path.join(TMP, "fresh")
+        os.makedirs(fresh)
+        cmd = MPIRUN[:2] + ["4"] + MPIRUN[3:] + [HEED, "run", "charlm", "--layers", "1", "--width", "32", "--heads",
+                                                 "2", "--context", "16", "--batch", "4", "--steps", "2",
+                                                 "--eval-batches", "1", "--threads", "1", "--out", "c.h5"]
+        kjv = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=fresh)
+        check(kjv.returncode == 0 and os.path.getsize(os.path.join(fresh, "runs/corpus/kjv.txt")) > 1000000
+              and os.listdir(os.path.join(fresh, "runs/corpus")) == ["kjv.txt"],
+              f"4 processes in a new directory share one corpus cache: exit {kjv.returncode} "
+              f"{kjv.stderr.strip()[-300:]}")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 

@@ -186,6 +186,29 @@ try:
           f"a missing file: exit {r.returncode}, {r.stderr!r}")
     r = run(["plot", log], env=dict(os.environ, HEED_PYTHON=os.path.join(TMP, "no-python")))
     check(r.returncode == 1 and "python3-matplotlib" in r.stderr, f"no Python: exit {r.returncode}, {r.stderr!r}")
+    # One damaged byte in a dataset's header: h5py in SWMR mode retried that
+    # read with sleeps for more than 10 minutes; heed refuses it at once.
+    damaged = os.path.join(TMP, "damaged.h5")
+    shutil.copy(log, damaged)
+    with h5py.File(damaged, "r", libver="latest", swmr=True) as f:
+        name = next(n for n in f["metrics"])
+        addr = h5py.h5o.get_info(f["metrics/" + name].id).addr
+    with open(damaged, "r+b") as f:
+        f.seek(addr + 12)
+        b = f.read(1)
+        f.seek(addr + 12)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with open(damaged, "rb") as f:
+        before = f.read()
+    try:
+        r = subprocess.run([HEED, "plot", damaged, "-o", os.path.join(TMP, "damaged_plots")], capture_output=True,
+                           text=True, timeout=60)
+        check(r.returncode == 1 and "damaged" in r.stderr and "damaged.h5" in r.stderr,
+              f"a log with a damaged dataset header: exit {r.returncode}, {r.stderr!r}")
+    except subprocess.TimeoutExpired:
+        check(False, "heed plot of a log with a damaged dataset header still ran after 60 s")
+    with open(damaged, "rb") as f:
+        check(f.read() == before, "heed plot changed the damaged log")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 

@@ -234,6 +234,12 @@ TEST_CASE("GPT: nanoGPT's names (fused c_attn) round-trip, and a GPT loads a sta
   test::check_error([&] { nn::gpt_to_nanogpt({{"blocks.0.odd.weight", Tensor::zeros({1})}}); }, {"blocks.0.odd.weight"});
   test::check_error([&] { nn::gpt_from_nanogpt({{"transformer.h.0.attn.c_attn.weight", Tensor::zeros({7, 2})}}); },
                     {"c_attn.weight", "[7, 2]", "multiple of 3"});
+  // Layer numbers as nanoGPT writes them, and no other: "00" once gave
+  // blocks.0 a second time (the last one silently won), and 20 digits threw
+  // std::stoll's bare "stoll".
+  for (const char* k : {"transformer.h.00.ln_1.weight", "transformer.h.99999999999999999999.ln_1.weight",
+                        "transformer.h.-1.ln_1.weight"})
+    test::check_error([&] { nn::gpt_from_nanogpt({{k, Tensor::zeros({2})}}); }, {k, "not a name of nanoGPT's layout"});
 }
 
 TEST_CASE("GPT: a tied GPT loads PyTorch's tied state dict (lm_head.weight equal to wte.weight), not another head") {
