@@ -102,15 +102,15 @@ std::string format_seconds(double s) {
 // ---- Ctrl-C ----
 
 namespace {
-// Set by the first SIGINT while a StopRequest lives; a signal handler may
-// only touch lock-free atomics.
-std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
+// The first SIGINT or SIGTERM while a StopRequest lives (0: none); a signal
+// handler may only touch lock-free atomics.
+std::atomic<int> g_stop{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 
-extern "C" void on_sigint(int) {
-  if (g_stop.exchange(true)) {  // the second Ctrl-C: end now, as if no handler were installed
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop.exchange(sig) != 0) {  // the second one: end now, as if no handler were installed
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
   }
 }
 
@@ -164,16 +164,22 @@ std::string checkpoint_log(const std::string& path) {
 }  // namespace
 
 StopRequest::StopRequest() {
-  g_stop = false;
-  previous_ = std::signal(SIGINT, on_sigint);
-  // A process started with SIGINT ignored (a background job of a script,
-  // nohup) keeps ignoring it, as its starter asked.
+  g_stop = 0;
+  previous_ = std::signal(SIGINT, on_stop_signal);
+  previous_term_ = std::signal(SIGTERM, on_stop_signal);
+  // A process started with a signal ignored (SIGINT in a background job of
+  // a script, nohup) keeps ignoring it, as its starter asked.
   if (previous_ == SIG_IGN) std::signal(SIGINT, SIG_IGN);
+  if (previous_term_ == SIG_IGN) std::signal(SIGTERM, SIG_IGN);
 }
 
-StopRequest::~StopRequest() { std::signal(SIGINT, previous_); }
+StopRequest::~StopRequest() {
+  std::signal(SIGINT, previous_);
+  std::signal(SIGTERM, previous_term_);
+}
 
-bool StopRequest::requested() const { return g_stop.load(); }
+bool StopRequest::requested() const { return g_stop.load() != 0; }
+int StopRequest::signal() const { return g_stop.load(); }
 
 struct Run::StopGuard {
   StopRequest request;
@@ -487,14 +493,24 @@ void Run::restore_state() {
   for (const auto& [name, p] : counters_) *p = ck.counters.at(name);
 }
 
-// --init-from: the weights of the one model the run registered as "model".
+// --init-from: the weights of the one model the run registered as "model",
+// or as "model/NAME" (shapes --model attention: heed export --model
+// attention writes its file).
 void Run::init_model() {
-  const Entry* model = nullptr;
+  std::vector<const Entry*> models;
   for (const Entry& e : entries_)
-    if (e.prefix && e.name == "model") model = &e;
-  if (!model)
-    fail("{}: --init-from needs a run with one model registered as 'model' (this one has none by that name)",
-         args_.command());
+    if (e.prefix && (e.name == "model" || e.name.rfind("model/", 0) == 0)) models.push_back(&e);
+  if (models.empty())
+    throw UsageError(fmt::format("{}: --init-from: this run trains no model to start from given weights",
+                                 args_.command()));
+  if (models.size() > 1) {
+    std::string names;
+    for (const Entry* e : models) names += (names.empty() ? "" : ", ") + e->name.substr(e->name.find('/') + 1);
+    throw UsageError(fmt::format("{}: --init-from gives the weights of one model, and this run trains {} ({}): "
+                                 "train one of them (shapes and timeseries: --model)",
+                                 args_.command(), models.size(), names));
+  }
+  const Entry* model = models.front();
   try {
     model->load_dict(safetensors::load(init_from_).tensors);
   } catch (const Error& e) {
@@ -609,6 +625,7 @@ bool Run::next() {
     print_progress(last || stop);
     if (stop && !last) {
       stopped_ = true;
+      stop_signal_ = ctrl_c_->request.signal();  // 0: --stop-after, or another process's signal
       return false;
     }
   }
@@ -651,7 +668,7 @@ int Run::finish() {
     fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {}{} --resume {}\n", step_,
                steps_, launcher, defaults_.program_, checkpoint_);
     std::fflush(stdout);
-    return 130;
+    return stop_signal_ == SIGTERM ? 128 + SIGTERM : 130;
   }
   return 0;
 }

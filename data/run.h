@@ -20,7 +20,7 @@
 //     run.log().scalar("train_loss", run.step(), loss);
 //     run.show("loss", loss);
 //   }
-//   return run.finish();                               // 0, or 130 when stopped
+//   return run.finish();                               // 0, or 130 (143: SIGTERM) when stopped
 //
 // Every file is checked before any is touched: a resume that is refused
 // (another experiment's checkpoint, another model, a damaged file, an option
@@ -130,7 +130,7 @@ class Run {
   double seconds() const;  // since begin()
 
   // Closes the log. When stopped prints where and the command that resumes
-  // the run and returns 130, else returns 0.
+  // the run and returns 130 (143 when SIGTERM stopped it), else returns 0.
   int finish();
 
  private:
@@ -175,17 +175,19 @@ class Run {
   std::unique_ptr<StopGuard> ctrl_c_;
   int64_t step_ = 0, start_step_ = 0;
   bool in_step_ = false, stopped_ = false, begun_ = false;
+  int stop_signal_ = 0;  // the signal that stopped the run (SIGINT, SIGTERM), or 0
   std::vector<std::pair<std::string, double>> shown_;
   std::chrono::steady_clock::time_point t0_, last_progress_;
 };
 
-// Ctrl-C during training. While a StopRequest lives, the first SIGINT only
-// sets a flag that the run reads after each step: it finishes the step,
-// writes a checkpoint, flushes the log and returns, and the command exits
-// with 130. A second SIGINT ends the process at once, as usual. The previous
-// handler comes back when the StopRequest goes; one at a time. A process
-// started with SIGINT ignored (a script's background job, nohup) keeps
-// ignoring it.
+// Ctrl-C during training. While a StopRequest lives, the first SIGINT or
+// SIGTERM (kill's default, a batch system's or mpirun's way to end a job)
+// only sets a flag that the run reads after each step: it finishes the
+// step, writes a checkpoint, flushes the log and returns, and the command
+// exits with 128 + the signal (130 for Ctrl-C, 143 for SIGTERM). A second
+// one ends the process at once, as usual. The previous handlers come back
+// when the StopRequest goes; one at a time. A process started with a signal
+// ignored (SIGINT in a script's background job, nohup) keeps ignoring it.
 class StopRequest {
  public:
   StopRequest();
@@ -193,9 +195,11 @@ class StopRequest {
   StopRequest(const StopRequest&) = delete;
   StopRequest& operator=(const StopRequest&) = delete;
   bool requested() const;
+  int signal() const;  // SIGINT or SIGTERM once requested, else 0
 
  private:
   void (*previous_)(int);
+  void (*previous_term_)(int);
 };
 
 // "runs/x.h5" -> "runs/x.ckpt.h5"

@@ -28,15 +28,18 @@ void check_output(const std::string& command, const std::string& out, const std:
   if (!std::filesystem::is_regular_file(out, ec) || !h5::has_signature(out)) return;
   // A heed file says what it is in its root attributes.
   std::map<std::string, h5::Attr> root;
+  bool quantized = false;  // a checkpoint heed quantize wrote: its codes under tensors/quantized
   try {
-    root = h5::File(out, h5::File::Mode::read_any).attrs("/");
+    const h5::File f(out, h5::File::Mode::read_any);
+    root = f.attrs("/");
+    quantized = f.exists("tensors/quantized");
   } catch (const Error&) {
     return;  // not readable as HDF5: not a file heed could use either
   }
   const bool checkpoint = root.count("heed_checkpoint_format") > 0, log = root.count("heed_log_format") > 0;
   if (!checkpoint && !log) return;
   const std::string experiment = root.count("experiment") ? h5::attr_str(root.at("experiment")) : "?";
-  if (checkpoint && writes == "checkpoint") return;
+  if (checkpoint && writes == "checkpoint" && quantized) return;  // an earlier output of this command
   if (log && !log_experiment.empty() && experiment == log_experiment) return;  // an earlier output of this command
   throw UsageError(fmt::format("{}: --out '{}' is a heed {} of the '{}' experiment, which this would replace with {}; "
                                "expected a new file (or one {} wrote before)",

@@ -37,7 +37,8 @@ const std::vector<Experiment>& experiments();
 // heed file of a kind it does not write (a training run's log or checkpoint,
 // which the run could not get back). `writes` is what the command writes:
 // "safetensors", a run log of experiment `log_experiment`, or "checkpoint"
-// (which may replace another checkpoint: an earlier output of the command).
+// (a quantized one, which may replace an earlier output of heed quantize: a
+// checkpoint with tensors/quantized; a training checkpoint is refused).
 // A file that is not a heed file is left to the writer (it is replaced).
 void check_output(const std::string& command, const std::string& out, const std::string& input,
                   const std::string& writes, const std::string& log_experiment = "");

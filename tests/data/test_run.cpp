@@ -182,6 +182,16 @@ TEST_CASE("StopRequest: the first SIGINT only sets the flag; the previous handle
   }
   const bool still_ignored = std::signal(SIGINT, outer) == SIG_IGN;
   CHECK(still_ignored);
+  // SIGTERM is a stop request too, and says which signal it was.
+  auto outer_term = std::signal(SIGTERM, known_handler);
+  {
+    StopRequest term;
+    std::raise(SIGTERM);  // the process goes on
+    CHECK(term.requested());
+    CHECK(term.signal() == SIGTERM);
+  }
+  const bool term_restored = std::signal(SIGTERM, outer_term) == known_handler;
+  CHECK(term_restored);
 }
 
 

@@ -179,6 +179,24 @@ TEST_CASE("fault matrix: stop, Ctrl-C and kill -9 (also mid-checkpoint), then re
         CHECK(status == row.done);  // the run ended before the signal came (a fast machine): nothing to stop
       }
     }
+    if (checkpoint_step(ckpt) < row.steps - 3) {  // SIGTERM (kill's default, mpirun's on Ctrl-C): the same, 143
+      const int64_t before = checkpoint_step(ckpt);
+      pid_t pid = start(resume, p + "/term.out", p + "/term.err");
+      for (int i = 0; i < 3000 && checkpoint_step(ckpt) < before + 1; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      kill(pid, SIGTERM);
+      int status = wait_status(pid);
+      Result rt{status, slurp(p + "/term.out"), slurp(p + "/term.err")};
+      INFO("after SIGTERM: " << rt.out << rt.err);
+      if (status == 128 + SIGTERM) {
+        CHECK(printed_resume(rt) == resume);
+        const int64_t at = checkpoint_step(ckpt);
+        CHECK(rt.out.find(fmt::format("stopped at step {}/{}", at, row.steps)) != std::string::npos);
+        check_every_step_once(log, metric, at);
+      } else {
+        CHECK(status == row.done);
+      }
+    }
     for (int kills = 0; kills < 2 && checkpoint_step(ckpt) < row.steps - 4; ++kills) {  // kill -9 at two later steps
       const int64_t before = checkpoint_step(ckpt);
       pid_t pid = start(resume, p + "/kill.out", p + "/kill.err");

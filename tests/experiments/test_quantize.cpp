@@ -252,6 +252,8 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
       {"--keep of no matrix", {"quantize", t.lm, "--keep", "nope.weight"}, 2, {"--keep", "nope.weight"}},
       {"--model of a one-model checkpoint", {"quantize", t.lm, "--model", "cnn"}, 2, {"--model cnn", "one model"}},
       {"-o the checkpoint itself", {"quantize", t.lm, "-o", t.lm}, 2, {"lm.ckpt.h5", "being read"}},
+      {"-o a training run's checkpoint (its optimiser state lost)", {"quantize", t.lm, "-o", p + "/sine.ckpt.h5"}, 2,
+       {"sine.ckpt.h5", "checkpoint of the 'sine' experiment"}},
       {"no checkpoint", {"quantize", "--bits", "4"}, 2, {"quantize: expected a checkpoint path"}},
   };
   for (const Case& c : cases) {

@@ -115,6 +115,20 @@ try:
     check(not os.path.exists(os.path.join(TMP, "b.h5")), "... and no log is written")
     r = heed("export", "s.ckpt.h5", "--model", "nope")
     check(r.returncode == 2 and "no model 'nope'" in r.stderr, f"export --model of a missing model: {r.stderr.strip()}")
+
+    # A run of several models (shapes): --init-from fills the one it trains
+    # (it was refused for every shapes run: "no model registered as 'model'").
+    sh = ["run", "shapes", "--epochs", "1", "--train", "40", "--test", "20", "--batch", "20", "--threads", "1"]
+    r = heed(*sh, "--model", "attention", "--out", "sh.h5")
+    check(r.returncode == 0, f"shapes --model attention: exit {r.returncode} {r.stderr[-300:]}")
+    r = heed("export", "sh.ckpt.h5", "--model", "attention", "-o", "att.safetensors")
+    check(r.returncode == 0, f"export --model attention: exit {r.returncode} {r.stderr[-300:]}")
+    r = heed(*sh, "--model", "attention", "--init-from", "att.safetensors", "--out", "sh2.h5")
+    check(r.returncode == 0 and "model initialised from att.safetensors" in r.stdout,
+          f"shapes --model attention --init-from its export: exit {r.returncode} {r.stderr[-300:]}")
+    r = heed(*sh, "--model", "both", "--init-from", "att.safetensors", "--out", "sh3.h5")
+    check(r.returncode == 2 and "one model" in r.stderr and "cnn, attention" in r.stderr,
+          f"--init-from with two models is refused naming them: {r.stderr.strip()}")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 
