@@ -85,6 +85,9 @@ void prepare_output_path(const std::string& path) {
   const fs::file_status st = fs::status(p, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) fail("cannot write '{}': {}", path, ec.message());
   if (fs::is_directory(st)) fail("'{}' is a directory; expected a file path like run.h5", path);
+  // HDF5 would wait on a FIFO forever, and cannot write a device or socket.
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    fail("'{}' is not a regular file (a FIFO, device or socket); expected a file path like run.h5", path);
   // Probe with a temporary file beside the target: never clobbers the target.
   const std::string probe = files::temporary_beside(path, ".probe", "run");
   std::FILE* f = std::fopen(probe.c_str(), "wbx");
@@ -122,7 +125,7 @@ using files::same_file;
 // a second writer could truncate the file under the first). The kernel
 // releases it when the process ends, however it ends.
 bool log_in_use(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO there: no wait for a writer
   if (fd < 0) return false;
   struct flock l {};
   l.l_type = F_WRLCK;
@@ -436,9 +439,9 @@ void Run::restore_state() {
   const std::string where = fmt::format("{}: checkpoint '{}'", args_.command(), resume_);
   const int64_t procs = ck.counters.count("processes") ? ck.counters.at("processes") : 1;
   if (procs != dist::size())
-    throw UsageError(fmt::format("{} was written by {} process{}; this job has {} (resume it with mpirun -np {}, "
-                                 "or without mpirun for 1)",
-                                 where, procs, procs == 1 ? "" : "es", dist::size(), procs));
+    throw UsageError(fmt::format("{} was written by {} process{}; this job has {} (resume it {})", where, procs,
+                                 procs == 1 ? "" : "es", dist::size(),
+                                 procs == 1 ? std::string("without mpirun") : fmt::format("with mpirun -np {}", procs)));
   step_ = ck.counter("step");
   if (step_ < 0 || step_ > steps_)
     throw UsageError(fmt::format("{} is at step {}, beyond this run's {} steps (the length may only grow on resume)",
@@ -512,7 +515,11 @@ void Run::init_model() {
   }
   const Entry* model = models.front();
   try {
-    model->load_dict(safetensors::load(init_from_).tensors);
+    const std::map<std::string, Tensor> weights = safetensors::load(init_from_).tensors;
+    // A diverged run's weights would train on NaN and end with status 0.
+    for (const auto& [name, t] : weights)
+      if (t.is_floating() && !kernel::all_finite(t)) fail("'{}' holds NaN or infinite values", name);
+    model->load_dict(weights);
   } catch (const Error& e) {
     fail("{}: --init-from '{}': {}", args_.command(), init_from_, e.what());
   }

@@ -66,6 +66,7 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     Tensor& w = c.tensors.at("model/lm_head.weight");
     w = Tensor::full(w.shape(), std::numeric_limits<double>::quiet_NaN(), w.dtype());
     save_checkpoint(p + "/nan.ckpt.h5", c);
+    safetensors::save(p + "/nanw.safetensors", c.get("model"));  // as a diverged run's weights from elsewhere
   }
 
   struct Case {
@@ -114,6 +115,11 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"sample: a missing checkpoint", {"sample", p + "/none.ckpt.h5"}, 1, {"none.ckpt.h5"}},
       {"sample: NaN weights", {"sample", p + "/nan.ckpt.h5"}, 1,
        {"nan.ckpt.h5", "parameter lm_head.weight holds values that are not finite"}},
+      {"--init-from NaN weights (the run trained on NaN with status 0)",
+       cat({"run", "charlm", "--text", text, "--steps", "2", "--init-from", p + "/nanw.safetensors", "--out",
+            p + "/fromnan.h5"},
+           kTinyLM),
+       1, {"--init-from", "nanw.safetensors", "lm_head.weight", "NaN or infinite"}},
       {"export: NaN weights", {"export", p + "/nan.ckpt.h5", "-o", p + "/nan.safetensors"}, 1,
        {"export: checkpoint", "not finite"}},
       {"export: a bad configuration", {"export", p + "/badconfig.ckpt.h5", "-o", p + "/bad.safetensors"}, 1,
@@ -190,7 +196,9 @@ TEST_CASE("writers replace only regular files: a device or FIFO is refused and s
   for (const Case& c : {Case{{"export", ckpt, "-o", p + "/fifo"}, "safetensors: cannot write '" + p + "/fifo': it is a FIFO"},
                         Case{{"run", "copy", "--steps", "4", "--out", p + "/t.h5", "--checkpoint", p + "/fifo"},
                              "checkpoint: cannot write '" + p + "/fifo': it is a FIFO"},
-                        Case{{"export", ckpt, "-o", "/dev/null"}, "it is a device, not a regular file"}}) {
+                        Case{{"export", ckpt, "-o", "/dev/null"}, "it is a device, not a regular file"},
+                        // The log's writer waited on the FIFO forever.
+                        Case{{"run", "copy", "--steps", "4", "--out", p + "/fifo"}, "fifo' is not a regular file"}}) {
     CAPTURE(c.args);
     Result r = heed_cli(c.args, p);
     INFO(r.err);
