@@ -163,40 +163,28 @@ TEST_CASE("fault matrix: stop, Ctrl-C and kill -9 (also mid-checkpoint), then re
     std::vector<std::string> resume = printed_resume(r);
     CHECK(resume == cat(row.program, {"--resume", ckpt}));
 
-    {  // Ctrl-C: finish the step, checkpoint, flush, print the resume command, exit 130.
-      pid_t pid = start(resume, p + "/int.out", p + "/int.err");
-      for (int i = 0; i < 3000 && checkpoint_step(ckpt) < 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      kill(pid, SIGINT);
+    // A stop signal once the checkpoint reaches `at_least`: finish the step,
+    // checkpoint, flush, print the resume command, exit 128 + the signal.
+    auto stop_with = [&](int sig, int64_t at_least, const std::string& name) {
+      pid_t pid = start(resume, p + "/" + name + ".out", p + "/" + name + ".err");
+      for (int i = 0; i < 3000 && checkpoint_step(ckpt) < at_least; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      kill(pid, sig);
       int status = wait_status(pid);
-      Result ri{status, slurp(p + "/int.out"), slurp(p + "/int.err")};
-      INFO("after Ctrl-C: " << ri.out << ri.err);
-      if (status == 130) {
-        CHECK(printed_resume(ri) == resume);
+      Result rs{status, slurp(p + "/" + name + ".out"), slurp(p + "/" + name + ".err")};
+      INFO("after signal " << sig << ": " << rs.out << rs.err);
+      if (status == 128 + sig) {
+        CHECK(printed_resume(rs) == resume);
         const int64_t at = checkpoint_step(ckpt);
-        CHECK(ri.out.find(fmt::format("stopped at step {}/{}", at, row.steps)) != std::string::npos);
+        CHECK(rs.out.find(fmt::format("stopped at step {}/{}", at, row.steps)) != std::string::npos);
         check_every_step_once(log, metric, at);
       } else {
         CHECK(status == row.done);  // the run ended before the signal came (a fast machine): nothing to stop
       }
-    }
-    if (checkpoint_step(ckpt) < row.steps - 3) {  // SIGTERM (kill's default, mpirun's on Ctrl-C): the same, 143
-      const int64_t before = checkpoint_step(ckpt);
-      pid_t pid = start(resume, p + "/term.out", p + "/term.err");
-      for (int i = 0; i < 3000 && checkpoint_step(ckpt) < before + 1; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      kill(pid, SIGTERM);
-      int status = wait_status(pid);
-      Result rt{status, slurp(p + "/term.out"), slurp(p + "/term.err")};
-      INFO("after SIGTERM: " << rt.out << rt.err);
-      if (status == 128 + SIGTERM) {
-        CHECK(printed_resume(rt) == resume);
-        const int64_t at = checkpoint_step(ckpt);
-        CHECK(rt.out.find(fmt::format("stopped at step {}/{}", at, row.steps)) != std::string::npos);
-        check_every_step_once(log, metric, at);
-      } else {
-        CHECK(status == row.done);
-      }
-    }
+    };
+    stop_with(SIGINT, 5, "int");  // Ctrl-C: 130
+    // SIGTERM (kill's default, mpirun's on Ctrl-C): the same, 143.
+    if (checkpoint_step(ckpt) < row.steps - 3) stop_with(SIGTERM, checkpoint_step(ckpt) + 1, "term");
     for (int kills = 0; kills < 2 && checkpoint_step(ckpt) < row.steps - 4; ++kills) {  // kill -9 at two later steps
       const int64_t before = checkpoint_step(ckpt);
       pid_t pid = start(resume, p + "/kill.out", p + "/kill.err");
