@@ -83,15 +83,14 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   for (int64_t d : shape)
     if (d < 0) fail("empty: negative size {} in shape {}", d, shape_str(shape));
   // Sizes whose product wraps around would give a small storage for a huge
-  // shape. (A size 0 anywhere makes it empty, however large the others.)
+  // shape. Sizes 0 count as 1 here: the strides multiply the others anyway.
   bool wraps = false;
-  for (int64_t d : shape) wraps = __builtin_mul_overflow(numel, d, &numel) || wraps;
-  if (std::find(shape.begin(), shape.end(), int64_t{0}) != shape.end()) wraps = false, numel = 0;
+  for (int64_t d : shape) wraps = __builtin_mul_overflow(numel, std::max<int64_t>(d, 1), &numel) || wraps;
   if (wraps || __builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(dtype)), &bytes))
     fail("empty: shape {} of {} holds more bytes than a 64-bit size can count", shape_str(shape), dtype_name(dtype));
   detail::pace_threads();  // every op's output passes here: fewer threads while the cores are busy
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(bytes));
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape) == 0 ? 0 : bytes));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
