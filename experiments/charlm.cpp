@@ -341,7 +341,11 @@ CharModel charlm_from(const Checkpoint& ck, const std::string& path, const char*
   auto tt = ck.tensors.find("tokenizer/codepoints");
   if (tt == ck.tensors.end()) fail("{}: checkpoint '{}' has no tokenizer/codepoints", command, path);
   CharModel cm;
-  cm.tok = data::CharTokenizer::from_tensor(tt->second);
+  try {
+    cm.tok = data::CharTokenizer::from_tensor(tt->second);
+  } catch (const Error& e) {
+    fail("{}: checkpoint '{}': tokenizer/codepoints: {}", command, path, e.what());
+  }
   CharLMConfig c;
   auto num = [&](const char* k) {
     auto it = ck.config.find(k);

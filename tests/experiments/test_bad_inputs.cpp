@@ -68,6 +68,13 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     save_checkpoint(p + "/nan.ckpt.h5", c);
     safetensors::save(p + "/nanw.safetensors", c.get("model"));  // as a diverged run's weights from elsewhere
   }
+  {
+    Checkpoint c = load_checkpoint(ckpt, "charlm");  // a tokenizer that is no text (valid checksums)
+    Tensor cp = kernel::clone(c.tensors.at("tokenizer/codepoints"));
+    cp.data<int64_t>()[0] = -5;
+    c.tensors.at("tokenizer/codepoints") = cp;
+    save_checkpoint(p + "/badtok.ckpt.h5", c);
+  }
 
   struct Case {
     std::string what;
@@ -120,6 +127,8 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
             p + "/fromnan.h5"},
            kTinyLM),
        1, {"--init-from", "nanw.safetensors", "lm_head.weight", "NaN or infinite"}},
+      {"sample: a tokenizer that is no text", {"sample", p + "/badtok.ckpt.h5"}, 1,
+       {"badtok.ckpt.h5", "tokenizer/codepoints", "-5 is not a Unicode code point"}},
       {"export: NaN weights", {"export", p + "/nan.ckpt.h5", "-o", p + "/nan.safetensors"}, 1,
        {"export: checkpoint", "not finite"}},
       {"export: a bad configuration", {"export", p + "/badconfig.ckpt.h5", "-o", p + "/bad.safetensors"}, 1,
