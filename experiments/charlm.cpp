@@ -60,6 +60,17 @@ std::string text_for(const CharLMConfig& c) {
   return data::kjv_text("runs/corpus/kjv.txt");
 }
 
+// A charlm checkpoint's tokenizer; errors begin with `who` ("sample: " or "").
+data::CharTokenizer tokenizer_of(const Checkpoint& ck, const std::string& path, const std::string& who) {
+  auto tt = ck.tensors.find("tokenizer/codepoints");
+  if (tt == ck.tensors.end()) fail("{}checkpoint '{}' has no tokenizer/codepoints", who, path);
+  try {
+    return data::CharTokenizer::from_tensor(tt->second);
+  } catch (const Error& e) {
+    fail("{}checkpoint '{}': tokenizer/codepoints: {}", who, path, e.what());
+  }
+}
+
 class CharLMModels : public TrainedModels {
  public:
   CharLMModels(const Checkpoint& ck, const std::string& path) {
@@ -71,9 +82,7 @@ class CharLMModels : public TrainedModels {
     c_.batch = config_int(ck, path, "batch");
     c_.eval_batches = config_int(ck, path, "eval-batches");
     c_.text = config_text(ck, path, "text");
-    auto tt = ck.tensors.find("tokenizer/codepoints");
-    if (tt == ck.tensors.end()) fail("checkpoint '{}' has no tokenizer/codepoints", path);
-    data::CharTokenizer tok = data::CharTokenizer::from_tensor(tt->second);
+    data::CharTokenizer tok = tokenizer_of(ck, path, "");
     val_ = data::split_tokens(tok.encode(text_for(c_))).val;
     model_ = make_model(c_, tok.vocab_size(), nullptr);
     model_->load_state_dict(ck.get("model"));
@@ -338,14 +347,8 @@ CharModel load_charlm(const std::string& path, const char* command) {
 }
 
 CharModel charlm_from(const Checkpoint& ck, const std::string& path, const char* command) {
-  auto tt = ck.tensors.find("tokenizer/codepoints");
-  if (tt == ck.tensors.end()) fail("{}: checkpoint '{}' has no tokenizer/codepoints", command, path);
   CharModel cm;
-  try {
-    cm.tok = data::CharTokenizer::from_tensor(tt->second);
-  } catch (const Error& e) {
-    fail("{}: checkpoint '{}': tokenizer/codepoints: {}", command, path, e.what());
-  }
+  cm.tok = tokenizer_of(ck, path, fmt::format("{}: ", command));
   CharLMConfig c;
   auto num = [&](const char* k) {
     auto it = ck.config.find(k);
