@@ -125,14 +125,29 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
 };
 
-// A path for name in this process's own directory under the system's
-// temporary one (created; left for the system to clean, as files a test
-// reopens after its scope must outlive it).
-inline std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("heed-test-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+// This test process's own directory under the system's temporary one:
+// created on first use and removed with its contents when the process ends
+// (files a test reopens after its scope live here, and no run of the suite
+// leaves anything behind). A child made by fork() that exits leaves it alone.
+inline const std::string& scratch_dir() {
+  struct Root {
+    pid_t owner = getpid();
+    std::string path;
+    Root() {
+      path = (std::filesystem::temp_directory_path() / ("heed-tests-" + std::to_string(owner))).string();
+      std::filesystem::create_directories(path);
+    }
+    ~Root() {
+      std::error_code ec;
+      if (getpid() == owner) std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Root root;
+  return root.path;
 }
+
+// A path for name in scratch_dir().
+inline std::string temp_path(const std::string& name) { return scratch_dir() + "/" + name; }
 
 // A file's bytes ("" when it cannot be read). One read, not a character at
 // a time: the tests are built at -O0 (tests/CMakeLists.txt).

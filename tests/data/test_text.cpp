@@ -14,9 +14,7 @@ using namespace heed::data;
 
 namespace {
 std::string write_file(const std::string& name, const std::string& content) {
-  auto d = std::filesystem::temp_directory_path() / ("heed-text-" + std::to_string(getpid()));
-  std::filesystem::create_directories(d);
-  std::string p = (d / name).string();
+  std::string p = test::temp_path("text-" + name);
   std::ofstream(p, std::ios::binary) << content;
   return p;
 }

@@ -28,8 +28,8 @@ TEST_CASE("charlm: sampling with cached keys and values gives the same tokens as
 }
 
 TEST_CASE("charlm: a tiny run on a given text trains, checkpoints and refuses bad input") {
-  auto dir = std::filesystem::temp_directory_path() / ("heed-charlm-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
+  test::TempDir scratch("heed-charlm-");
+  const std::filesystem::path dir = scratch.path;
   std::string text = (dir / "t.txt").string(), out = (dir / "lm.h5").string();
   {
     std::ofstream f(text);

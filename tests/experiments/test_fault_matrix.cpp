@@ -36,7 +36,7 @@ struct Row {
 
 std::string corpus_path() {
   static const std::string path = [] {
-    std::string p = (fs::temp_directory_path() / ("heed-fault-corpus-" + std::to_string(getpid()) + ".txt")).string();
+    std::string p = test::temp_path("fault-corpus.txt");
     std::ofstream f(p);
     for (int i = 0; i < 120; ++i) f << "In the beginning God created the heaven and the earth. ";
     return p;
