@@ -190,7 +190,9 @@ Tensor full_like(const Tensor& t, double value);
 // softmax(scale q k^T, causal or not) v without materialising the score
 // matrix (blockwise, online softmax; see core/cpu_attention.cpp).
 // q [N, T, H, K], k [N, S, G, K], v [N, S, G, E] -> [N, T, H, E].
-// Causal: query i sees keys j <= i + S - T. Block sizes 0: the default.
+// Causal: query i sees keys j <= i + S - T, so it needs S >= T (fewer keys
+// would leave the first queries none: refused, where PyTorch gives NaN rows).
+// Block sizes 0: the default.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                     int64_t block_q = 0, int64_t block_k = 0);
 // The same from one projection's output qkv [N, T, (heads + 2 kv_heads) K]

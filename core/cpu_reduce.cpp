@@ -81,7 +81,9 @@ void reduce_into(const Tensor& x, const Plan& p, const Tensor& out) {
   T* po = out.data<T>();
   const int64_t nout = shape_numel(kshape);
   const int64_t nred = shape_numel(rshape);
-  const Acc init = R == Red::sum ? Acc(0) : -std::numeric_limits<Acc>::infinity();
+  constexpr Acc lowest =
+      std::numeric_limits<Acc>::has_infinity ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::lowest();
+  const Acc init = R == Red::sum ? Acc(0) : lowest;
 
   // Fast path: the reduced dims are the slowest ones and the kept dims are one
   // contiguous block (e.g. summing a bias gradient over N*T rows). Add whole
@@ -166,7 +168,7 @@ Tensor reduce(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, R
       break;
     case DType::i64:
       if (r == Red::sum) reduce_into<int64_t, int64_t, Red::sum>(x, p, out);
-      else fail("{}: int64 max is not supported", op);
+      else reduce_into<int64_t, int64_t, Red::max>(x, p, out);
       break;
   }
   return out;

@@ -252,7 +252,6 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   run.track("result/train_loss", last_train);
   run.track_constant("tokenizer/codepoints", tok.to_tensor());  // `heed sample` reads it; a changed corpus is refused
   run.begin([&](RunLog& log) {
-    log.set_attr("probe_text", probe_text);
     std::vector<int64_t> all(static_cast<size_t>(tok.vocab_size()));
     for (int64_t i = 0; i < tok.vocab_size(); ++i) all[static_cast<size_t>(i)] = i;
     log.set_attr("vocabulary", tok.decode(all));
@@ -260,6 +259,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     for (const char* m : {"train_loss", "lr", "grad_norm", "tokens_per_second", "val_loss", "train_eval_loss"})
       log.declare_scalar(m);
     for (int64_t l = 0; l < c.layers; ++l) log.declare_series(fmt::format("attention/layer{}/maps", l), {c.heads, P, P});
+    log.set_attr("probe_text", probe_text, "series/attention");  // docs/log-format.md: the maps' positions
     for (const std::string& name : head_stat_names()) log.declare_series("heads/" + name, {c.layers, c.heads});
     // heads/<stat> [layers, heads] on fixed validation windows; heads/uniform
     // [stats]: the same statistics under uniform attention on those windows.

@@ -40,7 +40,8 @@ std::string usage() {
          "\n"
          "Every run logs to HDF5 (readable while it runs: docs/log-format.md), writes checkpoints, stops\n"
          "cleanly on Ctrl-C and continues with --resume CHECKPOINT (docs/checkpoint-format.md).\n"
-         "Exit status: 0 done, 1 error, 2 bad command line, 130 stopped with a checkpoint.\n";
+         "Exit status: 0 done, 1 error (or a check failed: run sine --help), 2 bad command line, 130 stopped\n"
+         "with a checkpoint (143 when stopped by SIGTERM).\n";
 }
 
 int run(const std::vector<std::string>& args) {

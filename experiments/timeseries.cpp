@@ -276,7 +276,11 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
   for (auto& m : runs) fmt::print("{:<10} {:>11} {:>10.4f}\n", m.name, m.net->num_parameters(), m.test_mse);
   fmt::print("{:<10} {:>11} {:>10.4f}\n{:<10} {:>11} {:>10.4f}\n", "last value", "-", persistence,
              "one period back", "-", seasonal);
-  for (size_t l = 0; l < same_phase.size() && !std::isnan(uniform); ++l)
+  if (uniform == 0 && !same_phase.empty())  // a ratio to it would be 0/0
+    fmt::print("\nsame-phase attention: no key lies within {} step(s) of a whole number of periods back from any "
+               "scored query (the periods are real numbers), so there is nothing to measure; widen --window\n",
+               c.window);
+  for (size_t l = 0; l < same_phase.size() && uniform > 0; ++l)
     fmt::print("{}layer {}: attention within {} step(s) of the same phase of earlier cycles {:.3f} averaged over "
                "heads ({:.1f}x uniform), {:.3f} in the best head ({:.1f}x); uniform {:.3f}\n",
                l == 0 ? "\n" : "", l, c.window, same_phase[l], same_phase[l] / uniform, same_phase_best[l],

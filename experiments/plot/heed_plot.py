@@ -207,13 +207,27 @@ def new_figure(size):
     return plt.figure(figsize=size, dpi=FIG_DPI, layout="constrained")
 
 
+def mark_lone_points(fig):
+    """A line through one point draws nothing (a metric logged once, a run
+    stopped after one step): such lines get a marker, in every figure."""
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if len(line.get_xdata()) == 1 and line.get_marker() in (None, "", " ", "None", "none"):
+                line.set_marker("o")
+                line.set_markersize(5)
+
+
 def save(fig, out_dir, name, written):
     import matplotlib.pyplot as plt
     path = os.path.join(out_dir, name)
+    mark_lone_points(fig)
     fig.savefig(path, dpi=FIG_DPI)
     plt.close(fig)
     written.append(path)
     print(path, flush=True)
+
+
+SMOOTH_FROM = 80  # rows from which smooth() averages (below, it returns the rows)
 
 
 def smooth(values):
@@ -222,7 +236,7 @@ def smooth(values):
     import numpy as np
     v = np.asarray(values, dtype=np.float64)
     n = len(v)
-    half = max(0, n // 80)
+    half = max(0, n // SMOOTH_FROM)
     if half == 0:
         return v
     c = np.concatenate([[0.0], np.cumsum(v)])
@@ -287,6 +301,7 @@ def shapes_losses(f, models, out_dir, written):
     ax_step, ax_epoch = fig.subplots(1, 2)
     spe = steps_per_epoch(f)
     plotted_step, plotted_epoch = [], []
+    smoothed = False
     for i, m in enumerate(models):
         colour = model_colour(m, i)
         tl = metric(f, f"{m}/train_loss")
@@ -294,6 +309,7 @@ def shapes_losses(f, models, out_dir, written):
             ax_step.plot(tl[:, 0], tl[:, 1], color=colour, alpha=0.25, lw=0.8)
             ax_step.plot(tl[:, 0], smooth(tl[:, 1]), color=colour, lw=1.8, label=m)
             plotted_step.append(tl[:, 1])
+            smoothed = smoothed or len(tl) >= SMOOTH_FROM
         for suffix, style, marker in (("train_mse", "--", "o"), ("test_mse", "-", "s")):
             r = metric(f, f"{m}/{suffix}")
             if r is None:
@@ -306,7 +322,7 @@ def shapes_losses(f, models, out_dir, written):
         log = log_y_if_positive(ax_step, plotted_step)
         ax_step.set_xlabel("step")
         ax_step.set_ylabel("MSE loss" + (" (log scale)" if log else ""))
-        ax_step.set_title("training loss per step (light: raw, dark: smoothed)")
+        ax_step.set_title("training loss per step" + (" (light: raw, dark: smoothed)" if smoothed else ""))
         ax_step.legend()
         ax_step.grid(True, which="both", alpha=0.3)
     else:
@@ -494,7 +510,8 @@ def lm_losses(f, out_dir, written):
     else:
         if train is not None:
             ax_loss.plot(train[:, 0], train[:, 1], color="tab:blue", alpha=0.25, lw=0.8)
-            ax_loss.plot(train[:, 0], smooth(train[:, 1]), color="tab:blue", lw=1.8, label="train (smoothed)")
+            ax_loss.plot(train[:, 0], smooth(train[:, 1]), color="tab:blue", lw=1.8,
+                         label="train (smoothed)" if len(train) >= SMOOTH_FROM else "train")
         if val is not None:
             ax_loss.plot(val[:, 0], val[:, 1], "-o", ms=4, color="tab:red", label="validation")
         log = log_y_if_positive(ax_loss, [r[:, 1] if r is not None else None for r in (train, val)])
@@ -717,6 +734,7 @@ def plot_scaling(f, out_dir, written):
         ax2.set_ylim(0, 1.02)
         ax2.set_xlabel("step")
         ax2.set_title("accuracy on fresh batches")
+        ax2.legend()
         ax2.grid(alpha=0.3)
     else:
         not_logged(ax2, "accuracy")
@@ -798,6 +816,7 @@ def all_metrics(f):
 
 
 def plot_metrics(f, out_dir, written):
+    import numpy as np
     names = all_metrics(f)
     if not names:
         return
@@ -810,6 +829,11 @@ def plot_metrics(f, out_dir, written):
         ax.plot(r[:, 0], r[:, 1], color="tab:blue", alpha=0.35 if len(r) > 50 else 1.0, lw=0.8)
         if len(r) > 50:
             ax.plot(r[:, 0], smooth(r[:, 1]), color="tab:blue", lw=1.5)
+        # A loss falling from 0.2 to 1e-5 is a flat line at 0 on a linear axis.
+        values = r[:, 1][np.isfinite(r[:, 1])]
+        if len(values) and np.min(values) > 0 and np.max(values) / np.min(values) > 100:
+            log_y_if_positive(ax, [values])
+            name += " (log scale)"
         ax.set_title(name)
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)

@@ -22,7 +22,7 @@ import math
 import os
 
 from heed_plot import (FIG_DPI, dataset, fixed, log_y_if_positive, metric, model_colour, new_figure, not_logged,
-                       save, series_last, smooth, text_attr)
+                       save, series_last, smooth, SMOOTH_FROM, text_attr)
 
 N_SAMPLES = 4
 SIZE_LOSSES = (12, 4.5)      # 1200 x 450
@@ -72,7 +72,8 @@ def draw_losses(f, models, references, title, out_dir, written):
         log = log_y_if_positive(ax, data)
         ax.set_xlabel("step")
         ax.set_ylabel("MSE" + (" (log scale)" if log else ""))
-        ax.set_title(what + (" (light: raw, dark: smoothed)" if ax is ax_step else ""))
+        smoothed = ax is ax_step and any(len(d) >= SMOOTH_FROM for d in data)
+        ax.set_title(what + (" (light: raw, dark: smoothed)" if smoothed else ""))
         ax.legend(fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"{os.path.basename(f.filename)}: {title}")

@@ -540,6 +540,15 @@ TEST_CASE("reductions: rank-0, size-0 dims, NaN, int64 and repeated dims") {
   CHECK(std::isnan(mx[0]));
   CHECK(mx[1] == 4.0);
   CHECK(k::sum(Tensor::from_i64({1, 2, 3, 4}, {2, 2}), {0}).to_vector<int64_t>() == std::vector<int64_t>{4, 6});
+  // int64 max: exact beyond 2^53, and all-negative rows (a maximum that
+  // started from 0, as -infinity converted to an integer is, would say 0).
+  const int64_t big = (int64_t{1} << 60) + 1;
+  Tensor ints = Tensor::from_i64({-5, -3, -9, big, big - 1, -1}, {2, 3});
+  CHECK(k::amax(ints, {1}).to_vector<int64_t>() == std::vector<int64_t>{-3, big});
+  CHECK(k::amax(ints, {0}).to_vector<int64_t>() == std::vector<int64_t>{big, big - 1, -1});
+  CHECK(k::amax(ints, {}).dtype() == DType::i64);
+  CHECK(max(ints).to_vector<int64_t>() == std::vector<int64_t>{big});
+  CHECK(k::amax(Tensor::from_i64({-7, -8}, {2}), {}).to_vector<int64_t>() == std::vector<int64_t>{-7});
   test::check_error([&] { k::mean(Tensor::arange(3, DType::i64), {}); }, {"mean", "int64"});
   test::check_error([&] { k::sum(Tensor::zeros({2, 3}), {1, -1}); }, {"sum", "dim 1", "more than once"});
 }

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "data/checkpoint.h"
+#include "data/h5.h"
 #include "experiments/charlm.h"
 #include "test_util.h"
 
@@ -43,6 +44,12 @@ TEST_CASE("charlm: a tiny run on a given text trains, checkpoints and refuses ba
   CHECK(ck.counter("step") == 30);
   CHECK(ck.tensors.count("tokenizer/codepoints") == 1);
   CHECK(experiments::run_sample({(dir / "lm.ckpt.h5").string(), "--prompt", "the ", "--tokens", "10"}) == 0);
+  {  // where docs/log-format.md puts it: T characters, T the maps' size
+    h5::File log(out, h5::File::Mode::read);
+    REQUIRE(log.has_attr("series/attention", "probe_text"));
+    const std::string probe = h5::attr_str(log.get_attr("series/attention", "probe_text"));
+    CHECK(static_cast<int64_t>(probe.size()) == log.read_tensor("series/attention/layer0/maps/values").size(-1));
+  }
 
   std::string shorttext = (dir / "short.txt").string();
   std::ofstream(shorttext) << "tiny";

@@ -159,6 +159,62 @@ try:
         check(r.returncode == 0, f"heed run {name} exited {r.returncode}: {r.stderr}")
         check_pngs(os.path.join(TMP, name + "_plots"), plot(out), sizes)
 
+    # ---- what the figures show: every figure of every log above, and of
+    # runs whose metrics have one row (a sine run's final_mse, a shapes run
+    # stopped after one step), drawn in this process with the figures
+    # inspected as they are saved: a line through one point needs a marker
+    # (else the panel is empty), and a panel with several labelled lines a
+    # legend ----
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "plot"))
+    import heed_plot
+    import matplotlib.figure
+
+    drawn = []
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def inspecting_savefig(fig, path, *args, **kwargs):
+        name = os.path.relpath(path, TMP)
+        legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        explained = {t.get_text() for legend in legends for t in legend.get_texts()}  # one legend may serve all
+        for k, ax in enumerate(fig.axes):
+            labels = {l.get_label() for l in ax.get_lines() if not l.get_label().startswith("_")}
+            if len(labels) >= 2:
+                check(labels <= explained, f"{name}, panel {k} ({ax.get_title()!r}): lines {sorted(labels)} "
+                      f"but the figure's legends name only {sorted(explained)}")
+            for line in ax.get_lines():
+                if len(line.get_xdata()) == 1:
+                    check(line.get_marker() not in (None, "", " ", "None", "none"),
+                          f"{name}, panel {k} ({ax.get_title()!r}): a line through one point without a marker")
+        drawn.append(name)
+        return real_savefig(fig, path, *args, **kwargs)
+
+    one_row = []
+    sine = os.path.join(TMP, "sine.h5")
+    r = run(["run", "sine", "--steps", "30", "--out", sine])  # exits 1: 30 steps do not reach the threshold
+    check(os.path.exists(sine), f"heed run sine wrote no log: {r.stderr}")
+    one_row.append(sine)
+    stopped = os.path.join(TMP, "stopped.h5")
+    r = run(["run", "shapes", "--epochs", "1", "--train", "100", "--test", "15", "--batch", "50", "--stop-after", "1",
+             "--out", stopped])
+    check(r.returncode == 130, f"heed run shapes --stop-after 1 exited {r.returncode}: {r.stderr}")
+    one_row.append(stopped)
+    scaling = os.path.join(TMP, "scaling.h5")
+    r = run(["run", "scaling", "--dk-max", "16", "--queries", "8", "--keys", "8", "--seeds", "2", "--dim", "16",
+             "--steps", "20", "--eval-every", "10", "--out", scaling])
+    check(r.returncode == 0, f"heed run scaling exited {r.returncode}: {r.stderr}")
+    matplotlib.figure.Figure.savefig = inspecting_savefig
+    try:
+        for source in [log, cnn, lm, comp, scaling] + [os.path.join(TMP, n + ".h5") for n in ("timeseries", "crossattn")] + one_row:
+            try:
+                heed_plot.plot(source, os.path.join(TMP, "inspected", os.path.basename(source)))
+            except SystemExit as e:  # heed_plot.die
+                check(False, f"heed_plot.plot({source}) refused it (status {e.code})")
+    finally:
+        matplotlib.figure.Figure.savefig = real_savefig
+    check(len(drawn) >= 40, f"only {len(drawn)} figures inspected")
+    with h5py.File(sine, "r", libver="latest", swmr=True) as f:
+        check(len(f["metrics/final_mse"]) == 1, "the sine log's final_mse does not have one row: the case is not tested")
+
     # ---- a log whose writer was killed before SWMR began (a resume opens
     # its log read-write first): still marked open, which every reader
     # refuses; heed plot draws from a cleared copy and leaves the log as it was ----

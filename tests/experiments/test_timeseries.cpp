@@ -10,6 +10,7 @@
 #include "experiments/crossattn.h"
 #include "experiments/timeseries.h"
 #include "experiments/timeseries_task.h"
+#include "spawn.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -221,4 +222,19 @@ TEST_CASE("run timeseries and run crossattn: bad options are refused naming them
     for (const auto& m : c.message) CHECK(msg.find(m) != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(log));
   }
+}
+
+TEST_CASE("run timeseries: a window no key falls in is said so, not printed as a ratio to a zero baseline") {
+  test::TempDir d("heed-window-");
+  // Periods are real numbers: with --window 0 no key is exactly a whole
+  // number of periods back, the uniform baseline is 0 and a ratio is 0/0.
+  const test::Result r = test::heed_cli({"run", "timeseries", "--steps", "2", "--test", "4", "--window", "0",
+                                          "--length", "32", "--period-min", "4", "--period-max", "8", "--out",
+                                          d.path + "/w.h5"},
+                                         d.path);
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("nan") == std::string::npos);
+  CHECK(r.out.find("no key lies within 0 step(s) of a whole number of periods back") != std::string::npos);
+  CHECK(last_value(d.path + "/w.h5", "attention/uniform") == 0.0);
 }
