@@ -226,7 +226,7 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
         fail("backward: a tensor of shape {} that {} saved for its backward was changed in place since (its version "
              "is {}, expected {}): an optimiser step, copy_, fill_ or another in-place kernel wrote to it between "
              "the forward and this backward, so the gradient would not be that of the forward's values. Run the "
-             "forward again after the change, or change a copy (kernel::clone) instead",
+             "forward again after the change, or change a copy (clone) instead",
              shape_str(v->shape), n->name, v->storage->version, s.version);
     for (auto& c : n->next) {
       if (!c) continue;

@@ -111,6 +111,9 @@ Tensor expand(const Tensor& t, const Shape& shape);
 Tensor unsqueeze(const Tensor& t, int64_t dim);
 Tensor squeeze(const Tensor& t, int64_t dim);
 Tensor contiguous(const Tensor& t);
+// Always a fresh copy (contiguous), the gradient passing through: a tensor
+// to change in place without touching what an op saved (torch.clone).
+Tensor clone(const Tensor& t);
 Tensor concat(const std::vector<Tensor>& ts, int64_t dim);
 // Pieces of `size` along dim (the last may be shorter), as views.
 std::vector<Tensor> split(const Tensor& t, int64_t size, int64_t dim);

@@ -79,6 +79,10 @@ Tensor contiguous(const Tensor& t) {
   return record("contiguous", y, {t}, [](const Tensor& g, Grads& gi) { gi.set(0, g); });
 }
 
+Tensor clone(const Tensor& t) {
+  return record("clone", k::clone(t), {t}, [](const Tensor& g, Grads& gi) { gi.set(0, g); });
+}
+
 Tensor concat(const std::vector<Tensor>& ts, int64_t dim) {
   Tensor y = k::concat(ts, dim);
   dim = normalize_dim(dim, ts[0].dim(), "concat");

@@ -115,6 +115,10 @@ File load(const std::string& path) {
     fail("safetensors: cannot read '{}': {}", path, e.what());
   }
   if (bytes.size() < 8) fail("safetensors: '{}' has {} bytes, too short for a header length", path, bytes.size());
+  if (bytes.compare(0, 8, "\x89HDF\r\n\x1a\n") == 0)  // HDF5's signature: a heed log or checkpoint
+    fail("safetensors: '{}' is an HDF5 file (a heed log or checkpoint?), not a .safetensors file (heed export "
+         "CHECKPOINT writes one)",
+         path);
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
   if (n > bytes.size() - 8)

@@ -185,7 +185,14 @@ int64_t Tensor::stride(int64_t d) const {
   return impl_->strides[normalize_dim(d, dim(), "stride")];
 }
 
+void Tensor::undefined(const char* accessor) {
+  fail("Tensor::{}: the tensor is undefined (a default-constructed Tensor, or the grad() of a tensor no backward "
+       "has reached yet)",
+       accessor);
+}
+
 bool Tensor::is_contiguous() const {
+  use("is_contiguous");
   // No elements, no layout: like PyTorch, an empty tensor is contiguous
   // (contiguous_strides gives [3, 3, 1] for [2, 0, 3], which the loop below
   // would otherwise reject).
@@ -204,7 +211,8 @@ bool Tensor::shares_storage(const Tensor& o) const {
 }
 
 void* Tensor::raw_data() const {
-  return static_cast<char*>(impl_->storage->data) + impl_->offset * static_cast<int64_t>(dtype_size(impl_->dtype));
+  const TensorImpl* t = use("raw_data");
+  return static_cast<char*>(t->storage->data) + t->offset * static_cast<int64_t>(dtype_size(t->dtype));
 }
 
 double Tensor::at(const std::vector<int64_t>& index) const {

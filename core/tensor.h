@@ -102,17 +102,17 @@ class Tensor {
 
   // ---- metadata ----
   bool defined() const { return impl_ != nullptr; }
-  const Shape& shape() const { return impl_->shape; }
-  const Shape& strides() const { return impl_->strides; }
-  int64_t offset() const { return impl_->offset; }
-  int64_t dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+  const Shape& shape() const { return use("shape")->shape; }
+  const Shape& strides() const { return use("strides")->strides; }
+  int64_t offset() const { return use("offset")->offset; }
+  int64_t dim() const { return static_cast<int64_t>(use("dim")->shape.size()); }
   // size(d) accepts negative d (from the end); out of range throws naming d and the range.
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
-  int64_t numel() const { return shape_numel(impl_->shape); }
-  DType dtype() const { return impl_->dtype; }
+  int64_t numel() const { return shape_numel(use("numel")->shape); }
+  DType dtype() const { return use("dtype")->dtype; }
   bool is_contiguous() const;
-  bool is_floating() const { return impl_->dtype != DType::i64; }
+  bool is_floating() const { return use("is_floating")->dtype != DType::i64; }
 
   // ---- data access ----
   // Pointer to element [0,...,0] (offset applied). Checks the dtype.
@@ -128,19 +128,19 @@ class Tensor {
   // every view of it. After writing through data<T>() into a tensor that a
   // recorded op may have saved, call bump_version(): the next backward
   // through that op is then refused instead of using the new values.
-  uint64_t version() const { return impl_->storage->version; }
-  void bump_version() const { ++impl_->storage->version; }
+  uint64_t version() const { return use("version")->storage->version; }
+  void bump_version() const { ++use("bump_version")->storage->version; }
 
   // ---- autograd fields ----
-  bool requires_grad() const { return impl_->requires_grad; }
+  bool requires_grad() const { return use("requires_grad")->requires_grad; }
   // Only floating leaves may require grad; throws otherwise.
   Tensor& set_requires_grad(bool on = true);
   // Accumulated gradient (undefined until a backward pass reaches this tensor).
-  Tensor grad() const { return Tensor(impl_->grad); }
-  void set_grad(const Tensor& g) { impl_->grad = g.impl_; }
-  void zero_grad() { impl_->grad.reset(); }
-  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl_->grad_fn; }
-  bool is_leaf() const { return impl_->grad_fn == nullptr; }
+  Tensor grad() const { return Tensor(use("grad")->grad); }
+  void set_grad(const Tensor& g) { use("set_grad")->grad = g.impl_; }
+  void zero_grad() { use("zero_grad")->grad.reset(); }
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return use("grad_fn")->grad_fn; }
+  bool is_leaf() const { return use("is_leaf")->grad_fn == nullptr; }
 
   // ---- the differentiable ops as methods, libtorch's spelling ----
   // x.matmul(w).softmax(-1).sum().backward() is matmul, softmax, sum and
@@ -184,6 +184,14 @@ class Tensor {
   std::string str() const;
 
  private:
+  // impl_, or a heed::Error naming the accessor when this tensor is undefined
+  // (default-constructed, or grad() before a backward reached it).
+  TensorImpl* use(const char* accessor) const {
+    if (!impl_) [[unlikely]]
+      undefined(accessor);
+    return impl_.get();
+  }
+  [[noreturn]] static void undefined(const char* accessor);
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -273,6 +273,7 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   if (p == Precision::bf16 && !bf16_unsupported_reason().empty())
     throw UsageError(fmt::format("{}: --precision bf16: {}", args_.command(), bf16_unsupported_reason()));
   heed::set_precision(p);
+  parsed_ = true;
   return true;
 }
 
@@ -529,6 +530,9 @@ void Run::init_model() {
 
 void Run::begin(const std::function<void(RunLog&)>& schema) {
   if (begun_) fail("Run::begin: called twice");
+  if (!parsed_)  // the log and checkpoint paths, --resume and the threads come from parse()
+    fail("Run::begin: call parse() first (parse(argc, argv), or parse({{}}) for a program without options): it sets "
+         "the log and checkpoint paths and checks them");
   if (steps_ < 1 && !resuming()) fail("{}: the run has no steps (RunOptions::steps or set_steps)", args_.command());
   // The log's lock, taken just before the log is opened (an empty file is
   // created for it when there is none: nothing may fail after that).

@@ -174,7 +174,7 @@ class Run {
   struct StopGuard;
   std::unique_ptr<StopGuard> ctrl_c_;
   int64_t step_ = 0, start_step_ = 0;
-  bool in_step_ = false, stopped_ = false, begun_ = false;
+  bool in_step_ = false, stopped_ = false, begun_ = false, parsed_ = false;
   int stop_signal_ = 0;  // the signal that stopped the run (SIGINT, SIGTERM), or 0
   std::vector<std::pair<std::string, double>> shown_;
   std::chrono::steady_clock::time_point t0_, last_progress_;

@@ -140,6 +140,7 @@ std::vector<GradCase> cases() {
       {"expand", {{3, 1}}, [](V x) { return expand(x[0], {2, 3, 4}); }},
       {"unsqueeze squeeze", {{3, 4}}, [](V x) { return squeeze(unsqueeze(x[0], 1), 1) * unsqueeze(x[0], 0); }},
       {"contiguous nc", {{4, 3}}, [](V x) { return contiguous(T(x[0])); }},
+      {"clone nc", {{4, 3}}, [](V x) { return clone(T(x[0])) * x[0].sum(); }},
       {"concat", {{2, 3}, {2, 1}, {2, 2}}, [](V x) { return concat({x[0], x[1], x[2]}, 1); }},
       {"concat nc", {{3, 2}, {2, 2}}, [](V x) { return concat({T(x[0]), x[1]}, 1); }},
       {"split", {{2, 5}}, [](V x) {

@@ -181,3 +181,16 @@ TEST_CASE("in place: a training loop (forward, backward, step) runs for many ste
   }
   CHECK(last < first);
 }
+
+TEST_CASE("in place: changing a clone of a saved tensor leaves the graph valid, and the clone passes gradients") {
+  Tensor w = Tensor::from({1, 2, 3}, {3}).set_requires_grad();
+  Tensor x = Tensor::from({4, 5, 6}, {3}).set_requires_grad();
+  Tensor c = clone(x);
+  CHECK_FALSE(c.same(x));
+  Tensor loss = (w * x).sum() + (c * c).sum();  // mul saved x and c
+  float* p = clone(x).data<float>();            // a fresh copy: x's version is untouched
+  p[0] = 100;
+  REQUIRE(error_of([&] { loss.backward(); }).empty());
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1 + 8, 2 + 10, 3 + 12});  // w + 2 c
+  CHECK(x.to_vector<double>() == std::vector<double>{4, 5, 6});
+}

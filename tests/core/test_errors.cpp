@@ -110,3 +110,34 @@ TEST_CASE("an undefined tensor is named with the op that received it") {
   check_error([] { k::sum(Tensor(), {}); }, {"sum", "undefined"});
   check_error([] { k::matmul(Tensor::zeros({1, 1}), Tensor()); }, {"matmul", "undefined"});
 }
+
+TEST_CASE("an undefined tensor's accessors throw naming the accessor, not crash") {
+  Tensor u;  // as a parameter's grad() before any backward
+  CHECK_FALSE(nn::Linear(3, 2).weight.grad().defined());
+  const std::vector<std::pair<const char*, std::function<void()>>> uses = {
+      {"Tensor::shape", [&] { (void)u.shape(); }},
+      {"Tensor::strides", [&] { (void)u.strides(); }},
+      {"Tensor::offset", [&] { (void)u.offset(); }},
+      {"Tensor::dim", [&] { (void)u.dim(); }},
+      {"Tensor::numel", [&] { (void)u.numel(); }},
+      {"Tensor::dtype", [&] { (void)u.dtype(); }},
+      {"Tensor::is_floating", [&] { (void)u.is_floating(); }},
+      {"Tensor::is_contiguous", [&] { (void)u.is_contiguous(); }},
+      {"Tensor::raw_data", [&] { (void)u.raw_data(); }},
+      {"Tensor::version", [&] { (void)u.version(); }},
+      {"Tensor::bump_version", [&] { u.bump_version(); }},
+      {"Tensor::requires_grad", [&] { (void)u.requires_grad(); }},
+      {"Tensor::grad", [&] { (void)u.grad(); }},
+      {"Tensor::set_grad", [&] { u.set_grad(Tensor::zeros({1})); }},
+      {"Tensor::zero_grad", [&] { u.zero_grad(); }},
+      {"Tensor::grad_fn", [&] { (void)u.grad_fn(); }},
+      {"Tensor::is_leaf", [&] { (void)u.is_leaf(); }},
+      {"Tensor::shape", [] { (void)nn::Linear(3, 2).weight.grad().shape(); }},
+  };
+  for (const auto& [name, f] : uses) {
+    INFO(name);
+    check_error(f, {name, "undefined"});
+  }
+  check_error([&] { (void)u.size(0); }, {"size", "undefined"});
+  check_error([&] { (void)u.item(); }, {"undefined"});
+}

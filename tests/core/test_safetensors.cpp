@@ -124,6 +124,11 @@ TEST_CASE("safetensors: a damaged or malformed file is refused, naming the file 
     std::filesystem::create_directory(d.path + "/dir.safetensors");
     test::check_error([&] { safetensors::load(d.path + "/dir.safetensors"); }, {"dir.safetensors", "is a directory"});
   }
+  SUBCASE("an HDF5 file (a checkpoint given where weights were expected)") {
+    const std::string p = d.path + "/run.ckpt.h5";
+    std::ofstream(p, std::ios::binary) << std::string("\x89HDF\r\n\x1a\n\0\0\0\0\0\x08\x08\0", 16);  // its signature
+    test::check_error([&] { safetensors::load(p); }, {"run.ckpt.h5", "is an HDF5 file", "heed export"});
+  }
 }
 
 TEST_CASE("safetensors: the writer replaces a link at its temporary name, not the file the link leads to") {

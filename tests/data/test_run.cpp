@@ -155,6 +155,18 @@ TEST_CASE("Run: registering a name twice, or after begin, is refused naming it")
   t.run.finish();
 }
 
+TEST_CASE("Run: begin() before parse() is refused before anything is written") {
+  // It trained every step, then failed to move '.tmp' to '' (no checkpoint
+  // path yet), leaving .tmp in the working directory.
+  REQUIRE_FALSE(std::filesystem::exists("unused.h5"));
+  Toy t;
+  t.run.track("model", t.model);
+  test::check_error([&] { t.run.begin(); }, {"Run::begin", "call parse() first"});
+  CHECK_FALSE(std::filesystem::exists("unused.h5"));
+  CHECK_FALSE(std::filesystem::exists(".tmp"));
+  test::check_error([&] { t.run.next(); }, {"Run::next", "begin()"});
+}
+
 namespace {
 void known_handler(int) {}
 }  // namespace
