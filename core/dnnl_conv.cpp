@@ -270,9 +270,17 @@ Tensor empty_ncl(int64_t N, int64_t C, int64_t L, bool cl, DType dtype) {
 // independent of the thread count, the bias in the epilogue), as the Linear
 // layers do. (In float32 core/cpu_conv_gemm.cpp takes them, as every
 // convolution, on the float32 GEMM.)
+bool pointwise_geometry(DType dtype, int64_t K, const Conv1dGeom& g) {
+  return dtype == DType::f32 && precision() == Precision::bf16 && K == 1 && g.stride == 1 && g.padding == 0;
+}
 bool pointwise_applies(const Tensor& x, int64_t K, const Conv1dGeom& g) {
-  return x.dtype() == DType::f32 && precision() == Precision::bf16 && K == 1 && g.stride == 1 && g.padding == 0 &&
-         conv1d_channels_last(x);
+  return pointwise_geometry(x.dtype(), K, g) && conv1d_channels_last(x);
+}
+// t itself when channels-last, else a channels-last copy: the pointwise
+// gradients read rows of the incoming gradient whatever layout it came in
+// (a contiguous one took the float32 convolution instead of bf16).
+Tensor as_channels_last(const Tensor& t) {
+  return conv1d_channels_last(t) ? t : permute(contiguous(permute(t, {0, 2, 1})), {0, 2, 1});
 }
 // [N, C, L] channels-last <-> its rows [N L, C] (views, no copy).
 Tensor cl_rows(const Tensor& t) { return reshape(permute(t, {0, 2, 1}), {t.size(0) * t.size(2), t.size(1)}); }
@@ -335,10 +343,10 @@ Tensor conv1d_backward_data(const Tensor& gy_in, const Tensor& w0, const Shape& 
     return single_channel_conv1d_backward_data(contiguous(gy0), w, xs, g.padding, channels_last);
   // oneDNN reads gy and writes dx channels-last when both are (or gy has one
   // channel); otherwise both contiguous, and dx is permuted into the asked layout.
+  if (channels_last && pointwise_geometry(gy0.dtype(), w.size(2), g))  // pointwise in bf16: dx = dy w
+    return cl_from_rows(matmul(cl_rows(as_channels_last(gy0)), reshape(w, {w.size(0), w.size(1)})), xs[0], xs[2]);
   const bool cl = f32 && channels_last && conv1d_channels_last(gy0);
   Tensor gy = cl ? gy0 : contiguous(gy0);
-  if (cl && pointwise_applies(gy, w.size(2), g))  // pointwise in bf16: dx = dy w
-    return cl_from_rows(matmul(cl_rows(gy), reshape(w, {w.size(0), w.size(1)})), xs[0], xs[2]);
   if (winograd_conv1d_applies(gy.dtype(), xs[1], w.size(0), w.size(2), g, cl))
     return winograd_conv1d_backward_data(gy, Tensor(), w, xs[2], g.padding);
   if (gemm_conv1d_applies(gy.dtype())) return gemm_conv1d_backward_data(gy, w, xs, g, channels_last);
@@ -370,14 +378,14 @@ Tensor conv1d_backward_weights(const Tensor& gy_in, const Tensor& x0, const Shap
   if (single_channel_conv_applies(gy0.dtype(), ws[0], g))
     return single_channel_conv1d_backward_weights(contiguous(gy0), conv1d_channels_last(x0) ? x0 : contiguous(x0),
                                                   ws[2], g.padding, gb);
+  if (gy0.dtype() == DType::f32 && pointwise_applies(x0, ws[2], g)) {  // in bf16: dw = dy^T x, db = dy's column sums
+    const Tensor gy2 = cl_rows(as_channels_last(gy0));
+    if (gb) *gb = sum(gy2, {0}, false);
+    return reshape(matmul(transpose(gy2, 0, 1), cl_rows(x0)), ws);
+  }
   // Channels-last when both x and gy are; else both contiguous.
   const bool cl = gy0.dtype() == DType::f32 && conv1d_channels_last(x0) && conv1d_channels_last(gy0);
   Tensor gy = cl ? gy0 : contiguous(gy0), x = cl ? x0 : contiguous(x0);
-  if (cl && pointwise_applies(x, ws[2], g)) {  // pointwise in bf16: dw = dy^T x, db = column sums of dy
-    const Tensor gy2 = cl_rows(gy);
-    if (gb) *gb = sum(gy2, {0}, false);
-    return reshape(matmul(transpose(gy2, 0, 1), cl_rows(x)), ws);
-  }
   if (winograd_conv1d_applies(gy.dtype(), ws[1], ws[0], ws[2], g, cl))
     return winograd_conv1d_backward_weights(gy, Tensor(), x, g.padding, gb);
   if (gemm_conv1d_applies(gy.dtype())) return gemm_conv1d_backward_weights(gy, x, ws, g, gb);

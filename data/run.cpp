@@ -213,6 +213,19 @@ void Run::release_log() {
 
 void Run::may_change_on_resume(const std::string& option) { changeable_.insert(option); }
 
+namespace {
+// parse_precision's aliases as one name; a name it does not know as it is
+// (refused later, naming it).
+std::string canonical_precision(const std::string& name) {
+  try {
+    return precision_name(parse_precision(name));
+  } catch (const Error&) {
+    return name;
+  }
+}
+
+}  // namespace
+
 bool Run::parse(int argc, char** argv) {
   std::vector<std::string> line(argv, argv + argc);
   defaults_.program_ = line.empty() ? defaults_.program_ : line[0];
@@ -238,12 +251,13 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
       .text("precision", &precision_,
             "f32, or bf16: matrix products (attention's included) with bfloat16 operands and float32 "
             "accumulation, everything else (weights, optimiser, checkpoints) float32; needs a CPU with "
-            "AVX512-BF16 or AMX")
+            "AVX512-BF16")
       .text("init-from", &init_from_,
             "start the model from the weights in this .safetensors file (heed export writes one; so can "
             "PyTorch); a run of one model (shapes and timeseries: --model)");
   args_.set_program(defaults_.program_);
   if (!args_.parse(argv)) return false;
+  precision_ = canonical_precision(precision_);  // "bfloat16" is recorded, and compared on resume, as "bf16"
   if (command_line.empty()) {
     command_line = {defaults_.program_};
     command_line.insert(command_line.end(), argv.begin(), argv.end());
@@ -271,7 +285,9 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
     throw UsageError(fmt::format("{}: --precision expects f32 or bf16, got '{}'", args_.command(), precision_));
   }
   if (p == Precision::bf16 && !bf16_unsupported_reason().empty())
-    throw UsageError(fmt::format("{}: --precision bf16: {}", args_.command(), bf16_unsupported_reason()));
+    throw UsageError(fmt::format("{}: {}--precision bf16: {}", args_.command(),
+                                 resuming() && !args_.given("precision") ? "the run of checkpoint '" + resume_ + "' has " : "",
+                                 bf16_unsupported_reason()));
   heed::set_precision(p);
   parsed_ = true;
   return true;
@@ -298,7 +314,7 @@ void Run::restore_config() {
       fail("{}: checkpoint '{}' has option --{} {}, which this program does not know (written by another version?)",
            args_.command(), resume_, k, v);
     if (args_.given(k)) {
-      if (!changeable.count(k) && now[k] != v)
+      if (!changeable.count(k) && now[k] != (k == "precision" ? canonical_precision(v) : v))
         throw UsageError(fmt::format("{}: --{} {} contradicts the checkpoint's {} (a resumed run keeps its "
                                      "configuration; only --{} may change)",
                                      args_.command(), k, now[k], v, fmt::join(listed, ", --")));

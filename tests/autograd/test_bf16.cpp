@@ -228,6 +228,22 @@ TEST_CASE("bf16 pointwise convolutions (kernel 1, channels-last): forward and gr
   CHECK(worst_in_bounds(reshape(w.grad(), {O, C}), matmul(transpose(r2, 0, 1), x2),
                         matmul(transpose(abs(r2), 0, 1), abs(x2)), N * T) <= 1.0);
   CHECK(max_rel(b.grad(), sum(r2, {0})) < 1e-6);
+  // bf16 ran for the gradients too, whatever the incoming gradient's layout
+  // (r is contiguous here, y channels-last: the gradients took the float32
+  // convolution), and a channels-last one gives the same bits.
+  CHECK(max_rel(rows(x.grad()), matmul(r2, w2)) > 1e-4);
+  CHECK(max_rel(reshape(w.grad(), {O, C}), matmul(transpose(r2, 0, 1), x2)) > 1e-4);
+  const Tensor gx = x.grad(), gw = w.grad(), gb = b.grad();
+  for (Tensor* t : {&x, &w, &b}) t->zero_grad();
+  {
+    PrecisionScope s(Precision::bf16);
+    const Tensor r_cl = kernel::permute(kernel::contiguous(kernel::permute(r, {0, 2, 1})), {0, 2, 1});
+    REQUIRE(kernel::conv1d_channels_last(r_cl));
+    backward(sum(mul(conv1d(x, w, b), r_cl)));
+  }
+  CHECK(test::same_bits(x.grad(), gx));
+  CHECK(test::same_bits(w.grad(), gw));
+  CHECK(test::same_bits(b.grad(), gb));
 }
 
 TEST_CASE("bf16 Linear backward: the weight gradient is the float32 sum of the bf16-rounded operands' products") {

@@ -155,6 +155,18 @@ TEST_CASE("Run: registering a name twice, or after begin, is refused naming it")
   t.run.finish();
 }
 
+TEST_CASE("Run: a precision's other name is the same precision on resume, recorded under one name") {
+  test::TempDir d("heed-run-");
+  REQUIRE(Toy().go({"--out", d.path + "/p.h5", "--precision", "float32"}) == 0);
+  CHECK(load_checkpoint(d.path + "/p.ckpt.h5", "toy").config.at("precision") == "f32");
+  // It was refused: "--precision f32 contradicts the checkpoint's float32".
+  CHECK(Toy().go({"--resume", d.path + "/p.ckpt.h5", "--steps", "12", "--precision", "f32"}) == 0);
+  CHECK(Toy().go({"--resume", d.path + "/p.ckpt.h5", "--steps", "14", "--precision", "float32"}) == 0);
+  if (test::bf16_here())
+    test::check_error([&] { Toy().go({"--resume", d.path + "/p.ckpt.h5", "--steps", "16", "--precision", "bfloat16"}); },
+                      {"--precision bf16 contradicts the checkpoint's f32"});
+}
+
 TEST_CASE("Run: begin() before parse() is refused before anything is written") {
   // It trained every step, then failed to move '.tmp' to '' (no checkpoint
   // path yet), leaving .tmp in the working directory.
