@@ -26,7 +26,7 @@ std::string usage() {
          "\n"
          "commands:\n"
          "  info              version, commit, backends and thread count (also: heed --version)\n"
-         "  demo              the CNN-versus-attention experiment, 5 epochs (about 3-5 minutes on 2 cores)\n"
+         "  demo              the CNN-versus-attention experiment, 5 epochs (about 45 s on 2 cores)\n"
          "  bench [opts]      training-step speed of the bundled workloads (--compare: side by side with PyTorch;\n"
          "                    --micro: per-kernel micro-benchmarks; --attention-memory: memory against T)\n" +
          experiments +
