@@ -112,6 +112,15 @@ bool clear_status_flags(const std::string& path) {
 // file it records: a file its writer left open, not one cut short. Only such
 // a file is worth reading through a cleared copy (read_any); clearing a
 // truncated one would make its missing bytes read as zeros.
+// A FIFO, device or socket: never an HDF5 file (HDF5 seeks), and opening a
+// FIFO to read it would wait for a writer, for ever when there is none.
+bool special_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  return !ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) &&
+         !std::filesystem::is_directory(st);
+}
+
 bool marked_open_whole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   unsigned char sb[36] = {};
@@ -128,6 +137,7 @@ bool marked_open_whole(const std::string& path) {
 }  // namespace
 
 bool has_signature(const std::string& path) {
+  if (special_file(path)) return false;  // opening a FIFO to read waits for a writer
   // The superblock sits at 0, 512, 1024, 2048, ... (after an optional user block).
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
@@ -143,6 +153,8 @@ bool has_signature(const std::string& path) {
 }
 
 File::File(const std::string& path, Mode mode) : path_(path) {
+  if (special_file(path))
+    fail("'{}' is not a regular file (a FIFO, device or socket); expected an HDF5 file", path);
   silence_errors();
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   // The latest format is what SWMR needs; readers of heed files are 1.10+.

@@ -224,6 +224,18 @@ TEST_CASE("writers replace only regular files: a device or FIFO is refused and s
   CHECK(r.status == 0);
   CHECK(fs::is_symlink(p + "/link.safetensors"));
   CHECK(safetensors::load(p + "/target.safetensors").tensors.size() > 0);
+  // Readers of HDF5 files given a FIFO: they waited for a writer for ever.
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"inspect", p + "/fifo"},
+                                               {"export", p + "/fifo"},
+                                               {"sample", p + "/fifo"},
+                                               {"quantize", p + "/fifo", "--method", "uniform", "--bits", "4"},
+                                               {"run", "copy", "--resume", p + "/fifo"}}) {
+    CAPTURE(args);
+    Result rr = heed_cli(args, p);
+    INFO(rr.err);
+    CHECK(rr.status == 1);
+    CHECK(rr.err.find("fifo' is not") != std::string::npos);
+  }
 }
 
 TEST_CASE("a run's log and checkpoint are its own while it runs: a second run on them is refused") {
