@@ -67,4 +67,12 @@ std::string temporary_beside(const std::string& target, const char* suffix, cons
   return tmp;
 }
 
+void keep_mode(const std::string& tmp, const std::string& target) noexcept {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  if (ec || !fs::is_regular_file(st)) return;  // nothing there yet: the umask's mode
+  fs::permissions(tmp, st.permissions(), fs::perm_options::replace, ec);  // failing, the umask's mode
+}
+
 }  // namespace heed::files

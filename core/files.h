@@ -23,4 +23,10 @@ std::string replace_target(const std::string& path, const char* what);
 // there, naming it. `what` starts the message.
 std::string temporary_beside(const std::string& target, const char* suffix, const char* what);
 
+// Gives the temporary file tmp the permissions of the file at target, when
+// there is one, before tmp is renamed over it: a replaced file keeps its
+// mode (a 600 checkpoint stays 600) rather than taking the umask's (also
+// when the permissions cannot be set: the file is still written).
+void keep_mode(const std::string& tmp, const std::string& target) noexcept;
+
 }  // namespace heed::files

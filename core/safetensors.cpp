@@ -1,6 +1,8 @@
 // core/safetensors.cpp
 #include "core/safetensors.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -94,7 +96,10 @@ void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
     const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
     ok = ok && (bytes == 0 || std::fwrite(t.raw_data(), 1, bytes, f) == bytes);  // x86-64: already little-endian
   }
+  ok = std::fflush(f) == 0 && ok;
+  ok = ::fsync(fileno(f)) == 0 && ok;  // on disk before it replaces the old file, as checkpoints are
   ok = std::fclose(f) == 0 && ok;
+  if (ok) files::keep_mode(tmp, target);
   if (!ok || std::rename(tmp.c_str(), target.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());

@@ -111,6 +111,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
     throw;
   }
   fsync_path(tmp, false);
+  files::keep_mode(tmp, target);
   fs::rename(tmp, target, ec);
   if (ec) fail("checkpoint: could not move '{}' to '{}': {}", tmp, target, ec.message());
   fs::path dir = fs::path(target).parent_path();

@@ -105,3 +105,19 @@ TEST_CASE("checkpoint: a 300-character file name or a symlink loop is a heed::Er
   CHECK(std::distance(std::filesystem::directory_iterator(d.path), {}) == 2);  // loop1, loop2
   test::check_error([&] { load_checkpoint(d.file("none.ckpt.h5"), "sine"); }, {"none.ckpt.h5' does not exist"});
 }
+
+TEST_CASE("checkpoint and safetensors writers keep a replaced file's permissions") {
+  namespace fs = std::filesystem;
+  test::TempDir d("heed-mode-");
+  const std::string ck = d.path + "/run.ckpt.h5", st = d.path + "/w.safetensors";
+  save_checkpoint(ck, test::small_checkpoint());
+  safetensors::save(st, {{"w", Tensor::ones({2})}});
+  for (const std::string& p : {ck, st}) fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
+  save_checkpoint(ck, test::small_checkpoint());  // each replaces the file through a temporary one
+  safetensors::save(st, {{"w", Tensor::zeros({2})}});
+  for (const std::string& p : {ck, st}) {
+    INFO(p);
+    CHECK(fs::status(p).permissions() == (fs::perms::owner_read | fs::perms::owner_write));
+  }
+  CHECK(safetensors::load(st).tensors.at("w").to_floats() == std::vector<float>{0, 0});
+}
