@@ -6,7 +6,9 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -44,11 +46,14 @@ uint32_t tensor_crc(const Tensor& t0) {
   return crc32(t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
 }
 
-void fsync_path(const std::string& path, bool directory) {
+// Whether path's data reached the disk (a file system without fsync for
+// directories counts as done).
+bool fsync_path(const std::string& path, bool directory) {
   int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
+  if (fd < 0) return directory;
+  const bool ok = ::fsync(fd) == 0 || (directory && (errno == EINVAL || errno == EROFS));
   ::close(fd);
+  return ok;
 }
 }  // namespace
 
@@ -93,6 +98,11 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   std::error_code ec;
   const std::string target = files::replace_target(path, "checkpoint");
   const std::string tmp = files::temporary_beside(target, ".tmp", "checkpoint");
+  // What a failed write left, for its message.
+  auto what_is_left = [&] {
+    return fs::exists(target, ec) ? fmt::format("the previous checkpoint '{}' is as it was", target)
+                                  : fmt::format("no checkpoint was written to '{}'", target);
+  };
   try {
     h5::File f(tmp, h5::File::Mode::create);
     f.set_attr("/", "heed_checkpoint_format", kFormat);
@@ -106,11 +116,19 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
       f.set_attr("tensors/" + k, "crc32", static_cast<int64_t>(tensor_crc(t)));
     }
     f.flush();
-  } catch (const Error&) {
+    if (!f.close()) {  // the metadata it writes last did not fit: never renamed over the previous checkpoint
+      const std::string why = h5::system_reason();
+      fail("HDF5: could not close '{}'{}{}", tmp, why.empty() ? "" : ": ", why);
+    }
+  } catch (const Error& e) {
     fs::remove(tmp, ec);  // the previous checkpoint at path is untouched
-    throw;
+    fail("{}; {}", e.what(), what_is_left());
   }
-  fsync_path(tmp, false);
+  if (!fsync_path(tmp, false)) {  // an error only the write-back found: the previous checkpoint stays
+    const std::string why = std::strerror(errno);
+    fs::remove(tmp, ec);
+    fail("checkpoint: could not write '{}': {}; {}", tmp, why, what_is_left());
+  }
   files::keep_mode(tmp, target);
   fs::rename(tmp, target, ec);
   if (ec) fail("checkpoint: could not move '{}' to '{}': {}", tmp, target, ec.message());

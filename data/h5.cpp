@@ -25,7 +25,33 @@ namespace heed::h5 {
 
 void silence_errors() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    // First of all, no cleanup by HDF5 at exit: heed closes every file it
+    // opens, and a file HDF5 failed to close (its last flush hit a full disk)
+    // stays open inside HDF5, whose exit cleanup then crashed on it: SIGSEGV
+    // after heed had reported the error and chosen its exit status.
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  });
+}
+
+std::string system_reason() {
+  // The file drivers record a failed read or write as "... errno = 28,
+  // error message = 'No space left on device', ..." on the error stack.
+  std::string reason;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+        const std::string d = e && e->desc ? e->desc : "";
+        const std::string key = "error message = '";
+        const size_t at = d.find(key);
+        if (at == std::string::npos) return 0;
+        const size_t from = at + key.size(), to = d.find('\'', from);
+        *static_cast<std::string*>(out) = d.substr(from, to == std::string::npos ? std::string::npos : to - from);
+        return 1;  // the innermost one is enough
+      },
+      &reason);
+  return reason;
 }
 
 namespace {
@@ -43,12 +69,17 @@ struct Handle {
   operator hid_t() const { return id; }
 };
 
+// ": No space left on device" when HDF5's last failure has a system reason.
+std::string because() {
+  const std::string r = system_reason();
+  return r.empty() ? "" : ": " + r;
+}
 hid_t check(hid_t id, const std::string& what, const std::string& path) {
-  if (id < 0) fail("HDF5: could not {} in '{}'", what, path);
+  if (id < 0) fail("HDF5: could not {} in '{}'{}", what, path, because());
   return id;
 }
 void check_ok(herr_t r, const std::string& what, const std::string& path) {
-  if (r < 0) fail("HDF5: could not {} in '{}'", what, path);
+  if (r < 0) fail("HDF5: could not {} in '{}'{}", what, path, because());
 }
 
 hid_t h5_type(DType t) {
@@ -193,7 +224,10 @@ File::File(const std::string& path, Mode mode) : path_(path) {
       break;
   }
   if (id_ < 0) {
-    if (mode == Mode::create) fail("cannot create HDF5 file '{}' (is the directory writable?)", path);
+    if (mode == Mode::create) {
+      const std::string why = system_reason();
+      fail("cannot create HDF5 file '{}': {}", path, why.empty() ? "is the directory writable?" : why);
+    }
     fail("cannot open '{}' as an HDF5 file (missing, not HDF5, truncated, or still open for writing; "
          "a file left by a killed writer may need `h5clear -s --increment`)",
          path);
@@ -218,14 +252,15 @@ File& File::operator=(File&& o) noexcept {
   return *this;
 }
 
-void File::close() {
-  if (id_ >= 0) H5Fclose(id_);
+bool File::close() {
+  const bool ok = id_ < 0 || H5Fclose(id_) >= 0;
   id_ = -1;
   if (!copy_.empty()) {
     std::error_code ec;
     std::filesystem::remove(copy_, ec);
     copy_.clear();
   }
+  return ok;
 }
 
 bool File::exists(const std::string& object) const {

@@ -40,7 +40,12 @@ class File {
   const std::string& path() const { return path_; }
   bool from_copy() const { return !copy_.empty(); }  // read_any read a cleared copy
   int64_t id() const { return id_; }
-  void close();
+  bool close();  // false when HDF5 could not write what it held (a full disk); closed either way
+  // Forgets the file without another write to it, as a killed writer would:
+  // after a failed write, closing would write the superblock's new end of
+  // file over a file that holds less (readers then refuse it as truncated),
+  // where an SWMR log left as it was reads up to its last flush.
+  void abandon() { id_ = -1; }
 
   bool exists(const std::string& object) const;  // a group, dataset or attribute path
   // Dataset paths under `group` (recursively), e.g. "params/0.weight".
@@ -84,5 +89,8 @@ bool has_signature(const std::string& path);
 
 // Turns HDF5's own error stack printing off once (heed reports errors itself).
 void silence_errors();
+// The operating system's reason for HDF5's last failure, from its error
+// stack ("No space left on device"), or "" when it gave none.
+std::string system_reason();
 
 }  // namespace heed::h5

@@ -49,16 +49,41 @@ struct RunLog::Impl {
            name, step, d.last_step);
     d.last_step = step;
   }
-  ~Impl() { close(); }
+  ~Impl() { close(false); }
 
-  void close() {
+  // Writes every dataset's rows that HDF5 still holds; false when a write
+  // failed (a full disk: the rows were left as zeros, silently, before).
+  bool write_rows() {
+    bool ok = true;
+    for (auto& [n, d] : metrics) ok = H5Dflush(d.id) >= 0 && ok;
+    for (auto& [n, d] : series) {
+      ok = H5Dflush(d.id) >= 0 && ok;
+      ok = H5Dflush(d.step_id) >= 0 && ok;
+    }
+    return ok;
+  }
+  // After a failed write, no more writes (data/h5.h, File::abandon): the
+  // log stays as its last flush left it, readable as a killed writer's.
+  void abandon() {
+    metrics.clear();
+    series.clear();
+    file.abandon();
+  }
+  [[noreturn]] void write_failed() {
+    const std::string why = h5::system_reason();
+    abandon();
+    fail("RunLog '{}': could not write the log{}{}; the rows logged since its last flush are lost", file.path(),
+         why.empty() ? "" : ": ", why);
+  }
+
+  // report: throw when the last rows could not be written (not from a
+  // destructor).
+  void close(bool report = true) {
     if (file.id() < 0) return;
-    if (appending) {
-      for (auto& [n, d] : metrics) H5Dflush(d.id);
-      for (auto& [n, d] : series) {
-        H5Dflush(d.id);
-        H5Dflush(d.step_id);
-      }
+    if (appending && !write_rows()) {
+      if (report) write_failed();
+      abandon();
+      return;
     }
     for (auto& [n, d] : metrics) H5Dclose(d.id);
     for (auto& [n, d] : series) {
@@ -67,7 +92,8 @@ struct RunLog::Impl {
     }
     metrics.clear();
     series.clear();
-    file.close();
+    const bool closed = file.close();  // writes the file's metadata
+    if (!closed && report) write_failed();
   }
 
   void require(bool want_appending, const char* what) const {
@@ -127,7 +153,7 @@ struct RunLog::Impl {
     herr_t r = H5Dwrite(ds, type, mspace, fspace, H5P_DEFAULT, data);
     H5Sclose(mspace);
     H5Sclose(fspace);
-    if (r < 0) fail("RunLog '{}': write failed (disk full?)", file.path());
+    if (r < 0) write_failed();
     ++rows;
   }
 
@@ -140,11 +166,7 @@ struct RunLog::Impl {
   }
 
   void flush() {
-    for (auto& [n, d] : metrics) H5Dflush(d.id);
-    for (auto& [n, d] : series) {
-      H5Dflush(d.id);
-      H5Dflush(d.step_id);
-    }
+    if (!write_rows()) write_failed();
     rows_since_flush = 0;
     last_flush = std::chrono::steady_clock::now();
   }

@@ -386,3 +386,47 @@ TEST_CASE("bad inputs no more: charlm resumes with the default corpus, short run
     CHECK(c.counter("step") == 15);
   }
 }
+
+TEST_CASE("a full disk (a file size limit) ends a run with status 1 naming the file, and loses no checkpoint") {
+  test::TempDir d("heed-full-");
+  const std::string p = d.path;
+  // heed under a file size limit of kib KiB, SIGXFSZ ignored: a write past
+  // it fails with EFBIG, as one on a full disk fails with ENOSPC.
+  auto limited = [&](int kib, std::vector<std::string> args) {
+    std::vector<std::string> argv = {"/bin/bash", "-c",
+                                     "trap '' XFSZ; ulimit -f " + std::to_string(kib) + "; exec \"$0\" \"$@\"",
+                                     HEED_CLI_PATH};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return test::run_process(argv, p);
+  };
+  auto readable = [&](const std::string& file) { return heed_cli({"inspect", file}, p).status == 0; };
+  SUBCASE("the log cannot grow: an error, no rows stored as zeros, the log readable up to its last flush") {
+    // The rows were left as zeros and the run ended with status 0.
+    Result r = limited(20, {"run", "copy", "--steps", "3000", "--checkpoint-every", "0", "--out", p + "/a.h5"});
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("RunLog '" + p + "/a.h5': could not write the log") != std::string::npos);
+    CHECK(readable(p + "/a.h5"));
+    CHECK(!fs::exists(p + "/a.ckpt.h5"));
+  }
+  SUBCASE("the first checkpoint does not fit: status 1, not a crash, and no temporary file left") {
+    // HDF5's cleanup at exit crashed on the file it could not close (SIGSEGV, 139).
+    Result r = limited(48, {"run", "copy", "--steps", "3000", "--checkpoint-every", "200", "--out", p + "/b.h5"});
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("File too large") != std::string::npos);
+    CHECK(r.err.find("no checkpoint was written to '" + p + "/b.ckpt.h5'") != std::string::npos);
+    CHECK(!fs::exists(p + "/b.ckpt.h5.tmp"));
+    CHECK(readable(p + "/b.h5"));
+  }
+  SUBCASE("a later checkpoint does not fit: the previous one is as it was, and resumes") {
+    REQUIRE(heed_cli({"run", "copy", "--steps", "200", "--out", p + "/c.h5"}, p).status == 0);
+    const std::string before = slurp(p + "/c.ckpt.h5");
+    Result r = limited(48, {"run", "copy", "--resume", p + "/c.ckpt.h5", "--steps", "400"});
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("the previous checkpoint '" + p + "/c.ckpt.h5' is as it was") != std::string::npos);
+    CHECK(slurp(p + "/c.ckpt.h5") == before);
+    CHECK(heed_cli({"run", "copy", "--resume", p + "/c.ckpt.h5", "--steps", "400"}, p).status == 0);
+  }
+}
