@@ -2,6 +2,7 @@
 #include "data/run.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -214,6 +216,25 @@ void Run::release_log() {
 void Run::may_change_on_resume(const std::string& option) { changeable_.insert(option); }
 
 namespace {
+// Whether path holds a log heed can read.
+bool readable_log(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return false;
+  try {
+    h5::File f(path, h5::File::Mode::read_any);
+    return f.has_attr("/", "heed_log_format");
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// A file's device and inode ({0, 0}: no file there).
+std::pair<uint64_t, uint64_t> file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {0, 0};
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
 // parse_precision's aliases as one name; a name it does not know as it is
 // (refused later, naming it).
 std::string canonical_precision(const std::string& name) {
@@ -369,12 +390,35 @@ void Run::check_paths() {
   prepare_output_path(checkpoint_);
 }
 
-void Run::check_resumed_log() const {
+void Run::check_resumed_log() {
   if (!dist::is_main()) return;
   std::error_code ec;
-  if (!fs::exists(out_, ec))
-    fail("{}: the log '{}' of the run in '{}' is missing (give --out if it moved)", args_.command(), out_, resume_);
-  h5::File f(out_, h5::File::Mode::read_any);  // the append that follows clears a killed writer's mark
+  const int64_t at = resume_ck_->counters.count("step") ? resume_ck_->counter("step") : 0;
+  const std::string new_log_hint =
+      fmt::format("or --out NEW.h5 to continue in a new log, which holds the steps after {}", at);
+  if (!fs::exists(out_, ec)) {
+    if (!args_.given("out"))
+      fail("{}: the log '{}' of the run in '{}' is missing; give --out if it moved, {}", args_.command(), out_,
+           resume_, new_log_hint);
+    // A checkpoint outlives its log (deleted, lost in a crash, damaged): the
+    // run goes on in a new one. Not while its log is still there and
+    // readable: a missing --out is then a mistyped path to where it moved.
+    const auto own = resume_ck_->config.find("out");
+    if (own != resume_ck_->config.end() && readable_log(own->second))
+      fail("{}: the log '{}' is missing, and the run's log is still at '{}' (leave --out out, or give where it moved)",
+           args_.command(), out_, own->second);
+    prepare_output_path(out_);
+    new_log_ = true;
+    return;
+  }
+  std::optional<h5::File> opened;
+  try {
+    opened.emplace(out_, h5::File::Mode::read_any);  // the append that follows clears a killed writer's mark
+  } catch (const Error& e) {
+    fail("{}; to go on from checkpoint '{}', give --out NEW.h5: a new log, which holds the steps after {}", e.what(),
+         resume_, at);
+  }
+  h5::File& f = *opened;
   auto text = [&](const char* name) {
     if (!f.has_attr("/", name)) return std::string();
     h5::Attr a = f.get_attr("/", name);
@@ -561,8 +605,18 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     lock();
     restore_state();
     resume_ck_.reset();
-    log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_) : RunLog::discard());
-    fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
+    if (new_log_) {
+      log_ = std::make_unique<RunLog>(RunLog::create(out_));
+      write_metadata();
+      log_->set_attr("continues", fmt::format("the run of checkpoint '{}' from step {}", resume_, step_));
+      if (schema) schema(*log_);
+      log_->begin();
+      fmt::print("resumed from {} at step {}/{} into a new log, {} (it holds the steps after {})\n", resume_, step_,
+                 steps_, out_, step_);
+    } else {
+      log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_) : RunLog::discard());
+      fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
+    }
   } else {
     if (!init_from_.empty()) init_model();  // before the log exists: a file that does not fit leaves none
     if (dist::is_main()) {
@@ -577,6 +631,7 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
   }
   if (dist::size() > 1) fmt::print("data-parallel: {} processes, rank 0 logs and checkpoints\n", dist::size());
   fmt::print("logging to {}, checkpoints to {}\n", out_, checkpoint_);
+  log_file_ = file_identity(out_);
   std::fflush(stdout);
   begun_ = true;
   start_step_ = step_;
@@ -690,6 +745,15 @@ void Run::print_progress(bool force) {
 int Run::finish() {
   if (log_) log_->close();
   release_log();
+  // The rows went to the file opened at begin(): if out_ is now another
+  // file, or none, they went where that file went (deleted: lost; the
+  // checkpoint is not). Said, not an error: the training itself is done.
+  if (log_ && dist::is_main() && log_file_ != std::pair<uint64_t, uint64_t>{0, 0} && file_identity(out_) != log_file_)
+    fmt::print(stderr,
+               "{}: warning: the log '{}' was deleted, moved or replaced while the run went on: its rows went with "
+               "the file it was (deleted: lost). The checkpoint '{}' is intact (--resume it with --out NEW.h5 for a "
+               "new log).\n",
+               args_.command(), out_, checkpoint_);
   ctrl_c_.reset();
   if (stopped_) {
     const std::string launcher = dist::size() > 1 ? fmt::format("mpirun -np {} [mpirun options] ", dist::size()) : "";

@@ -147,7 +147,7 @@ class Run {
   void check_name(const std::string& name) const;
   void restore_config();
   void check_paths();
-  void check_resumed_log() const;
+  void check_resumed_log();
   void restore_state();
   void init_model();
   void save() const;
@@ -175,6 +175,8 @@ class Run {
   std::unique_ptr<StopGuard> ctrl_c_;
   int64_t step_ = 0, start_step_ = 0;
   bool in_step_ = false, stopped_ = false, begun_ = false, parsed_ = false;
+  bool new_log_ = false;  // resuming into a new log (--out naming no file): the old one is gone
+  std::pair<uint64_t, uint64_t> log_file_{0, 0};  // the log's device and inode, from begin() on (rank 0)
   int stop_signal_ = 0;  // the signal that stopped the run (SIGINT, SIGTERM), or 0
   std::vector<std::pair<std::string, double>> shown_;
   std::chrono::steady_clock::time_point t0_, last_progress_;

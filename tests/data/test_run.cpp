@@ -167,6 +167,29 @@ TEST_CASE("Run: a precision's other name is the same precision on resume, record
                       {"--precision bf16 contradicts the checkpoint's f32"});
 }
 
+TEST_CASE("Run: a checkpoint outlives its log: --resume with --out NEW.h5 goes on in a new log") {
+  test::TempDir d("heed-run-");
+  const std::string ck = d.path + "/n.ckpt.h5";
+  REQUIRE(Toy().go({"--out", d.path + "/n.h5"}) == 0);
+  fs::remove(d.path + "/n.h5");  // deleted (a cleaner, a crash that lost what was not on disk)
+  test::check_error([&] { Toy().go({"--resume", ck, "--steps", "14"}); },
+                    {"n.h5", "is missing", "--out NEW.h5", "steps after 10"});
+  REQUIRE(Toy().go({"--resume", ck, "--steps", "14", "--out", d.path + "/m.h5"}) == 0);
+  {
+    h5::File m(d.path + "/m.h5", h5::File::Mode::read);
+    std::vector<double> rows = m.read_tensor("metrics/loss").to_vector<double>();
+    REQUIRE(rows.size() == 3 * 4);
+    for (size_t i = 0; i < 4; ++i) CHECK(rows[3 * i] == double(11 + i));
+    CHECK(h5::attr_str(m.get_attr("/", "continues")).find("from step 10") != std::string::npos);
+  }
+  // A damaged log: its reader's error, and the same way on.
+  std::ofstream(d.path + "/m.h5", std::ios::trunc) << "not a log";
+  test::check_error([&] { Toy().go({"--resume", ck, "--steps", "16"}); }, {"m.h5", "--out NEW.h5", "steps after 14"});
+  Toy last;
+  REQUIRE(last.go({"--resume", ck, "--steps", "16", "--out", d.path + "/k.h5"}) == 0);
+  CHECK(last.counter == 32);  // 16 steps of 2, as one uninterrupted run
+}
+
 TEST_CASE("Run: begin() before parse() is refused before anything is written") {
   // It trained every step, then failed to move '.tmp' to '' (no checkpoint
   // path yet), leaving .tmp in the working directory.

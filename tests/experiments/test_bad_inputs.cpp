@@ -352,7 +352,7 @@ TEST_CASE("bad inputs no more: charlm resumes with the default corpus, short run
     fs::rename(p + "/runs/c.h5", p + "/runs/moved.h5");
     Result moved = heed_cli({"run", "copy", "--resume", p + "/runs/c.ckpt.h5"}, p);
     CHECK(moved.status == 1);
-    CHECK(moved.err.find("is missing (give --out if it moved)") != std::string::npos);
+    CHECK(moved.err.find("is missing; give --out if it moved") != std::string::npos);
     moved = heed_cli({"run", "copy", "--resume", p + "/runs/c.ckpt.h5", "--out", p + "/runs/moved.h5"}, p);
     INFO(moved.out << moved.err);
     CHECK(moved.status == 0);
