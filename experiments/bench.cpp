@@ -54,7 +54,8 @@ struct Workload {
   std::string name;
   std::string unit;      // "samples" or "tokens"
   double items = 0;      // per step
-  double flops = 0;      // per training step (analytic)
+  double flops = 0;      // per training step (analytic): the products the step computes
+  double flops_palm = 0;  // GPTs: the same with causal attention counted in full (PaLM's and nanoGPT's MFU), else 0
   bool fewer_mults = false;  // Winograd convolutions: flops counts more multiplications than run
   std::function<void()> forward_backward;  // zero_grad, forward, backward
   std::function<void()> update;            // the optimiser step
@@ -109,13 +110,19 @@ Workload gpt_workload(const std::string& name, int64_t width, int64_t context, i
   Tensor ids = randint(0, vocab, {rows, context}, &g), tgt = randint(0, vocab, {rows, context}, &g);
   const double D = static_cast<double>(width), T = static_cast<double>(context), L = layers, V = vocab;
   // Per token, forward: 2 FLOPs per weight of the blocks (12 D^2 per layer)
-  // and the LM head (D V), plus the attention products 2 * 2 T D per layer.
-  double per_token = 2 * (12 * D * D * L + D * V) + 4 * T * D * L;
+  // and the LM head (D V), plus per layer the attention products S = Q K^T
+  // and P V over the keys a query sees: causal, (T + 1) / 2 on average, and
+  // the fused kernel skips the blocks above the diagonal (as --micro counts
+  // it). PaLM's MFU (and nanoGPT's estimate_mfu) count all T keys, 4-8% more
+  // here: kept as flops_palm, for figures measured that way.
+  const double weights = 2 * (12 * D * D * L + D * V);
+  const double per_token = weights + 2 * 2 * D * L * (T + 1) / 2;
   Workload w;
   w.name = name;
   w.unit = "tokens";
   w.items = static_cast<double>(batch * context);
   w.flops = 3 * per_token * w.items;
+  w.flops_palm = 3 * (weights + 2 * 2 * D * L * T) * w.items;
   w.forward_backward = [net, opt, ddp, ids, tgt] {
     opt->zero_grad();
     Tensor loss = cross_entropy(net->forward(ids), tgt);
@@ -203,7 +210,7 @@ double peak_rss_mb() {
 
 struct Result {
   double median_ms = 0, items_per_s = 0, gflops = 0, rss_mb = 0;
-  int64_t allocs_per_step = 0;
+  double allocs_per_step = 0;  // the tensor allocator's requests to the system (misses of its cache), per step
   int64_t paced_steps = 0;  // measured steps that ended on fewer threads than asked (core/runtime.h)
 };
 
@@ -221,11 +228,12 @@ Result measure(Workload& w, int64_t warmup, int64_t steps) {
   }
   std::sort(ms.begin(), ms.end());
   Result r;
-  r.median_ms = ms[ms.size() / 2];
+  const size_t n = ms.size();  // the median as statistics.median takes it (the PyTorch peer's)
+  r.median_ms = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
   r.items_per_s = w.items / (r.median_ms / 1000);
   r.gflops = w.flops / (r.median_ms / 1000) / 1e9;
   r.rss_mb = peak_rss_mb();
-  r.allocs_per_step = alloc::stats().system_allocs / std::max<int64_t>(steps, 1);
+  r.allocs_per_step = static_cast<double>(alloc::stats().system_allocs) / static_cast<double>(std::max<int64_t>(steps, 1));
   r.paced_steps = paced;
   return r;
 }
@@ -293,7 +301,7 @@ Profiled print_profile(const Workload& w, int64_t steps, double peak) {
 }
 
 // Runs the PyTorch peer and returns its median ms per workload.
-std::map<std::string, double> run_torch(int64_t threads, int64_t steps, const std::string& only,
+std::map<std::string, double> run_torch(int64_t threads, int64_t steps, int64_t warmup, const std::string& only,
                                         const std::string& precision = "f32") {
   std::string script = std::string(HEED_SOURCE_DIR) + "/experiments/bench/torch_peer.py";
   // On heed's capped instruction set, PyTorch is capped alike: its own
@@ -306,8 +314,12 @@ std::map<std::string, double> run_torch(int64_t threads, int64_t steps, const st
                                 "OPENBLAS_CORETYPE=Haswell "
                               : "ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41 "
                                 "OPENBLAS_CORETYPE=Prescott ";
-  std::string cmd = fmt::format("{}/usr/bin/python3 '{}' --threads {} --steps {} --precision {}{} 2>&1", env, script,
-                                threads, steps, precision, only.empty() ? "" : " --only " + only);
+  // PyTorch at libgomp's defaults, as its users run it: not the spin count
+  // share_cores() gave this process (core/threads.cpp).
+  const std::string defaults = std::getenv("HEED_SHARE_CORES") ? "env -u GOMP_SPINCOUNT -u HEED_SHARE_CORES " : "";
+  std::string cmd =
+      fmt::format("{}{}/usr/bin/python3 '{}' --threads {} --steps {} --warmup {} --precision {}{} 2>&1", defaults, env,
+                  script, threads, steps, warmup, precision, only.empty() ? "" : " --only " + only);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) fail("bench: cannot run {}", cmd);
   std::map<std::string, double> out;
@@ -759,8 +771,11 @@ int run_bench(const std::vector<std::string>& args) {
   Args a("bench",
          "Times one training step (forward, backward, optimiser) of each bundled workload after warm-up:\n"
          "toy-cnn and toy-attention (batch 100), gpt-128 (4 layers, 4 heads, width 128, context 64,\n"
-         "batch 12), gpt-256 (width 256, context 256, batch 12) and nanogpt (nanoGPT's character-level\n"
-         "baseline: 6 layers, 6 heads, width 384, context 256; batch 8), in float32 and in bf16.\n"
+         "batch 12), gpt-256 (width 256, context 256, batch 12) and nanogpt (the shape of nanoGPT's\n"
+         "character-level baseline: 6 layers, 6 heads, width 384, context 256; batch 8; no dropout), in\n"
+         "float32 and in bf16. GFLOP/s counts what a step computes (causal attention: (T + 1) / 2 keys a\n"
+         "query); max RSS MB is the process's peak so far (the GEMM peak's products included);\n"
+         "allocs/step, the tensor allocator's requests to the system (misses of its cache) per step.\n"
          "--attention-memory: time and peak tensor memory of attention forward + backward for\n"
          "T = 256, 512, .. max-t, fused against plain (matmul + softmax + matmul).\n"
          "--micro: per-kernel micro-benchmarks (Google Benchmark; heed bench --micro --help).");
@@ -880,8 +895,8 @@ int run_bench(const std::vector<std::string>& args) {
     fmt::print("(2048^3 skipped: {}, whose figures are not speeds)\n\n",
                kSanitized ? std::string("a sanitized build")
                           : fmt::format("1024^3 took over {} s, an unoptimised build", kSlowSquareSeconds));
-  fmt::print("{:<19} {:>9} {:>14} {:>9} {:>7} {:>7} {:>9} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
-             "% peak", "peak", "RSS MB", "allocs/step");
+  fmt::print("{:<19} {:>9} {:>14} {:>9} {:>7} {:>7} {:>10} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
+             "% peak", "peak", "max RSS MB", "allocs/step");
   // With --compare, each workload's PyTorch run follows its heed run, so a
   // machine whose speed drifts (shared cores, frequency) affects both alike.
   // Rows are keyed "<workload>" (float32) and "<workload> bf16".
@@ -893,6 +908,7 @@ int run_bench(const std::vector<std::string>& args) {
   };
   const int64_t nrounds = compare ? rounds : 1;
   std::map<std::string, int64_t> paced_steps;  // per row, over its rounds
+  std::map<std::string, double> palm_factor;    // GPTs: flops_palm / flops
   std::map<std::string, Profiled> profiled;    // per row, with --profile
   // Rounds outermost, then the precisions: each round times the float32
   // step, then the bf16 one, so that the bf16 speed-up of a round compares
@@ -904,6 +920,7 @@ int run_bench(const std::vector<std::string>& args) {
   for (const auto& n : kWorkloads) {
     if (!chosen(n)) continue;
     Workload w = make_workload(n);
+    if (w.flops_palm > 0) palm_factor[n] = w.flops_palm / w.flops;
     std::vector<Precision> here;
     for (Precision p : precisions)
       // The toy models' products are convolutions, which stay float32 (bf16
@@ -924,11 +941,11 @@ int run_bench(const std::vector<std::string>& args) {
         paced_steps[row] += r.paced_steps;
         heed_ms[row].push_back(r.median_ms);
         pct_peak[row].push_back(100 * r.gflops / pk);
-        fmt::print("{:<19} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>7.1f} {:>9.0f} {:>12}", row, r.median_ms,
+        fmt::print("{:<19} {:>9.2f} {:>8.0f} {:<5} {:>9.1f} {:>6.1f}% {:>7.1f} {:>10.0f} {:>12.2f}", row, r.median_ms,
                    r.items_per_s, w.unit, r.gflops, 100 * r.gflops / pk, pk, r.rss_mb, r.allocs_per_step);
         std::fflush(stdout);
         if (compare) {
-          auto t = run_torch(threads, steps, n, precision_name(p));
+          auto t = run_torch(threads, steps, warmup, n, precision_name(p));  // a fresh process: cold each round
           if (t.count(n)) {
             torch_ms[row].push_back(t[n]);
             ratios[row].push_back(t[n] / r.median_ms);
@@ -958,6 +975,18 @@ int run_bench(const std::vector<std::string>& args) {
     fmt::print("\nGFLOP/s counts the direct convolution's multiplications (and three 1x1 projections in the\n"
                "self-attention); Winograd convolutions do 2.5x fewer and the self-attention two projections, so the\n"
                "toy models' rates are effective ones and can exceed the peak (--conv direct for the direct path).\n");
+  {  // GPT rows: the other count's % of peak, for figures measured that way
+    std::string palm;
+    for (const auto& [n, factor] : palm_factor)
+      for (const std::string& row : std::vector<std::string>{n, n + " bf16"})
+        if (pct_peak.count(row))
+          palm += fmt::format("{}{} {:.1f}%", palm.empty() ? "" : ", ", row, median(pct_peak[row]) * factor);
+    if (!palm.empty())
+      fmt::print("\nGPT rows count causal attention as the kernel computes it: each query's (T + 1) / 2 keys on\n"
+                 "average. PaLM's MFU and nanoGPT's estimate_mfu count all T (4-8% more FLOPs here); that count's\n"
+                 "% peak (medians): {}.\n",
+                 palm);
+  }
   const bool any_bf16 = std::any_of(rows.begin(), rows.end(), [](const std::string& r) { return r.find(" bf16") != std::string::npos; });
   if (any_bf16)
     fmt::print("\n% peak of a bf16 row is of the bf16 GEMM peak. bf16 rows: matrix products and attention's block\n"
@@ -991,8 +1020,13 @@ int run_bench(const std::vector<std::string>& args) {
       std::string each;
       if (nrounds > 1)
         for (double x : ratios[n]) each += fmt::format(" {:.2f}x", x);
-      fmt::print("{:<19} {:>12.2f} {:>14.2f} {:>15.2f}x  {}\n", n, median(heed_ms[n]), median(torch_ms[n]),
-                 median(ratios[n]), each);
+      // A busy machine: heed's adaptive threads gave way, PyTorch's did not.
+      const std::string busy =
+          paced_steps[n] > 0 ? fmt::format("   [busy: {} steps on fewer threads, the ratio is not the machine's]",
+                                           paced_steps[n])
+                             : "";
+      fmt::print("{:<19} {:>12.2f} {:>14.2f} {:>15.2f}x  {}{}\n", n, median(heed_ms[n]), median(torch_ms[n]),
+                 median(ratios[n]), each, busy);
     }
   }
   // The AVX2 path in the same run: on an AVX-512 CPU, --compare without

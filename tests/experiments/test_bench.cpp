@@ -107,6 +107,17 @@ TEST_CASE("heed bench: a GPT workload's profile and its limit, and a bf16 row af
   // the printed % lies within what the printed rate and peak allow.
   CHECK(row_pct >= 100 * (rate - 0.05) / (row_peak + 0.05) - 0.05);
   CHECK(row_pct <= 100 * (rate + 0.05) / (row_peak - 0.05) + 0.05);
+  // The FLOPs behind the rate: GPT-128's (width 128, 4 layers, context 64,
+  // vocabulary 65, batch 12) with causal attention as the kernel computes it,
+  // (T + 1) / 2 keys a query; all T keys (PaLM's count) would be 3.9% more.
+  const double D = 128, L = 4, T = 64, V = 65, tokens = 12 * 64;
+  const double causal = 3 * tokens * (2 * (12 * D * D * L + D * V) + 2 * D * L * (T + 1));
+  const double full = 3 * tokens * (2 * (12 * D * D * L + D * V) + 4 * D * L * T);
+  const double lo = (rate - 0.05) * (ms - 0.005) * 1e6, hi = (rate + 0.05) * (ms + 0.005) * 1e6;
+  CHECK(lo <= causal);
+  CHECK(causal <= hi);
+  if (rate > 10) CHECK_FALSE((lo <= full && full <= hi));
+  CHECK(has(r.out, "PaLM's MFU and nanoGPT's estimate_mfu count all T"));
   if (heed::bf16_unsupported_reason().empty()) {
     CHECK(has(r.out, "\ngpt-128 "));
     CHECK(has(r.out, "\ngpt-128 bf16 "));
