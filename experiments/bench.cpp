@@ -1045,7 +1045,10 @@ int run_bench(const std::vector<std::string>& args) {
       const std::string cmd = fmt::format(
           "OPENBLAS_CORETYPE=Haswell '{}' bench --compare --isa avx2 --precision f32 --threads {} --steps {} --warmup {} --rounds {} "
           "--conv {} --only {} 2>&1",
-          std::filesystem::read_symlink("/proc/self/exe").string(), threads, steps, warmup, rounds, conv,
+          // This very program, also when its file was replaced meanwhile (a
+          // rebuild during a long run: the link's target then ends in
+          // " (deleted)", and the pass failed).
+          fmt::format("/proc/{}/exe", getpid()), threads, steps, warmup, rounds, conv,
           fmt::join(want, ","));
       fmt::print("\n---- the AVX2 path (an AVX2-only CPU's code on this one): heed bench --compare --isa avx2 ----\n");
       std::fflush(stdout);
