@@ -138,11 +138,6 @@ bool clear_status_flags(const std::string& path) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-// True when path's superblock (version 2 or 3, at offset 0) carries a
-// writer's "open for writing" mark and the file is as long as the end of
-// file it records: a file its writer left open, not one cut short. Only such
-// a file is worth reading through a cleared copy (read_any); clearing a
-// truncated one would make its missing bytes read as zeros.
 // A FIFO, device or socket: never an HDF5 file (HDF5 seeks), and opening a
 // FIFO to read it would wait for a writer, for ever when there is none.
 bool special_file(const std::string& path) {
@@ -152,6 +147,11 @@ bool special_file(const std::string& path) {
          !std::filesystem::is_directory(st);
 }
 
+// True when path's superblock (version 2 or 3, at offset 0) carries a
+// writer's "open for writing" mark and the file is as long as the end of
+// file it records: a file its writer left open, not one cut short. Only such
+// a file is worth reading through a cleared copy (read_any); clearing a
+// truncated one would make its missing bytes read as zeros.
 bool marked_open_whole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   unsigned char sb[36] = {};

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <optional>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -601,16 +601,21 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
       fail("{}: the log '{}' is being written by a run that is still going (another process)", args_.command(),
            out_);
   };
-  if (resuming()) {
+  // A new log: the run's metadata, then the program's schema.
+  auto start_log = [&](const std::string& continues) {
     lock();
+    log_ = std::make_unique<RunLog>(RunLog::create(out_));
+    write_metadata();
+    if (!continues.empty()) log_->set_attr("continues", continues);
+    if (schema) schema(*log_);
+    log_->begin();
+  };
+  if (resuming()) {
+    if (!new_log_) lock();
     restore_state();
     resume_ck_.reset();
     if (new_log_) {
-      log_ = std::make_unique<RunLog>(RunLog::create(out_));
-      write_metadata();
-      log_->set_attr("continues", fmt::format("the run of checkpoint '{}' from step {}", resume_, step_));
-      if (schema) schema(*log_);
-      log_->begin();
+      start_log(fmt::format("the run of checkpoint '{}' from step {}", resume_, step_));
       fmt::print("resumed from {} at step {}/{} into a new log, {} (it holds the steps after {})\n", resume_, step_,
                  steps_, out_, step_);
     } else {
@@ -619,15 +624,10 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     }
   } else {
     if (!init_from_.empty()) init_model();  // before the log exists: a file that does not fit leaves none
-    if (dist::is_main()) {
-      lock();
-      log_ = std::make_unique<RunLog>(RunLog::create(out_));
-      write_metadata();
-      if (schema) schema(*log_);
-      log_->begin();
-    } else {
+    if (dist::is_main())
+      start_log("");
+    else
       log_ = std::make_unique<RunLog>(RunLog::discard());
-    }
   }
   if (dist::size() > 1) fmt::print("data-parallel: {} processes, rank 0 logs and checkpoints\n", dist::size());
   fmt::print("logging to {}, checkpoints to {}\n", out_, checkpoint_);
