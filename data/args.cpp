@@ -30,6 +30,7 @@ Args& Args::integer(const std::string& name, int64_t* v, const std::string& help
                      *v = x;
                    },
                    [v] { return std::to_string(*v); }});
+  if (min != INT64_MIN && max != INT64_MAX) limits_[name] = fmt::format("{}..{}", min, max);
   return *this;
 }
 
@@ -156,6 +157,8 @@ std::string Args::help() const {
   for (const auto& o : opts_) {
     std::string lhs = "--" + o.name + (o.is_flag ? "" : " " + o.metavar);
     s += fmt::format("  {:<28} {}", lhs, o.help);
+    const auto lim = limits_.find(o.name);
+    if (lim != limits_.end() && o.help.find(lim->second) == std::string::npos) s += fmt::format(" [{}]", lim->second);
     // The default, unless the help says it in its own words or there is none.
     const std::string shown = o.is_flag ? "" : o.show();
     if (!shown.empty() && o.help.find("(default:") == std::string::npos) s += fmt::format(" (default: {})", shown);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +70,7 @@ class Args {
   std::string command_, summary_, program_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // "-o" -> "out"
   std::vector<Opt> opts_;
+  std::map<std::string, std::string> limits_;  // "1..1024": integers' ranges, shown in the help when bounded above
   std::vector<std::string> given_;
 };
 

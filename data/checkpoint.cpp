@@ -107,6 +107,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
     h5::File f(tmp, h5::File::Mode::create);
     f.set_attr("/", "heed_checkpoint_format", kFormat);
     f.set_attr("/", "experiment", ck.experiment);
+    if (!ck.run_id.empty()) f.set_attr("/", "run_id", ck.run_id);
     for (const auto& [k, v] : ck.config) f.set_attr("/", "config." + k, v);
     for (const auto& [k, v] : ck.counters) f.set_attr("/", "counter." + k, v);
     size_t written = 0;
@@ -218,6 +219,8 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
       h5::attr_as<std::string>(root.at("experiment"), fmt::format("checkpoint '{}': its experiment attribute", path));
   if (!expected_experiment.empty() && ck.experiment != expected_experiment)
     fail("checkpoint '{}' is from the '{}' experiment, expected '{}'", path, ck.experiment, expected_experiment);
+  if (root.count("run_id"))
+    ck.run_id = h5::attr_as<std::string>(root.at("run_id"), fmt::format("checkpoint '{}': its run_id attribute", path));
   for (const auto& [name, value] : root) {
     if (name.rfind("config.", 0) == 0) ck.config[name.substr(7)] = h5::attr_str(value);
     if (name.rfind("counter.", 0) == 0)

@@ -27,6 +27,7 @@ class File;
 
 struct Checkpoint {
   std::string experiment;
+  std::string run_id;  // the identity of the run that wrote it (its log has the same); empty from older heeds
   std::map<std::string, std::string> config;
   std::map<std::string, int64_t> counters;
   std::map<std::string, Tensor> tensors;

@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -74,28 +77,40 @@ std::string default_checkpoint_path(const std::string& out) {
   return (h5 ? out.substr(0, out.size() - 3) : out) + ".ckpt.h5";
 }
 
-void prepare_output_path(const std::string& path) {
+void check_output_path(const std::string& path) {
   fs::path p(path);
   std::error_code ec;
-  // Before any directory is made: "out/" names a directory to create, not a file.
-  if (!p.has_filename() || p.filename() == "." || p.filename() == "..")
+  if (!p.has_filename() || p.filename() == "." || p.filename() == "..")  // "out/" names a directory, not a file
     fail("'{}' is a directory; expected a file path like run.h5", path);
-  if (p.has_parent_path() && !fs::exists(p.parent_path(), ec)) {
-    fs::create_directories(p.parent_path(), ec);
-    if (ec) fail("cannot create directory '{}' for '{}': {}", p.parent_path().string(), path, ec.message());
-  }
   const fs::file_status st = fs::status(p, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) fail("cannot write '{}': {}", path, ec.message());
   if (fs::is_directory(st)) fail("'{}' is a directory; expected a file path like run.h5", path);
   // HDF5 would wait on a FIFO forever, and cannot write a device or socket.
   if (fs::exists(st) && !fs::is_regular_file(st))
     fail("'{}' is not a regular file (a FIFO, device or socket); expected a file path like run.h5", path);
-  // Probe with a temporary file beside the target: never clobbers the target.
-  const std::string probe = files::temporary_beside(path, ".probe", "run");
-  std::FILE* f = std::fopen(probe.c_str(), "wbx");
-  if (!f) fail("cannot write '{}': {}", path, std::strerror(errno));
-  std::fclose(f);
-  std::remove(probe.c_str());
+  // The directories to be made later: the nearest one that exists must be a
+  // directory, and writable (probed with a file of a unique name, so that
+  // no file of the user's is ever touched).
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  while (!fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
+  if (!fs::exists(dir, ec)) dir = ".";
+  if (!fs::is_directory(dir, ec))
+    fail("cannot create the directory for '{}': '{}' is a file, not a directory", path, dir.string());
+  std::string probe = (dir / ".heed-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) fail("cannot write '{}': {} (in '{}')", path, std::strerror(errno), dir.string());
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void prepare_output_path(const std::string& path) {
+  check_output_path(path);
+  fs::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path() && !fs::exists(p.parent_path(), ec)) {
+    fs::create_directories(p.parent_path(), ec);
+    if (ec) fail("cannot create directory '{}' for '{}': {}", p.parent_path().string(), path, ec.message());
+  }
 }
 
 std::string format_seconds(double s) {
@@ -216,16 +231,27 @@ void Run::release_log() {
 void Run::may_change_on_resume(const std::string& option) { changeable_.insert(option); }
 
 namespace {
-// Whether path holds a log heed can read.
-bool readable_log(const std::string& path) {
+// The run_id of the log heed can read at path ("" from heeds before it);
+// nothing when there is no such log.
+std::optional<std::string> readable_log_run(const std::string& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) return false;
+  if (!fs::exists(path, ec)) return std::nullopt;
   try {
     h5::File f(path, h5::File::Mode::read_any);
-    return f.has_attr("/", "heed_log_format");
+    if (!f.has_attr("/", "heed_log_format")) return std::nullopt;
+    return f.has_attr("/", "run_id") ? h5::attr_str(f.get_attr("/", "run_id")) : std::string();
   } catch (const Error&) {
-    return false;
+    return std::nullopt;
   }
+}
+
+// A new run's identity: 128 random bits in hex, from the system's entropy
+// (never from the run's seeded generators, whose draws it must not move).
+std::string new_run_id() {
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", static_cast<uint32_t>(rd()));
+  return id;
 }
 
 // A file's device and inode ({0, 0}: no file there).
@@ -294,6 +320,7 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
       throw UsageError(fmt::format("{}: --resume '{}' is the run's log; expected its checkpoint (e.g. {})",
                                    args_.command(), resume_, default_checkpoint_path(out_)));
     resume_ck_ = std::make_unique<Checkpoint>(load_checkpoint(resume_, experiment_));
+    run_id_ = resume_ck_->run_id;
     restore_config();
   }
   check_paths();
@@ -325,7 +352,9 @@ void Run::restore_config() {
   const std::set<std::string>& never = kNeverRestored;
   std::set<std::string> changeable = kResumeMayChange;
   changeable.insert(changeable_.begin(), changeable_.end());
-  std::set<std::string> listed = changeable;  // for the message: what a resume may give
+  std::set<std::string> listed;  // for the message: what a resume of this program may give
+  for (const std::string& k : changeable)
+    if (args_.has(k)) listed.insert(k);
   listed.insert("stop-after");
   std::map<std::string, std::string> now;
   for (const auto& [k, v] : args_.values()) now[k] = v;
@@ -385,10 +414,49 @@ void Run::check_paths() {
     fail("{}: --checkpoint '{}' is the checkpoint of the run writing '{}', which is still going (another "
          "process); expected another --checkpoint",
          args_.command(), checkpoint_, owner);
-  if (!resuming()) prepare_output_path(out_);
+  if (!resuming()) check_output_path(out_);
   files::replace_target(checkpoint_, "checkpoint");  // a device or FIFO refused before the log is begun
-  prepare_output_path(checkpoint_);
+  check_output_path(checkpoint_);
+  // Never over an input, nor over a file that is not what this run writes
+  // there (a run's own earlier log or checkpoint is: running again replaces
+  // them).
+  std::vector<std::string> inputs = input_options_;
+  inputs.push_back("init-from");
+  for (const auto& [option, value] : args_.values()) {
+    if (value.empty() || std::find(inputs.begin(), inputs.end(), option) == inputs.end()) continue;
+    for (const auto& [flag, path] : {std::pair<std::string, std::string>{"out", out_}, {"checkpoint", checkpoint_}})
+      if (same_file(path, value))
+        throw UsageError(fmt::format("{}: --{} '{}' is the file --{} reads; expected another file", args_.command(),
+                                     flag, path, option));
+  }
+  if (!resuming()) refuse_replacing("out", out_, "log");
+  if (!(resuming() && same_file(checkpoint_, resume_))) refuse_replacing("checkpoint", checkpoint_, "checkpoint");
 }
+
+void Run::refuse_replacing(const std::string& flag, const std::string& path, const std::string& writes) const {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) == 0) return;  // none, or a killed run's empty log
+  const std::string expected = fmt::format("expected a new file, or a {} of a '{}' run to replace", writes, experiment_);
+  if (!h5::has_signature(path))
+    throw UsageError(fmt::format("{}: --{} '{}' exists and is not a heed {} (not HDF5), which this would replace; {}",
+                                 args_.command(), flag, path, writes, expected));
+  std::map<std::string, h5::Attr> root;
+  try {
+    root = h5::File(path, h5::File::Mode::read_any).attrs("/");
+  } catch (const Error&) {
+    return;  // damaged (a killed writer's): nothing heed or anyone could read
+  }
+  const bool checkpoint = root.count("heed_checkpoint_format") > 0, log = root.count("heed_log_format") > 0;
+  const std::string experiment = root.count("experiment") ? h5::attr_str(root.at("experiment")) : "?";
+  if ((writes == "log" ? log : checkpoint) && experiment == experiment_) return;  // this experiment's own
+  const std::string what = checkpoint ? fmt::format("a heed checkpoint of the '{}' experiment", experiment)
+                           : log      ? fmt::format("a heed run log of the '{}' experiment", experiment)
+                                      : std::string("an HDF5 file that is not heed's");
+  throw UsageError(fmt::format("{}: --{} '{}' is {}, which this would replace with a {}; {}", args_.command(), flag,
+                               path, what, writes, expected));
+}
+
+void Run::reads_file(const std::string& option) { input_options_.push_back(option); }
 
 void Run::check_resumed_log() {
   if (!dist::is_main()) return;
@@ -403,11 +471,12 @@ void Run::check_resumed_log() {
     // A checkpoint outlives its log (deleted, lost in a crash, damaged): the
     // run goes on in a new one. Not while its log is still there and
     // readable: a missing --out is then a mistyped path to where it moved.
+    // (A log there of another run, which replaced it, is not its log.)
     const auto own = resume_ck_->config.find("out");
-    if (own != resume_ck_->config.end() && readable_log(own->second))
+    if (own != resume_ck_->config.end() && readable_log_run(own->second) == resume_ck_->run_id)
       fail("{}: the log '{}' is missing, and the run's log is still at '{}' (leave --out out, or give where it moved)",
            args_.command(), out_, own->second);
-    prepare_output_path(out_);
+    check_output_path(out_);
     new_log_ = true;
     return;
   }
@@ -429,16 +498,25 @@ void Run::check_resumed_log() {
   if (exp != experiment_)
     fail("{}: the log '{}' is of experiment '{}', not '{}'", args_.command(), out_, exp.empty() ? "?" : exp,
          experiment_);
-  // A log given with --out on resume (it moved) must be this run's: the
-  // configuration it began with is the checkpoint's, but for what a resume
-  // may change and where the files are.
-  if (!args_.given("out")) return;
+  // The log must be this run's: a later run at the same --out replaces the
+  // log at once but the checkpoint only at its own first one, so a run
+  // killed (or diverged) before that leaves the old run's checkpoint beside
+  // its own log. Both name the run that wrote them (run_id; none from
+  // heeds before it); the configuration the log began with must also be
+  // the checkpoint's, but for what a resume may change and where the files
+  // are.
+  const std::string log_id = text("run_id");
+  if (log_id != resume_ck_->run_id)
+    fail("{}: the log '{}' is another run's than checkpoint '{}' (the log's began {} with: {}); a later run at the "
+         "same --out replaced the log. To go on from the checkpoint, give --out NEW.h5: a new log, which holds "
+         "the steps after {}",
+         args_.command(), out_, resume_, text("start_time"), text("command_line"), at);
   for (const auto& [k, v] : resume_ck_->config) {
     if (kResumeMayChange.count(k) || kNeverRestored.count(k) || changeable_.count(k)) continue;
     const std::string logged = text(("config." + k).c_str());
     if (logged != v)
-      fail("{}: the log '{}' is not the run of checkpoint '{}': it began with --{} {}, the checkpoint has {}",
-           args_.command(), out_, resume_, k, logged.empty() ? "(none)" : logged, v);
+      fail("{}: the log '{}' is not the run of checkpoint '{}': it began with --{} {}, the checkpoint has {}; {}",
+           args_.command(), out_, resume_, k, logged.empty() ? "(none)" : logged, v, new_log_hint);
   }
 }
 
@@ -491,9 +569,10 @@ void Run::track(const std::string& name, double& value) {
             });
 }
 
-void Run::track_constant(const std::string& name, const Tensor& value) {
+void Run::track_constant(const std::string& name, const Tensor& value, bool required) {
   check_name(name);
   constants_[name] = value;
+  if (!required) optional_constants_.insert(name);
 }
 
 void Run::restore_state() {
@@ -527,7 +606,7 @@ void Run::restore_state() {
     }
   }
   for (const auto& [name, t] : constants_) {
-    if (!ck.tensors.count(name)) missing.push_back(name);
+    if (!ck.tensors.count(name) && !optional_constants_.count(name)) missing.push_back(name);
     used.insert(name);
   }
   for (const auto& [name, p] : counters_)
@@ -540,9 +619,21 @@ void Run::restore_state() {
   if (!missing.empty() || !unexpected.empty())
     fail("{} does not fit this run: missing [{}], unexpected [{}]", where, fmt::join(missing, ", "),
          fmt::join(unexpected, ", "));
+  // A diverged run's weights (heed writes no checkpoint after a non-finite
+  // loss, but older heeds and other programs did) would train on NaN.
+  for (const Entry& e : entries_)
+    if (e.prefix)
+      for (const auto& [k, t] : ck.get(e.name))
+        if (t.is_floating() && !kernel::all_finite(t))
+          fail("{}: '{}/{}' holds values that are not finite (NaN or inf): the run had diverged by step {}; start "
+               "it again with other settings",
+               where, e.name, k, step_);
   for (const auto& [name, value] : constants_) {
+    if (!ck.tensors.count(name)) continue;  // optional, and older than the checkpoint
     const Tensor& saved = ck.tensors.at(name);
-    if (saved.shape() != value.shape() || saved.to_vector<double>() != value.to_vector<double>())
+    const bool ints = saved.dtype() == DType::i64 && value.dtype() == DType::i64;
+    if (saved.shape() != value.shape() || (ints ? saved.to_vector<int64_t>() != value.to_vector<int64_t>()
+                                                : saved.to_vector<double>() != value.to_vector<double>()))
       fail("{}: '{}' differs from this run's (its inputs changed since the checkpoint)", where, name);
   }
   // Every piece validates before it changes anything; a piece that does not
@@ -556,6 +647,7 @@ void Run::restore_state() {
     }
   }
   for (const auto& [name, p] : counters_) *p = ck.counters.at(name);
+  saved_step_ = step_;
 }
 
 // --init-from: the weights of the one model the run registered as "model",
@@ -594,6 +686,10 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     fail("Run::begin: call parse() first (parse(argc, argv), or parse({{}}) for a program without options): it sets "
          "the log and checkpoint paths and checks them");
   if (steps_ < 1 && !resuming()) fail("{}: the run has no steps (RunOptions::steps or set_steps)", args_.command());
+  if (dist::is_main()) {  // the directories parse() checked, made now that the run begins
+    if (!resuming() || new_log_) prepare_output_path(out_);
+    prepare_output_path(checkpoint_);
+  }
   // The log's lock, taken just before the log is opened (an empty file is
   // created for it when there is none: nothing may fail after that).
   auto lock = [this] {
@@ -624,6 +720,7 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     }
   } else {
     if (!init_from_.empty()) init_model();  // before the log exists: a file that does not fit leaves none
+    run_id_ = new_run_id();
     if (dist::is_main())
       start_log("");
     else
@@ -660,6 +757,7 @@ void Run::write_metadata() {
   log.set_attr("processes", static_cast<int64_t>(dist::size()));
   log.set_attr("cpu", cpu_model());
   log.set_attr("start_time", std::string(iso));
+  if (!run_id_.empty()) log.set_attr("run_id", run_id_);
   log.set_attr("backends", heed::backend_info());
   for (const auto& [k, v] : args_.values()) log.set_attr("config." + k, v);
 }
@@ -669,9 +767,17 @@ std::string Run::rank_key(const std::string& name, int rank) {
   return rank == 0 ? name : fmt::format("ranks/{}/{}", rank, name);
 }
 
-void Run::save() const {
+std::string Run::save() const {
+  // Weights a step made non-finite (a loss that overflowed in the backward,
+  // before one was shown) are no checkpoint: every process holds the same
+  // model and optimiser, so each finds the same and none writes.
+  for (const Entry& e : entries_)
+    if (e.prefix)
+      for (const auto& [k, t] : e.save_dict())
+        if (t.is_floating() && !kernel::all_finite(t)) return fmt::format("{}/{} not finite", e.name, k);
   Checkpoint ck;
   ck.experiment = experiment_;
+  ck.run_id = run_id_;
   for (const auto& [k, v] : args_.values()) ck.config[k] = v;
   ck.counters["step"] = step_;
   if (dist::size() > 1) ck.counters["processes"] = dist::size();
@@ -687,6 +793,7 @@ void Run::save() const {
   }
   for (const auto& [name, t] : constants_) ck.tensors[name] = t;
   if (dist::is_main()) save_checkpoint(checkpoint_, ck);
+  return "";
 }
 
 bool Run::next() {
@@ -694,16 +801,27 @@ bool Run::next() {
   if (in_step_) {
     in_step_ = false;
     bool stop = ctrl_c_->request.requested();
-    if (dist::size() > 1) {  // Ctrl-C reaches the processes at different steps: stop together
-      Tensor flag = Tensor::scalar(stop ? 1.0 : 0.0, DType::f64);
-      dist::sum_(flag);
-      stop = flag.item() > 0;
+    bool diverged = !diverged_.empty();
+    if (dist::size() > 1) {  // Ctrl-C reaches the processes at different steps, a loss one of them: stop together
+      Tensor flags = Tensor::from_f64({stop ? 1.0 : 0.0, diverged ? 1.0 : 0.0}, {2});
+      dist::sum_(flags);
+      stop = flags.to_vector<double>()[0] > 0;
+      diverged = flags.to_vector<double>()[1] > 0;
+      if (diverged && diverged_.empty()) diverged_ = "the loss of another process";
     }
     stop = stop || (stop_after_ > 0 && step_ == stop_after_);
     const bool last = step_ == steps_;
-    if (stop || last || (checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0)) {
+    if (!diverged && (stop || last || (checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0))) {
       log_->flush();  // the log and the checkpoint agree
-      save();
+      const std::string bad = save();
+      if (bad.empty()) saved_step_ = step_;
+      else diverged_ = bad;
+      diverged = !bad.empty();
+    }
+    if (diverged) {  // no checkpoint of weights the step has made non-finite: the last one stays
+      log_->flush();
+      print_progress(true);
+      return false;
     }
     print_progress(last || stop);
     if (stop && !last) {
@@ -725,6 +843,11 @@ void Run::show(const std::string& name, double value) {
       return;
     }
   shown_.emplace_back(name, value);
+}
+
+void Run::show_loss(const std::string& name, double value) {
+  show(name, value);
+  if (!std::isfinite(value) && diverged_.empty()) diverged_ = fmt::format("{} {}", name, value);
 }
 
 double Run::seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
@@ -761,6 +884,16 @@ int Run::finish() {
                steps_, launcher, defaults_.program_, checkpoint_);
     std::fflush(stdout);
     return stop_signal_ == SIGTERM ? 128 + SIGTERM : 130;
+  }
+  if (diverged()) {
+    if (dist::is_main())
+      fmt::print(stderr,
+                 "{}: the run diverged at step {}/{} ({}): training stopped there. The log '{}' holds every step up to "
+                 "{}; {}. Start again with other settings (a smaller --lr, say).\n",
+                 args_.command(), step_, steps_, diverged_, out_, step_,
+                 saved_step_ < 0 ? fmt::format("this run wrote no checkpoint")
+                                 : fmt::format("the checkpoint '{}' holds step {}, as it was", checkpoint_, saved_step_));
+    return 1;
   }
   return 0;
 }

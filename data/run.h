@@ -76,6 +76,9 @@ class Run {
   // resumed (like --steps: training for longer). Every other option is
   // restored from the checkpoint, and one given with another value is refused.
   void may_change_on_resume(const std::string& option);
+  // An option of the program's that names a file it reads (e.g. --text):
+  // --out and --checkpoint may not be that file (--init-from is one already).
+  void reads_file(const std::string& option);
 
   // Parses the command line, then with --resume loads and verifies the
   // checkpoint, restores the run's whole configuration into the options and
@@ -108,9 +111,10 @@ class Run {
     add_entry(name, false, [&x] { return x.state_tensor(); }, [&x](const Tensor& t) { x.set_state_tensor(t); });
   }
   // A tensor the run derives from its inputs (e.g. a tokenizer's alphabet):
-  // saved, and on resume compared with the value rebuilt now (refused when
-  // they differ: the inputs changed).
-  void track_constant(const std::string& name, const Tensor& value);
+  // saved, and on resume compared with the value rebuilt now, bit for bit
+  // (refused when they differ: the inputs changed). Not required: a
+  // checkpoint without it (from before the program kept it) resumes unchecked.
+  void track_constant(const std::string& name, const Tensor& value, bool required = true);
 
   // Restores every registered piece of state from the checkpoint (resuming:
   // all validated before the log is reopened and cut back to the
@@ -127,10 +131,19 @@ class Run {
   bool stopped() const { return stopped_; }
   // A value for the progress line ("loss 1.2345"), kept until replaced.
   void show(const std::string& name, double value);
+  // A training loss for the progress line. A loss that is not finite (NaN
+  // or inf) means the run diverged: the step ends the run without a
+  // checkpoint (the last one stays as it was), next() returns false, and
+  // finish() says where and returns 1. Under mpirun every process stops
+  // when any one diverges. (Weights that are not finite when a checkpoint
+  // is due end the run the same way, shown loss or not.)
+  void show_loss(const std::string& name, double value);
+  bool diverged() const { return !diverged_.empty(); }
   double seconds() const;  // since begin()
 
   // Closes the log. When stopped prints where and the command that resumes
-  // the run and returns 130 (143 when SIGTERM stopped it), else returns 0.
+  // the run and returns 130 (143 when SIGTERM stopped it); when the loss
+  // diverged says at which step and returns 1; else returns 0.
   int finish();
 
  private:
@@ -148,9 +161,10 @@ class Run {
   void restore_config();
   void check_paths();
   void check_resumed_log();
+  void refuse_replacing(const std::string& flag, const std::string& path, const std::string& writes) const;
   void restore_state();
   void init_model();
-  void save() const;
+  std::string save() const;  // "", or what is not finite (then nothing is written)
   static std::string rank_key(const std::string& name, int rank);
   void write_metadata();
   void print_progress(bool force);
@@ -159,6 +173,7 @@ class Run {
   RunOptions defaults_;
   Args args_;
   std::set<std::string> changeable_;
+  std::vector<std::string> input_options_;  // reads_file()
   std::vector<std::string> command_line_;
   // The run's own options.
   std::string out_, checkpoint_, resume_, init_from_, precision_;
@@ -168,6 +183,7 @@ class Run {
   std::vector<Entry> entries_;
   std::map<std::string, int64_t*> counters_;
   std::map<std::string, Tensor> constants_;
+  std::set<std::string> optional_constants_;
   std::unique_ptr<RunLog> log_;
   int log_lock_ = -1;  // the descriptor holding the log's lock while the run goes (data/run.cpp)
   void release_log();
@@ -178,6 +194,9 @@ class Run {
   bool new_log_ = false;  // resuming into a new log (--out naming no file): the old one is gone
   std::pair<uint64_t, uint64_t> log_file_{0, 0};  // the log's device and inode, from begin() on (rank 0)
   int stop_signal_ = 0;  // the signal that stopped the run (SIGINT, SIGTERM), or 0
+  std::string run_id_;   // the run's identity, in its log and every checkpoint (data/checkpoint.h)
+  std::string diverged_;  // the first non-finite loss shown ("loss nan"), or empty
+  int64_t saved_step_ = -1;  // the step of the last checkpoint written or resumed from (-1: none)
   std::vector<std::pair<std::string, double>> shown_;
   std::chrono::steady_clock::time_point t0_, last_progress_;
 };
@@ -206,8 +225,12 @@ class StopRequest {
 
 // "runs/x.h5" -> "runs/x.ckpt.h5"
 std::string default_checkpoint_path(const std::string& out);
-// Creates the parent directory of path if needed and checks that a file can
-// be created there (naming the path when not); never touches path itself.
+// Checks that a file can be created at path (naming the path when not):
+// its directory, or the nearest existing one above it, is a writable
+// directory, and path is none, or not a directory or special file. Creates
+// nothing: a refused command leaves no directory behind.
+void check_output_path(const std::string& path);
+// The same, then creates the directories path needs; never touches path itself.
 void prepare_output_path(const std::string& path);
 // "1m05s", "12.3s"
 std::string format_seconds(double s);

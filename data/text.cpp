@@ -49,6 +49,12 @@ std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& sourc
   return out;
 }
 
+uint64_t text_fingerprint(const std::string& bytes) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a's offset basis and prime
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 std::string encode_utf8(const std::vector<uint32_t>& cps) {
   std::string s;
   for (uint32_t cp : cps) {

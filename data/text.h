@@ -22,6 +22,10 @@ std::string load_text(const std::string& path);
 std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& source = "text");
 std::string encode_utf8(const std::vector<uint32_t>& cps);
 
+// A 64-bit fingerprint of a text's bytes (FNV-1a): a checkpoint keeps its
+// corpus's, so that a resume on another text is refused.
+uint64_t text_fingerprint(const std::string& bytes);
+
 // The default corpus: the King James Bible from Debian's bible-kjv package,
 // cached at cache_path after the first extraction.
 std::string kjv_text(const std::string& cache_path);

@@ -946,8 +946,8 @@ int run_bench(const std::vector<std::string>& args) {
         // the pacing, 0.1 s, about a toy model's whole round. Measured again
         // after a pause, twice at most; a round still busy then is flagged.
         for (int again = 0; again < kBusyRetries && r.paced_steps > 0; ++again) {
-          fmt::print("{:<19} {:>9.2f}  [{} of {} steps on fewer threads: the cores were busy; measured again]\n", row,
-                     r.median_ms, r.paced_steps, steps);
+          fmt::print("  [{} {:.2f} ms/step: {} of {} steps on fewer threads, the cores were busy; measured again]\n",
+                     row, r.median_ms, r.paced_steps, steps);
           std::fflush(stdout);
           set_precision(Precision::f32);
           std::this_thread::sleep_for(std::chrono::seconds(1));

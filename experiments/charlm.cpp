@@ -170,11 +170,11 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
           RunOptions("runs/charlm.h5").steps(2000).checkpoint_every(500));
   c.warmup = -1;  // default: 100 steps, at most a tenth of the run
   run.args()
-      .integer("layers", &c.layers, "transformer blocks", 1)
-      .integer("heads", &c.heads, "attention heads", 1)
-      .integer("width", &c.width, "model width (divisible by heads)", 1)
-      .integer("context", &c.context, "context length in characters", 2)
-      .integer("batch", &c.batch, "sequences per step", 1)
+      .integer("layers", &c.layers, "transformer blocks", 1, kMaxLayers)
+      .integer("heads", &c.heads, "attention heads", 1, kMaxWidth)
+      .integer("width", &c.width, "model width (divisible by heads)", 1, kMaxWidth)
+      .integer("context", &c.context, "context length in characters", 2, kMaxLength)
+      .integer("batch", &c.batch, "sequences per step", 1, kMaxBatch)
       .real("lr", &c.lr, "peak learning rate", 0.0, 1e300, true)
       .real("min-lr", &c.min_lr, "final learning rate of the cosine schedule", 0.0)
       .integer("warmup", &c.warmup, "linear warm-up steps (-1: 100, at most a tenth of --steps)", -1)
@@ -186,9 +186,10 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
       .real("dropout", &c.dropout, "dropout probability", 0.0, 1.0, false, true)
       .real("clip", &c.clip, "clip the global gradient norm to this (0: off)", 0.0)
       .integer("eval-every", &c.eval_every, "evaluate every N steps", 1)
-      .integer("eval-batches", &c.eval_batches, "fixed batches per evaluation", 1)
+      .integer("eval-batches", &c.eval_batches, "fixed batches per evaluation", 1, kMaxBatch)
       .integer("seed", &c.seed, "seed", 0)
       .text("text", &c.text, "UTF-8 text file to train on (default: the King James Bible)");
+  run.reads_file("text");
   if (!run.parse(args, command_line)) return 0;
   c.steps = run.steps();
   if (c.warmup < 0) c.warmup = std::min<int64_t>(100, c.steps / 10);  // saved resolved: a resumed run keeps it
@@ -251,6 +252,10 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   run.track("result/val_loss", last_val);
   run.track("result/train_loss", last_train);
   run.track_constant("tokenizer/codepoints", tok.to_tensor());  // `heed sample` reads it; a changed corpus is refused
+  // The text itself: a resume on another one with the same characters would
+  // train on other windows (not required: older checkpoints lack it).
+  run.track_constant("corpus/fingerprint",
+                     Tensor::from_i64({static_cast<int64_t>(data::text_fingerprint(text))}, {1}), false);
   run.begin([&](RunLog& log) {
     std::vector<int64_t> all(static_cast<size_t>(tok.vocab_size()));
     for (int64_t i = 0; i < tok.vocab_size(); ++i) all[static_cast<size_t>(i)] = i;
@@ -330,7 +335,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     run.log().scalar("lr", step, opt.lr());
     run.log().scalar("grad_norm", step, gn);
     run.log().scalar("tokens_per_second", step, tokens / st.seconds());
-    run.show("loss", l);
+    run.show_loss("loss", l);
     run.show("grad norm", gn);
     if (step % c.eval_every == 0 || step == c.steps) evaluate_and_log(step);
   }
@@ -340,6 +345,17 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
              last_train, last_val, format_seconds(run.seconds()), run.log_path(), run.checkpoint_path(),
              run.checkpoint_path());
   return 0;
+}
+
+std::vector<int64_t> CharModel::encode_prompt(const std::string& prompt, const char* command,
+                                              const std::string& path) const {
+  try {
+    return tok.encode(prompt);
+  } catch (const Error& e) {
+    std::string why = e.what();
+    if (why.rfind("CharTokenizer: ", 0) == 0) why = why.substr(15);
+    throw UsageError(fmt::format("{}: --prompt '{}': {} of checkpoint '{}'", command, prompt, why, path));
+  }
 }
 
 CharModel load_charlm(const std::string& path, const char* command) {
@@ -384,7 +400,7 @@ int run_sample(const std::vector<std::string>& args) {
          "Generates text from a character-level GPT checkpoint (written by heed run charlm),\n"
          "reusing cached keys and values for each new character.");
   a.text("prompt", &prompt, "text to continue")
-      .integer("tokens", &o.tokens, "characters to generate", 1)
+      .integer("tokens", &o.tokens, "characters to generate", 1, kMaxLength)
       .real("temperature", &o.temperature, "softmax temperature", 0.0, 1e300, true)
       .integer("top-k", &o.top_k, "sample among the k most likely characters (0: all)", 0)
       .integer("seed", &o.seed, "seed", 0)
@@ -394,7 +410,7 @@ int run_sample(const std::vector<std::string>& args) {
   CharModel cm = load_charlm(path, "sample");
   auto& model = cm.model;
   const data::CharTokenizer& tok = cm.tok;
-  std::vector<int64_t> ids = tok.encode(prompt);
+  std::vector<int64_t> ids = cm.encode_prompt(prompt, "sample", path);
   Stopwatch sw;
   std::vector<int64_t> out = generate(*model, ids, o);
   fmt::print("{}{}\n", prompt, tok.decode(out));

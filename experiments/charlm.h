@@ -30,6 +30,9 @@ std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt
 struct CharModel {
   std::shared_ptr<nn::GPT> model;
   data::CharTokenizer tok;
+  // --prompt as tokens; a character outside the vocabulary is a bad command
+  // line (status 2) naming --prompt, the character and the checkpoint.
+  std::vector<int64_t> encode_prompt(const std::string& prompt, const char* command, const std::string& path) const;
 };
 CharModel load_charlm(const std::string& path, const char* command);
 // The same from a checkpoint already loaded (path names it in messages).

@@ -16,6 +16,13 @@ class Module;
 
 namespace heed::experiments {
 
+// Upper bounds of the experiments' size options: far above anything these
+// CPUs train, low enough that products of sizes cannot overflow and that a
+// mistyped value is refused naming its option (status 2), not found later
+// by an allocation that fails or never ends.
+constexpr int64_t kMaxLayers = 1024, kMaxWidth = int64_t(1) << 16, kMaxLength = int64_t(1) << 20,
+                  kMaxBatch = int64_t(1) << 20, kMaxSamples = int64_t(1) << 26, kMaxRepeats = int64_t(1) << 30;
+
 // Describes a model in the log (inside Run::begin's schema): the dataset
 // models/<name>/nb_parameters and the attributes summary (the module tree)
 // and parameters (one "name [shape]" a line) of models/<name>.

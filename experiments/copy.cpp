@@ -59,10 +59,10 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
           "previous token (y_t = x_{t-1}). Reports accuracy and the attention mass on position t-1.",
           RunOptions("runs/copy.h5").steps(300).checkpoint_every(100).progress_seconds(2));
   run.args()
-      .integer("batch", &o.batch, "sequences per step", 1)
-      .integer("length", &o.length, "sequence length", 2)
-      .integer("vocab", &o.vocab, "vocabulary size", 2)
-      .integer("dim", &o.dim, "embedding width", 1)
+      .integer("batch", &o.batch, "sequences per step", 1, kMaxBatch)
+      .integer("length", &o.length, "sequence length", 2, kMaxLength)
+      .integer("vocab", &o.vocab, "vocabulary size", 2, kMaxWidth)
+      .integer("dim", &o.dim, "embedding width", 1, kMaxWidth)
       .real("lr", &o.lr, "Adam learning rate", 0.0, 1e300, true)
       .integer("eval-every", &o.eval_every, "evaluate every N steps (and at the end)", 1)
       .integer("seed", &o.seed, "seed", 0);
@@ -101,7 +101,7 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
     opt.step();
     loss = dist::mean(l.item());
     run.log().scalar("train_loss", step, loss);
-    run.show("loss", loss);
+    run.show_loss("loss", loss);
     const bool last = step == run.steps();
     if (step % o.eval_every == 0 || last) {
       evaluate_copy(m, o, eval_gen, accuracy, prev_mass);

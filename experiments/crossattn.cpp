@@ -70,15 +70,15 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
           "the three tokens of that shape, against attention spread evenly.",
           RunOptions("runs/crossattn.h5").steps(2000).checkpoint_every(500).progress_seconds(2));
   run.args()
-      .integer("batch", &c.batch, "samples per step", 1)
+      .integer("batch", &c.batch, "samples per step", 1, kMaxBatch)
       .real("lr", &c.lr, "Adam learning rate", 0.0, 1e300, true)
-      .integer("dim", &c.dim, "model width D", 1)
-      .integer("heads", &c.heads, "attention heads (must divide --dim)", 1)
+      .integer("dim", &c.dim, "model width D", 1, kMaxWidth)
+      .integer("heads", &c.heads, "attention heads (must divide --dim)", 1, kMaxWidth)
       .integer("encoder-layers", &c.encoder_layers, "transformer blocks over the tokens (0: none)", 0, 8)
       .integer("layers", &c.layers, "decoder layers (cross-attention + feed-forward)", 1, 8)
-      .integer("length", &c.task.length, "signal length L", 16)
-      .integer("shapes", &c.task.shapes, "shapes per signal (3 tokens each)", 1)
-      .integer("test", &c.test, "test samples", kSamples)
+      .integer("length", &c.task.length, "signal length L", 16, kMaxLength)
+      .integer("shapes", &c.task.shapes, "shapes per signal (3 tokens each)", 1, kMaxLength)
+      .integer("test", &c.test, "test samples", kSamples, kMaxSamples)
       .integer("eval-every", &c.eval_every, "evaluate every N steps (and at the end)", 1)
       .integer("seed", &c.seed, "seed for data and initialisation", 0);
   if (!run.parse(args, command_line)) return 0;
@@ -150,7 +150,7 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
     opt.step();
     loss = dist::mean(l.item());
     run.log().scalar("train_loss", step, loss);
-    run.show("loss", loss);
+    run.show_loss("loss", loss);
     if (step % c.eval_every != 0 && step != run.steps()) continue;
     test_mse = evaluate(m, test, task.half_width, scores);
     uniform = scores[0].baseline();

@@ -148,7 +148,7 @@ int run_attend(const std::vector<std::string>& args) {
   if (!a.parse(args, &path, "a checkpoint path")) return 0;
 
   CharModel cm = load_charlm(path, "attend");
-  std::vector<int64_t> ids = cm.tok.encode(prompt);
+  std::vector<int64_t> ids = cm.encode_prompt(prompt, "attend", path);
   const int64_t P = static_cast<int64_t>(ids.size());
   if (P < 2) throw UsageError(fmt::format("attend: --prompt '{}' must hold at least 2 characters", prompt));
   if (P > cm.model->options.context_)
@@ -164,6 +164,7 @@ int run_attend(const std::vector<std::string>& args) {
     out = base + "_attend.h5";
   }
   check_output("attend", out, path, "run log", "attend");
+  prepare_output_path(out);  // before the work: a path that cannot be written is refused at once
 
   autograd::NoGradGuard ng;
   cm.model->eval();

@@ -262,7 +262,7 @@ int run_quantize(const std::vector<std::string>& args) {
   Args a("quantize", "Quantizes the weight matrices of a trained model.");
   a.choice("method", &method, quant::method_names(), "quantizer")
       .integer("bits", &bits, "bits per code", quant::kMinBits, quant::kMaxBits)
-      .integer("rank", &rank, "lplr: the factors' rank (0: half of each matrix's smaller side)", 0)
+      .integer("rank", &rank, "lplr: the factors' rank (0: half of each matrix's smaller side)", 0, kMaxWidth)
       .choice("range", &range, {"row", "tensor"}, "one range per row or per matrix")
       .integer("seed", &seed, "seed", 0)
       .text("keep", &keep, "parameters left in float32, comma-separated")
@@ -389,7 +389,8 @@ std::vector<quant::Method> parse_methods(const std::string& s) {
     if (std::find(all.begin(), all.end(), item) == all.end())
       throw UsageError(fmt::format("run compression: --methods expects some of {}, comma-separated, got '{}'",
                                    fmt::join(all, ","), item));
-    out.push_back(quant::method_from_name(item));
+    const quant::Method m = quant::method_from_name(item);
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);  // once each, as --bits
   }
   if (out.empty()) throw UsageError(fmt::format("run compression: --methods expects at least one method, got '{}'", s));
   return out;
@@ -412,9 +413,11 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
       .text("methods", &methods_s, "methods, comma-separated")
       .text("bits", &bits_s, "bit widths, comma-separated (2..16)")
       .choice("range", &range, {"row", "tensor"}, "one range per row or per matrix")
-      .integer("rank", &rank, "lplr: the factors' rank (0: half of each matrix's smaller side)", 0)
+      .integer("rank", &rank, "lplr: the factors' rank (0: half of each matrix's smaller side)", 0, kMaxWidth)
       .integer("seed", &seed, "seed of the signs, rotations and sketches", 0)
       .flag("no-plot", &no_plot, "leave out the figure (heed plot LOG draws it later)");
+  run.reads_file("charlm");
+  run.reads_file("shapes");
   if (!run.parse(args, command_line)) return 0;
   const std::vector<quant::Method> methods = parse_methods(methods_s);
   const std::vector<int> bits = parse_bits(bits_s);

@@ -65,13 +65,13 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
           RunOptions("runs/scaling.h5").steps(400).checkpoint_every(100).progress_seconds(2));
   run.args()
       .integer("dk-max", &s.dk_max, "largest d_k of part 1 (powers of two from 4)", 4, 1 << 16)
-      .integer("queries", &s.queries, "queries per d_k in part 1", 1)
-      .integer("keys", &s.keys, "keys each query attends to in part 1", 2)
+      .integer("queries", &s.queries, "queries per d_k in part 1", 1, kMaxLength)
+      .integer("keys", &s.keys, "keys each query attends to in part 1", 2, kMaxLength)
       .integer("seeds", &s.seeds, "training runs per variant in part 2", 1, 64)
-      .integer("dim", &s.copy.dim, "part 2: embedding and head width (one head)", 1)
-      .integer("length", &s.copy.length, "part 2: sequence length", 2)
-      .integer("vocab", &s.copy.vocab, "part 2: vocabulary size", 2)
-      .integer("batch", &s.copy.batch, "part 2: sequences per step", 1)
+      .integer("dim", &s.copy.dim, "part 2: embedding and head width (one head)", 1, kMaxWidth)
+      .integer("length", &s.copy.length, "part 2: sequence length", 2, kMaxLength)
+      .integer("vocab", &s.copy.vocab, "part 2: vocabulary size", 2, kMaxWidth)
+      .integer("batch", &s.copy.batch, "part 2: sequences per step", 1, kMaxBatch)
       .real("lr", &s.copy.lr, "part 2: Adam learning rate", 0.0, 1e300, true)
       .integer("eval-every", &s.copy.eval_every, "part 2: accuracy every N steps (and at the end)", 1)
       .integer("seed", &s.copy.seed, "first seed (part 2 uses seed .. seed + seeds - 1; part 1 uses seed)", 0);
@@ -181,8 +181,8 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
     }
     run.log().series("losses", step, Tensor::from_f64(loss, {2, S}));
     run.log().scalar("train_loss", step, (mean_of(loss, 0) + mean_of(loss, 1)) / 2);
-    run.show("loss scaled", mean_of(loss, 0));
-    run.show("loss unscaled", mean_of(loss, 1));
+    run.show_loss("loss scaled", mean_of(loss, 0));
+    run.show_loss("loss unscaled", mean_of(loss, 1));
     if (step % s.copy.eval_every == 0 || step == run.steps()) {
       std::vector<double> mass(static_cast<size_t>(2 * S));
       for (int64_t i = 0; i < S; ++i)

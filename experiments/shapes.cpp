@@ -259,7 +259,7 @@ struct Trainer {
         epoch_loss[i] += l * static_cast<double>(idx.size());
         run.log().scalar(m.name + "/train_loss", step, l);
         run.log().scalar(m.name + "/step_seconds", step, secs);
-        run.show(m.name, l);
+        run.show_loss(m.name, l);
       }
       epoch_rows += static_cast<int64_t>(idx.size());
       if (step % steps_per_epoch() == 0) end_of_epoch(step, (step - 1) / steps_per_epoch());
@@ -283,10 +283,10 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
           RunOptions("runs/shapes.h5").checkpoint_every(250));
   run.args()
       .choice("model", &c.model, {"cnn", "attention", "both"}, "which model(s) to train")
-      .integer("epochs", &c.epochs, "passes over the training set (may be raised on --resume to train longer)", 1)
-      .integer("train", &c.train, "training samples", 1)
-      .integer("test", &c.test, "test samples (at least 15 are logged)", kLoggedSamples)
-      .integer("batch", &c.batch, "batch size", 1)
+      .integer("epochs", &c.epochs, "passes over the training set (may be raised on --resume to train longer)", 1, kMaxRepeats)
+      .integer("train", &c.train, "training samples", 1, kMaxSamples)
+      .integer("test", &c.test, "test samples (at least 15 are logged)", kLoggedSamples, kMaxSamples)
+      .integer("batch", &c.batch, "batch size", 1, kMaxBatch)
       .real("lr", &c.lr, "Adam learning rate", 0.0, 1e300, true)
       .choice("variant", &c.variant, {"pairs", "location"}, "average the two triangles / two boxes, or left / right pairs")
       .flag("positional", &c.positional, "append 7 binary positional channels to the input")

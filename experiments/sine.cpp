@@ -44,8 +44,8 @@ int run_sine(const std::vector<std::string>& args, const std::vector<std::string
   run.args()
       .real("lr", &lr, "learning rate", 0.0, 1e300, /*min_exclusive=*/true)
       .real("momentum", &momentum, "heavy-ball momentum: v = mu v + g, p = p - lr v", 0.0, 1.0)
-      .integer("hidden", &hidden, "hidden width H", 1)
-      .integer("points", &points, "training points, evenly spaced on [-pi, pi]", 2)
+      .integer("hidden", &hidden, "hidden width H", 1, kMaxWidth)
+      .integer("points", &points, "training points, evenly spaced on [-pi, pi]", 2, kMaxSamples)
       .integer("seed", &seed, "initialisation seed", 0);
   if (!run.parse(args, command_line)) return 0;
 
@@ -77,11 +77,7 @@ int run_sine(const std::vector<std::string>& args, const std::vector<std::string
     mse = dist::mean(loss.item());
     if (run.step() == 1) initial_mse = mse;
     run.log().scalar("train_loss", run.step(), mse);
-    run.show("mse", mse);
-    if (!std::isfinite(mse)) {  // diverged: more steps cannot recover, and no checkpoint is worth writing
-      run.finish();
-      fail("run sine: the loss diverged at step {} ({}); try a smaller --lr", run.step(), mse);
-    }
+    run.show_loss("mse", mse);  // a non-finite one ends the run (Run::show_loss)
     ddp.backward(loss);
     opt.step();
     if (run.step() == run.steps()) {

@@ -113,24 +113,24 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
           RunOptions("runs/timeseries.h5").steps(2000).checkpoint_every(500).progress_seconds(2));
   run.args()
       .choice("model", &c.model, {"attention", "cnn", "both"}, "which model(s) to train")
-      .integer("batch", &c.batch, "signals per step", 1)
+      .integer("batch", &c.batch, "signals per step", 1, kMaxBatch)
       .real("lr", &c.lr, "Adam learning rate", 0.0, 1e300, true)
-      .integer("dim", &c.dim, "attention model: width D", 1)
-      .integer("heads", &c.heads, "attention model: heads (must divide --dim)", 1)
+      .integer("dim", &c.dim, "attention model: width D", 1, kMaxWidth)
+      .integer("heads", &c.heads, "attention model: heads (must divide --dim)", 1, kMaxWidth)
       .integer("layers", &c.layers, "attention model: transformer blocks", 1, 8)
-      .integer("kernel", &c.kernel, "causal convolution width (both models)", 1)
-      .integer("cnn-channels", &c.cnn_channels, "CNN: channels per layer", 1)
-      .integer("cnn-layers", &c.cnn_layers, "CNN: causal convolution layers", 1)
-      .integer("length", &c.series.length, "signal length T", 8)
+      .integer("kernel", &c.kernel, "causal convolution width (both models)", 1, kMaxWidth)
+      .integer("cnn-channels", &c.cnn_channels, "CNN: channels per layer", 1, kMaxWidth)
+      .integer("cnn-layers", &c.cnn_layers, "CNN: causal convolution layers", 1, kMaxLayers)
+      .integer("length", &c.series.length, "signal length T", 8, kMaxLength)
       .real("period-min", &c.series.period_min, "shortest period", 2.0)
       .real("period-max", &c.series.period_max, "longest period (at most half of --length)", 2.0)
-      .integer("harmonics", &c.series.harmonics, "harmonics of the periodic pattern", 1)
+      .integer("harmonics", &c.series.harmonics, "harmonics of the periodic pattern", 1, kMaxWidth)
       .real("noise-min", &c.series.noise_min, "smallest noise standard deviation", 0.0)
       .real("noise-max", &c.series.noise_max, "largest noise standard deviation", 0.0)
-      .integer("anomalies", &c.series.anomalies_max, "at most this many anomalies per signal", 0)
+      .integer("anomalies", &c.series.anomalies_max, "at most this many anomalies per signal", 0, kMaxLength)
       .real("window", &c.window, "same-phase window: keys within this many steps of a whole number of periods back",
             0.0)
-      .integer("test", &c.test, "test signals", kLoggedSignals)
+      .integer("test", &c.test, "test signals", kLoggedSignals, kMaxSamples)
       .integer("eval-every", &c.eval_every, "evaluate every N steps (and at the end)", 1)
       .integer("seed", &c.seed, "seed for data and initialisation", 0);
   if (!run.parse(args, command_line)) return 0;
@@ -239,7 +239,7 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
       m.opt->step();
       m.loss = dist::mean(loss.item());
       run.log().scalar(m.name + "/train_loss", step, m.loss);
-      run.show(m.name, m.loss);
+      run.show_loss(m.name, m.loss);
     }
     if (step % c.eval_every != 0 && step != run.steps()) continue;
     for (auto& m : runs) {

@@ -1,7 +1,9 @@
 // tests/data/test_run.cpp: heed::Run, the library object that owns a
 // training run's log, checkpoints, resume and stop (data/run.h), driven the
 // way a user's program drives it.
+#include <cmath>
 #include <csignal>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -23,6 +25,9 @@ struct Toy {
   optim::SGD opt;
   int64_t counter = 0;
   double last = 0;
+  int64_t nan_at = 0;  // the step whose loss is reported as NaN (0: none), as a diverged run's
+  int64_t inf_at = 0;  // the step after which the weights are infinite (0: never)
+  bool show_losses = true;
   Run run;
   explicit Toy(int64_t width = 3)
       : model(nn::LinearOptions(width, 2).generator(&init)),
@@ -45,7 +50,10 @@ struct Toy {
       opt.step();
       last = loss.item();
       counter += 2;
+      if (run.step() == nan_at) last = std::numeric_limits<double>::quiet_NaN();
+      if (run.step() == inf_at) kernel::fill_(model.weight, INFINITY);
       run.log().scalar("loss", run.step(), last);
+      if (show_losses) run.show_loss("loss", last);
     }
     return run.finish();
   }
@@ -188,6 +196,74 @@ TEST_CASE("Run: a checkpoint outlives its log: --resume with --out NEW.h5 goes o
   Toy last;
   REQUIRE(last.go({"--resume", ck, "--steps", "16", "--out", d.path + "/k.h5"}) == 0);
   CHECK(last.counter == 32);  // 16 steps of 2, as one uninterrupted run
+}
+
+TEST_CASE("Run: a non-finite loss ends the run at its step, without a checkpoint; the last one resumes") {
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/v.h5", ck = d.path + "/v.ckpt.h5";
+  Toy t;
+  t.nan_at = 5;
+  CHECK(t.go({"--out", log}) == 1);  // checkpoints every 3 steps: at 3, not at 5
+  CHECK(t.run.diverged());
+  CHECK(t.run.step() == 5);
+  CHECK(load_checkpoint(ck, "toy").counter("step") == 3);
+  {
+    h5::File f(log, h5::File::Mode::read);
+    const std::vector<double> rows = f.read_tensor("metrics/loss").to_vector<double>();
+    REQUIRE(rows.size() == 3 * 5);  // every step up to the diverged one, that one included
+    CHECK(std::isnan(rows[3 * 4 + 1]));
+  }
+  // From the last checkpoint the same run goes on (here without the NaN) to
+  // the uninterrupted run's end.
+  Toy resumed, whole;
+  REQUIRE(resumed.go({"--resume", ck}) == 0);
+  REQUIRE(whole.go({"--out", d.path + "/w.h5"}) == 0);
+  CHECK(resumed.counter == whole.counter);
+  CHECK(resumed.last == whole.last);
+  // A checkpoint of non-finite weights (an older heed's, or another
+  // program's) is refused, naming the tensor; no file changes.
+  Checkpoint c = load_checkpoint(ck, "toy");
+  c.tensors.at("model/weight") = Tensor::full(c.tensors.at("model/weight").shape(), INFINITY);
+  save_checkpoint(d.path + "/inf.ckpt.h5", c);
+  const auto before = test::slurp(log);
+  test::check_error([&] { Toy().go({"--resume", d.path + "/inf.ckpt.h5"}); },
+                    {"inf.ckpt.h5", "model/weight", "not finite", "diverged by step 10"});
+  CHECK(test::slurp(log) == before);
+  // Weights that are not finite when a checkpoint is due end the run the
+  // same way, though no loss was shown.
+  Toy quiet;
+  quiet.inf_at = 4;
+  quiet.show_losses = false;
+  CHECK(quiet.go({"--out", d.path + "/q.h5"}) == 1);
+  CHECK(quiet.run.step() == 6);
+  CHECK(load_checkpoint(d.path + "/q.ckpt.h5", "toy").counter("step") == 3);
+}
+
+TEST_CASE("Run: a later run's log is refused for an earlier run's checkpoint, even with the same configuration") {
+  // A new run at the same --out replaces the log at once, the checkpoint at
+  // its first one: killed (or diverged) before that, it left the earlier
+  // run's checkpoint beside its own log, and --resume spliced the two runs
+  // into one log.
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/s.h5", ck = d.path + "/s.ckpt.h5";
+  REQUIRE(Toy().go({"--out", log}) == 0);  // the earlier run: 10 steps, checkpoint at 10
+  Toy later;
+  later.nan_at = 2;  // ends at step 2, before any checkpoint of its own
+  REQUIRE(later.go({"--out", log, "--checkpoint-every", "0"}) == 1);
+  REQUIRE(load_checkpoint(ck, "toy").counter("step") == 10);
+  const auto before = test::slurp(log);
+  test::check_error([&] { Toy().go({"--resume", ck, "--steps", "12"}); },
+                    {"s.h5", "another run's", "s.ckpt.h5", "--out NEW.h5", "steps after 10"});
+  CHECK(test::slurp(log) == before);
+  // As the message says: the checkpoint's run goes on in a new log.
+  Toy on;
+  REQUIRE(on.go({"--resume", ck, "--steps", "12", "--out", d.path + "/s2.h5"}) == 0);
+  CHECK(on.counter == 24);
+  // The new log and later checkpoints keep the run's identity: they resume together.
+  REQUIRE(Toy().go({"--resume", ck, "--steps", "14", "--out", d.path + "/s2.h5"}) == 0);
+  h5::File f(d.path + "/s2.h5", h5::File::Mode::read);
+  CHECK(h5::attr_str(f.get_attr("/", "run_id")) == load_checkpoint(ck, "toy").run_id);
+  CHECK(load_checkpoint(ck, "toy").run_id.size() == 32);
 }
 
 TEST_CASE("Run: begin() before parse() is refused before anything is written") {

@@ -120,6 +120,8 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"sample: a non-numeric config value", {"sample", p + "/badconfig.ckpt.h5"}, 1,
        {"config.layers is 'two'", "integer"}},
       {"sample: a missing checkpoint", {"sample", p + "/none.ckpt.h5"}, 1, {"none.ckpt.h5"}},
+      {"resume NaN weights (trained on NaN with status 0)", {"run", "charlm", "--resume", p + "/nan.ckpt.h5", "--steps", "4"}, 1,
+       {"nan.ckpt.h5", "model/lm_head.weight", "not finite", "diverged by step 2"}},
       {"sample: NaN weights", {"sample", p + "/nan.ckpt.h5"}, 1,
        {"nan.ckpt.h5", "parameter lm_head.weight holds values that are not finite"}},
       {"--init-from NaN weights (the run trained on NaN with status 0)",
@@ -144,7 +146,8 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"resume with --stop-after at the checkpoint's step", {"run", "charlm", "--resume", ckpt, "--stop-after", "2"},
        2, {"--stop-after 2 is not after step 2", "expected a later step"}},
       {"resume into another run's log", {"run", "charlm", "--resume", ckpt, "--out", p + "/lm7.h5"}, 1,
-       {"the log '" + p + "/lm7.h5' is not the run of checkpoint", "--seed 7, the checkpoint has 0"}},
+       {"the log '" + p + "/lm7.h5' is another run's than checkpoint", "with: heed run charlm", "--seed 7",
+        "--out NEW.h5"}},
       // Commands that write beside the checkpoint they read never write over
       // it, nor over a training run's log.
       {"export over its checkpoint", {"export", ckpt, "-o", ckpt}, 2, {"lm.ckpt.h5", "is the checkpoint being read"}},
@@ -274,6 +277,48 @@ TEST_CASE("a run's log and checkpoint are its own while it runs: a second run on
   Result r = heed_cli({"run", "copy", "--resume", p + "/a.ckpt.h5", "--stop-after", std::to_string(at + 2)}, p);
   INFO(r.err);
   CHECK(r.status == 130);
+}
+
+TEST_CASE("a diverged run stops at its first non-finite loss or weights with status 1, and writes no checkpoint after") {
+  // They trained on NaN to the last step with status 0, printed summaries
+  // of NaN models (charlm advertised `heed sample`) and wrote NaN
+  // checkpoints, which --resume trained on further.
+  test::TempDir d("heed-diverge-");
+  const std::string p = d.path;
+  struct Case {
+    std::vector<std::string> args;
+  };
+  for (const Case& c : {Case{{"run", "copy", "--steps", "20", "--eval-every", "10"}},
+                        Case{{"run", "sine", "--steps", "50"}},
+                        Case{{"run", "shapes", "--train", "200", "--test", "15", "--batch", "50", "--epochs", "2"}},
+                        Case{{"run", "timeseries", "--steps", "20", "--eval-every", "10", "--test", "16", "--batch", "8"}},
+                        Case{{"run", "scaling", "--steps", "20", "--eval-every", "10", "--seeds", "1", "--dk-max", "16",
+                              "--queries", "16", "--keys", "8", "--dim", "16"}}}) {
+    const std::string name = c.args[1];
+    CAPTURE(name);
+    std::vector<std::string> args = c.args;
+    for (const std::string& a : {std::string("--lr"), std::string("1e6"), std::string("--checkpoint-every"),
+                                 std::string("1"), std::string("--out"), p + "/" + name + ".h5"})
+      args.push_back(a);
+    Result r = heed_cli(args, p);
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    CHECK(r.status == 1);
+    const size_t at = r.err.find("the run diverged at step ");
+    REQUIRE(at != std::string::npos);
+    const int64_t step = std::stoll(r.err.substr(at + 25));
+    CHECK(r.err.find("holds step " + std::to_string(step - 1) + ", as it was") != std::string::npos);
+    CHECK(r.out.find("final") == std::string::npos);  // no summary of a diverged model
+    CHECK(load_checkpoint(p + "/" + name + ".ckpt.h5", name).counter("step") == step - 1);
+    {  // readable, with every step up to the diverged one
+      h5::File log(p + "/" + name + ".h5", h5::File::Mode::read);
+      CHECK(log.has_attr("/", "run_id"));
+    }
+    // The checkpoint's weights are finite; from it the run diverges again, the same way.
+    Result again = heed_cli({"run", name, "--resume", p + "/" + name + ".ckpt.h5"}, p);
+    INFO("resumed: " << again.err);
+    CHECK(again.status == 1);
+    CHECK(again.err.find("the run diverged at step " + std::to_string(step)) != std::string::npos);
+  }
 }
 
 TEST_CASE("heed plot ended by a signal leaves no drawing process behind") {

@@ -60,4 +60,24 @@ TEST_CASE("charlm: a tiny run on a given text trains, checkpoints and refuses ba
                     {"--width 10", "--heads 3"});
   test::check_error([&] { experiments::run_sample({(dir / "lm.ckpt.h5").string(), "--prompt", "XYZ"}); },
                     {"'X'", "not in the vocabulary"});
+
+  // A resume on another text of the same characters (its vocabulary, the
+  // only thing compared before) is refused; the log stays as it was.
+  {
+    std::ofstream f(text, std::ios::trunc);
+    for (int i = 0; i < 200; ++i) f << "the lazy dog jumps over the quick brown fox. ";
+  }
+  const std::string log_before = test::slurp(out);
+  test::check_error([&] { experiments::run_charlm({"--resume", (dir / "lm.ckpt.h5").string(), "--steps", "40"}, {"heed"}); },
+                    {"lm.ckpt.h5", "corpus/fingerprint", "differs"});
+  CHECK(test::slurp(out) == log_before);
+  // A checkpoint from before the fingerprint resumes on its text, unchecked.
+  {
+    std::ofstream f(text, std::ios::trunc);
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  Checkpoint old = load_checkpoint((dir / "lm.ckpt.h5").string(), "charlm");
+  old.tensors.erase("corpus/fingerprint");
+  save_checkpoint((dir / "lm.ckpt.h5").string(), old);
+  CHECK(experiments::run_charlm({"--resume", (dir / "lm.ckpt.h5").string(), "--steps", "32"}, {"heed"}) == 0);
 }

@@ -13,6 +13,7 @@
 
 #include "data/checkpoint.h"
 #include "data/h5.h"
+#include "../data/file_damage.h"
 #include "resume_check.h"
 #include "spawn.h"
 #include "test_util.h"
@@ -238,17 +239,26 @@ TEST_CASE("fault matrix: every refused resume names the problem and leaves log a
       REQUIRE(run(cat(cat(cat(row.program, row.args), row.other_model), {"--out", p + "/m.h5", "--stop-after", "2"}), p)
                   .status == 130);
       Checkpoint c = load_checkpoint(p + "/m.ckpt.h5", row.experiment);
-      c.config = load_checkpoint(ckpt, row.experiment).config;  // this run's configuration, the other's tensors
+      const Checkpoint mine = load_checkpoint(ckpt, row.experiment);
+      c.config = mine.config;  // this run's configuration and identity, the other's tensors
+      c.run_id = mine.run_id;
       model_ckpt = p + "/model.ckpt.h5";
       save_checkpoint(model_ckpt, c);
     }
     const std::string good = slurp(ckpt);
-    // A flipped byte in the middle, and the first half only.
+    // A flipped byte in the middle of the largest weight's data (the file's
+    // middle byte may be free space, whose damage nothing can see), and the
+    // first half only.
     const std::string corrupt = p + "/corrupt.ckpt.h5", truncated = p + "/truncated.ckpt.h5";
     {
-      std::string b = good;
-      b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 0x5a);
-      std::ofstream(corrupt, std::ios::binary) << b;
+      std::ofstream(corrupt, std::ios::binary) << good;
+      const Checkpoint c = load_checkpoint(ckpt, row.experiment);
+      std::string largest;
+      for (const auto& [k, t] : c.tensors)
+        if (k.rfind("model/", 0) == 0 && (largest.empty() || t.numel() > c.tensors.at(largest).numel())) largest = k;
+      REQUIRE(!largest.empty());
+      const std::string bytes = test::tensor_bytes(c.tensors.at(largest));
+      test::flip_byte_in(corrupt, bytes, bytes.size() / 2);
       std::ofstream(truncated, std::ios::binary) << good.substr(0, good.size() / 2);
     }
     struct Refusal {
