@@ -82,6 +82,13 @@ TEST_CASE("layer_norm: saved statistics are each row's mean and biased variance"
     // Row 0: (x - 2.5) / sqrt(1.25 + 1e-5)
     const double s = 1.0 / std::sqrt(1.25 + 1e-5);
     test::check_close(narrow(r.y, 0, 0, 1), {-1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s}, 1e-5);
+    // A row whose variance (5e-7) is below eps, where eps's place shows:
+    // 1 / sqrt(var + eps) = 308.6, not 1 / (sqrt(var) + eps) = 1394.6.
+    Tensor q = kernel::to_dtype(Tensor::from_f64({0, 1e-3, -1e-3, 0}, {1, 4}), dt);
+    auto rq = kernel::layer_norm_forward(q, Tensor::ones({4}, dt), Tensor::zeros({4}, dt), 1e-5);
+    const double t = 1.0 / std::sqrt(5e-7 + 1e-5);
+    const std::vector<double> want{0.0, 1e-3 * t, -1e-3 * t, 0.0}, got = rq.y.to_vector<double>();
+    for (size_t i = 0; i < 4; ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
   }
 }
 

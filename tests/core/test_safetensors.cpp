@@ -65,6 +65,16 @@ TEST_CASE("safetensors: F16 and BF16 tensors (PyTorch's half types) are read as 
   CHECK(f.tensors.at("h").dtype() == DType::f32);
   CHECK(f.tensors.at("h").to_vector<double>() == std::vector<double>{1.0, -2.0, 0.5, std::ldexp(1.0, -24), 65504.0});
   CHECK(f.tensors.at("b").to_vector<double>() == std::vector<double>{1.0, -3.0});
+  // inf, -inf, NaN, and subnormals with more than one mantissa bit (3 and 1023 times 2^-24).
+  const uint16_t special[] = {0x7c00, 0xfc00, 0x7e00, 0x0003, 0x03ff};
+  write_raw(path, R"({"s":{"dtype":"F16","shape":[5],"data_offsets":[0,10]}})",
+            std::string(reinterpret_cast<const char*>(special), sizeof special));
+  const std::vector<double> s = safetensors::load(path).tensors.at("s").to_vector<double>();
+  CHECK(s[0] == INFINITY);
+  CHECK(s[1] == -INFINITY);
+  CHECK(std::isnan(s[2]));
+  CHECK(s[3] == std::ldexp(3.0, -24));
+  CHECK(s[4] == std::ldexp(1023.0, -24));
 }
 
 TEST_CASE("safetensors: a damaged or malformed file is refused, naming the file and the tensor") {

@@ -128,14 +128,20 @@ TEST_CASE("runlog: resume drops rows written after the checkpoint step and appen
     log.begin();
     for (int64_t s = 1; s <= 10; ++s) log.scalar("loss", s, static_cast<double>(s));
     log.series("maps", 4, Tensor::zeros({2}));
+    log.series("maps", 6, Tensor::full({2}, 6.0));  // at the checkpoint's step: kept
     log.series("maps", 8, Tensor::ones({2}));
+  }
+  {  // The run began 1000 s ago: rows appended after the resume count from then.
+    h5::File f(path, h5::File::Mode::append);
+    const double start = h5::attr_as<double>(f.get_attr("/", "start_unix_time"), "start_unix_time");
+    f.set_attr("/", "start_unix_time", start - 1000.0);
   }
   {
     RunLog log = RunLog::resume(path, 6);
     test::check_error([&] { log.begin(); }, {"begin() was already called", "RunLog::resume"});
     // After the kept rows (the last at step 6), not before them.
     test::check_error([&] { log.scalar("loss", 5, 0.0); }, {"metric 'loss' at step 5 after step 6"});
-    test::check_error([&] { log.series("maps", 3, Tensor::zeros({2})); }, {"series 'maps' at step 3 after step 4"});
+    test::check_error([&] { log.series("maps", 5, Tensor::zeros({2})); }, {"series 'maps' at step 5 after step 6"});
     for (int64_t s = 7; s <= 8; ++s) log.scalar("loss", s, 100.0 + static_cast<double>(s));
   }
   h5::File f(path, h5::File::Mode::read);
@@ -143,7 +149,9 @@ TEST_CASE("runlog: resume drops rows written after the checkpoint step and appen
   REQUIRE(m.size(0) == 8);
   CHECK(m.at({5, 1}) == 6.0);
   CHECK(m.at({6, 1}) == 107.0);
-  CHECK(f.read_tensor("series/maps/step").to_vector<int64_t>() == std::vector<int64_t>{4});
+  CHECK(m.at({6, 2}) >= 1000.0);  // wall_seconds since the run's start, not the resume's
+  CHECK(f.read_tensor("series/maps/step").to_vector<int64_t>() == std::vector<int64_t>{4, 6});
+  CHECK(f.read_tensor("series/maps/values").to_vector<double>() == std::vector<double>{0, 0, 6, 6});
   test::check_error([&] { RunLog::resume(temp_path("basic-missing.h5"), 0); }, {"cannot open"});
 }
 

@@ -481,7 +481,12 @@ TEST_CASE("shapes: the standardizer fits the signal channel and leaves the bits 
     const float lo = static_cast<float>((0.0 - st.mean) / st.std), hi = static_cast<float>((1.0 - st.mean) / st.std);
     CHECK(za.at({0, 1, 0}) == lo);  // bit 0 of t = 0
     CHECK(za.at({0, 1, 1}) == hi);  // bit 0 of t = 1
-  }
+    // Unbiased, as PyTorch's .std(): on 1, 2, 3, 4 that is sqrt(5/3), not sqrt(5/4).
+  Standardizer small;
+  small.fit(Tensor::from({1, 2, 3, 4}, {1, 1, 4}));
+  CHECK(small.mean == 2.5);
+  CHECK(small.std == doctest::Approx(std::sqrt(5.0 / 3.0)).epsilon(1e-12));
+}
   SUBCASE("state round-trips through an f64 tensor") {
     Standardizer other;
     other.set_state(st.state());

@@ -149,6 +149,8 @@ TEST_CASE("layers: GPT is initialised like GPT-2 (N(0, 0.02), residual projectio
   CHECK(std::abs(sd(m.wte->weight) - 0.02) < 0.002);
   CHECK(std::abs(sd(m.blocks[0]->ffn->fc1->weight) - 0.02) < 0.002);
   CHECK(std::abs(sd(m.blocks[0]->ffn->fc2->weight) - 0.02 / std::sqrt(8.0)) < 0.001);
+  CHECK(std::abs(sd(m.blocks[0]->attn->out_proj->weight) - 0.02 / std::sqrt(8.0)) < 0.001);  // the other residual one
+  CHECK(std::abs(sd(m.blocks[0]->attn->q_proj->weight) - 0.02) < 0.002);
   CHECK(sd(m.blocks[0]->ffn->fc1->bias) == 0.0);
   CHECK(m.ln_f->weight.to_vector<double>() == std::vector<double>(64, 1.0));
   Generator g2(8);
