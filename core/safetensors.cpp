@@ -111,6 +111,9 @@ File load(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     fail("safetensors: '{}' is a directory, expected a .safetensors file", path);
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_character_file(st) || std::filesystem::is_block_file(st) || std::filesystem::is_socket(st))
+    fail("safetensors: '{}' is a device or socket, expected a .safetensors file", path);  // /dev/zero never ends
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("safetensors: cannot read '{}': {}", path, std::strerror(errno));
   std::string bytes;

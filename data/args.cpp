@@ -156,6 +156,8 @@ std::string Args::help() const {
                               program_.empty() ? "heed " + command_ : program_, summary_);
   for (const auto& o : opts_) {
     std::string lhs = "--" + o.name + (o.is_flag ? "" : " " + o.metavar);
+    for (const auto& [short_name, long_name] : aliases_)
+      if (long_name == o.name) lhs = short_name + ", " + lhs;
     s += fmt::format("  {:<28} {}", lhs, o.help);
     const auto lim = limits_.find(o.name);
     if (lim != limits_.end() && o.help.find(lim->second) == std::string::npos) s += fmt::format(" [{}]", lim->second);

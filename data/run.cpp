@@ -686,6 +686,9 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     fail("Run::begin: call parse() first (parse(argc, argv), or parse({{}}) for a program without options): it sets "
          "the log and checkpoint paths and checks them");
   if (steps_ < 1 && !resuming()) fail("{}: the run has no steps (RunOptions::steps or set_steps)", args_.command());
+  // Weights given with --init-from are read before anything is written: a
+  // file that does not fit leaves no log, and no directory.
+  if (!resuming() && !init_from_.empty()) init_model();
   if (dist::is_main()) {  // the directories parse() checked, made now that the run begins
     if (!resuming() || new_log_) prepare_output_path(out_);
     prepare_output_path(checkpoint_);
@@ -719,7 +722,6 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
       fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
     }
   } else {
-    if (!init_from_.empty()) init_model();  // before the log exists: a file that does not fit leaves none
     run_id_ = new_run_id();
     if (dist::is_main())
       start_log("");

@@ -84,6 +84,9 @@ std::string load_text(const std::string& path) {
   if (st.type() == fs::file_type::not_found) fail("text file '{}' does not exist", path);
   if (ec) fail("text file '{}' cannot be read: {}", path, ec.message());
   if (fs::is_directory(st)) fail("'{}' is a directory, expected a text file", path);
+  // A device never ends (/dev/zero, /dev/urandom); a pipe does: --text <(zcat corpus.gz).
+  if (fs::is_character_file(st) || fs::is_block_file(st) || fs::is_socket(st))
+    fail("'{}' is a device or socket, expected a text file (or a pipe)", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot read text file '{}'", path);
   std::ostringstream ss;

@@ -31,6 +31,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <memory>
 #include <sstream>
 
@@ -841,8 +842,24 @@ int run_bench(const std::vector<std::string>& args) {
     heed::set_num_threads(static_cast<int>(threads));
     return run_load_worker(load_worker, steps);
   }
+  // An option the chosen mode does not read is refused, not ignored.
+  auto only_these = [&](const std::string& mode, const std::set<std::string>& uses) {
+    for (const char* o : {"steps", "warmup", "only", "no-avx2-pass", "precision", "compare", "rounds", "profile", "conv",
+                          "max-t", "plain-max-t", "sample-chars"})
+      if (a.given(o) && !uses.count(o))
+        throw UsageError(fmt::format("bench: {} does not use --{}",
+                                     mode.empty() ? "the training-step benchmark (no --load, --data-parallel or "
+                                                    "--attention-memory)"
+                                                  : mode,
+                                     o));
+  };
+  if (dp_worker.empty()) {
+    if (load) only_these("--load", {"sample-chars"});
+    else if (data_parallel) only_these("--data-parallel", {"only", "warmup", "steps"});
+    else if (attention_memory) only_these("--attention-memory", {"steps", "warmup", "max-t", "plain-max-t"});
+    else only_these("", {"steps", "warmup", "only", "no-avx2-pass", "precision", "compare", "rounds", "profile", "conv"});
+  }
   if (load) {
-    if (compare || !only.empty()) throw UsageError("bench: --load takes neither --compare nor --only");
     return run_load(threads, sample_chars);
   }
   if (!dp_worker.empty()) {
@@ -856,7 +873,6 @@ int run_bench(const std::vector<std::string>& args) {
     return run_data_parallel(only, warmup, steps);
   }
   if (attention_memory) {
-    if (compare || !only.empty()) throw UsageError("bench: --attention-memory takes neither --compare nor --only");
     heed::set_num_threads(static_cast<int>(threads));
     return run_attention_memory(threads, max_t, plain_max_t, a.given("warmup") ? warmup : 1,
                                 a.given("steps") ? steps : 3);

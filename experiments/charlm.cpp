@@ -83,7 +83,14 @@ class CharLMModels : public TrainedModels {
     c_.eval_batches = config_int(ck, path, "eval-batches");
     c_.text = config_text(ck, path, "text");
     data::CharTokenizer tok = tokenizer_of(ck, path, "");
-    val_ = data::split_tokens(tok.encode(text_for(c_))).val;
+    std::string text;
+    try {
+      text = text_for(c_);
+    } catch (const Error& e) {  // --text as the run was given it: relative to where the run started
+      fail("{} (the validation text of checkpoint '{}': its run's --text{}, read from this directory)", e.what(),
+           path, c_.text.empty() ? " default" : " '" + c_.text + "'");
+    }
+    val_ = data::split_tokens(tok.encode(text)).val;
     model_ = make_model(c_, tok.vocab_size(), nullptr);
     model_->load_state_dict(ck.get("model"));
   }

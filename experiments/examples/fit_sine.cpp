@@ -70,9 +70,9 @@ int main(int argc, char** argv) {
       opt.step();
       const double mse = dist::mean(loss.item());  // over all the points
       run.log().scalar("train_loss", run.step(), mse);
-      run.show("mse", mse);
+      run.show_loss("mse", mse);  // a loss that is not finite ends the run (it diverged)
     }
-    if (int status = run.finish()) return status;  // 130: stopped, with a checkpoint
+    if (int status = run.finish()) return status;  // 130: stopped, with a checkpoint; 1: diverged
 
     autograd::NoGradGuard no_grad;  // evaluation records no graph
     const double mse = dist::mean(mse_loss(model(x), y).item());

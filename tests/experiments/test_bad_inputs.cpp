@@ -96,6 +96,10 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"bench: an unknown workload", {"bench", "--only", "toy-cnn,bogus"}, 2, {"--only", "'bogus'", "gpt-128"}},
       {"bench: --rounds without --compare", {"bench", "--rounds", "3"}, 2, {"needs --compare"}},
       {"bench: an unknown --isa", {"bench", "--isa", "sse9"}, 2, {"--isa", "'sse9'", "avx2"}},
+      {"bench: an option its mode ignored", {"bench", "--attention-memory", "--conv", "direct"}, 2,
+       {"--attention-memory does not use --conv"}},
+      {"bench: --max-t without --attention-memory", {"bench", "--max-t", "512"}, 2,
+       {"training-step benchmark", "does not use --max-t"}},
       {"charlm: --dropout 1", cat({"run", "charlm", "--text", text, "--dropout", "1", "--out", p + "/x.h5"}, kTinyLM), 2,
        {"--dropout expects a number in [0, 1), got '1'"}},
       {"charlm: --min-lr above --lr",
@@ -120,6 +124,23 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"sample: a non-numeric config value", {"sample", p + "/badconfig.ckpt.h5"}, 1,
        {"config.layers is 'two'", "integer"}},
       {"sample: a missing checkpoint", {"sample", p + "/none.ckpt.h5"}, 1, {"none.ckpt.h5"}},
+      {"--text a device (read forever)", {"run", "charlm", "--text", "/dev/zero", "--out", p + "/nd/x.h5"}, 1,
+       {"'/dev/zero' is a device"}},
+      {"--init-from a device (read forever)", {"run", "sine", "--init-from", "/dev/zero", "--out", p + "/nd/x.h5"}, 1,
+       {"'/dev/zero' is a device"}},
+      {"a refused run makes no directory", {"run", "sine", "--precision", "fp8", "--out", p + "/nd/x.h5"}, 2,
+       {"--precision", "'fp8'"}},
+      {"--out the file --text reads", {"run", "charlm", "--text", text, "--out", text}, 2,
+       {"--out '" + text + "' is the file --text reads"}},
+      {"--out another experiment's checkpoint", {"run", "sine", "--out", ckpt}, 2,
+       {"is a heed checkpoint of the 'charlm' experiment", "expected a new file"}},
+      {"--checkpoint another experiment's log", {"run", "sine", "--out", p + "/s.h5", "--checkpoint", p + "/lm.h5"}, 2,
+       {"is a heed run log of the 'charlm' experiment"}},
+      {"--out a file that is not HDF5", {"run", "sine", "--out", text}, 2, {"is not a heed log (not HDF5)"}},
+      {"size beyond its bound", {"run", "charlm", "--layers", "100000000", "--out", p + "/x.h5"}, 2,
+       {"--layers expects an integer in 1..1024, got '100000000'"}},
+      {"a prompt character outside the vocabulary", {"sample", ckpt, "--prompt", "QZ"}, 2,
+       {"sample: --prompt 'QZ'", "'Q'", "not in the vocabulary", "lm.ckpt.h5"}},
       {"resume NaN weights (trained on NaN with status 0)", {"run", "charlm", "--resume", p + "/nan.ckpt.h5", "--steps", "4"}, 1,
        {"nan.ckpt.h5", "model/lm_head.weight", "not finite", "diverged by step 2"}},
       {"sample: NaN weights", {"sample", p + "/nan.ckpt.h5"}, 1,
@@ -175,6 +196,7 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     CHECK(snapshot(p) == before);
   }
   CHECK_FALSE(fs::exists(p + "/newdir"));  // refused before it was made (snapshot sees files only)
+  CHECK_FALSE(fs::exists(p + "/nd"));
   // bf16 on a CPU without it (here: capped to AVX2, as on an AVX2-only
   // machine): refused naming the instruction sets, nothing written.
   {
