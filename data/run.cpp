@@ -770,14 +770,17 @@ std::string Run::rank_key(const std::string& name, int rank) {
 }
 
 std::string Run::save() const {
-  // Weights a step made non-finite (a loss that overflowed in the backward,
-  // before one was shown) are no checkpoint: every process holds the same
-  // model and optimiser, so each finds the same and none writes.
-  for (const Entry& e : entries_)
-    if (e.prefix)
-      for (const auto& [k, t] : e.save_dict())
-        if (t.is_floating() && !kernel::all_finite(t)) return fmt::format("{}/{} not finite", e.name, k);
   Checkpoint ck;
+  // The model and optimiser: the same on every process. Weights a step made
+  // non-finite (a loss that overflowed in the backward, before one was
+  // shown) are no checkpoint: each process finds the same, and none writes.
+  for (const Entry& e : entries_)
+    if (e.prefix) {
+      const std::map<std::string, Tensor> state = e.save_dict();
+      for (const auto& [k, t] : state)
+        if (t.is_floating() && !kernel::all_finite(t)) return fmt::format("{}/{} not finite", e.name, k);
+      if (dist::is_main()) ck.put(e.name, state);
+    }
   ck.experiment = experiment_;
   ck.run_id = run_id_;
   for (const auto& [k, v] : args_.values()) ck.config[k] = v;
@@ -785,10 +788,7 @@ std::string Run::save() const {
   if (dist::size() > 1) ck.counters["processes"] = dist::size();
   for (const auto& [name, p] : counters_) ck.counters[name] = *p;
   for (const Entry& e : entries_) {
-    if (e.prefix) {  // the model and optimiser: the same on every process
-      if (dist::is_main()) ck.put(e.name, e.save_dict());
-      continue;
-    }
+    if (e.prefix) continue;
     // Generators, data positions, values: every process's own (a collective).
     std::vector<Tensor> all = dist::all_gather(e.save());
     for (int r = 0; r < dist::size(); ++r) ck.tensors[rank_key(e.name, r)] = all[static_cast<size_t>(r)];

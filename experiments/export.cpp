@@ -20,7 +20,8 @@ int run_export(const std::vector<std::string>& args) {
           "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
           "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention)\n"
           "  --names nanogpt    charlm: a plain PyTorch GPT's names (nanoGPT: transformer.h.0.attn.c_attn.weight\n"
-          "                     with q, k and v fused, ...); heed's own by default. heed loads either.\n");
+          "                     with q, k and v fused, ...); heed's own by default. heed loads either.\n"
+          "  --help             show this help\n");
       return 0;
     }
   std::string path, out, model, names = "heed";

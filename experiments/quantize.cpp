@@ -228,6 +228,7 @@ constexpr const char* kQuantizeHelp =
     "  --model NAME       shapes: quantize only this model (cnn or attention; default: every one)\n"
     "  -o, --out FILE     the checkpoint to write (default: CHECKPOINT with .<method>-<bits>bit.ckpt.h5)\n"
     "  --threads N        threads (default 2; results do not depend on it)\n"
+    "  --help             show this help\n"
     "\n"
     "Exit status: 0 done, 1 error, 2 bad command line. Nothing is written unless everything succeeds.\n";
 
