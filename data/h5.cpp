@@ -338,6 +338,11 @@ Tensor File::read_tensor(const std::string& path) const {
   return t;
 }
 
+void File::remove_attr(const std::string& object, const std::string& name) {
+  Handle obj(check(H5Oopen(id_, object.c_str(), H5P_DEFAULT), "open " + object, path_), H5Oclose);
+  if (H5Aexists(obj, name.c_str()) > 0) check_ok(H5Adelete(obj, name.c_str()), "remove attribute " + name, path_);
+}
+
 void File::set_attr(const std::string& object, const std::string& name, const Attr& value) {
   Handle obj(check(H5Oopen(id_, object.c_str(), H5P_DEFAULT), "open " + object, path_), H5Oclose);
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());

@@ -59,6 +59,7 @@ class File {
 
   void set_attr(const std::string& object, const std::string& name, const Attr& value);
   bool has_attr(const std::string& object, const std::string& name) const;
+  void remove_attr(const std::string& object, const std::string& name);  // none there: nothing to do
   Attr get_attr(const std::string& object, const std::string& name) const;
   std::map<std::string, Attr> attrs(const std::string& object) const;
 

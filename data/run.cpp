@@ -464,6 +464,8 @@ void Run::check_resumed_log() {
   const int64_t at = resume_ck_->counters.count("step") ? resume_ck_->counter("step") : 0;
   const std::string new_log_hint =
       fmt::format("or --out NEW.h5 to continue in a new log, which holds the steps after {}", at);
+  const std::string go_on = fmt::format(
+      "to go on from the checkpoint, give --out NEW.h5: a new log, which holds the steps after {}", at);
   if (!fs::exists(out_, ec)) {
     if (!args_.given("out"))
       fail("{}: the log '{}' of the run in '{}' is missing; give --out if it moved, {}", args_.command(), out_,
@@ -508,15 +510,18 @@ void Run::check_resumed_log() {
   const std::string log_id = text("run_id");
   if (log_id != resume_ck_->run_id)
     fail("{}: the log '{}' is another run's than checkpoint '{}' (the log's began {} with: {}); a later run at the "
-         "same --out replaced the log. To go on from the checkpoint, give --out NEW.h5: a new log, which holds "
-         "the steps after {}",
-         args_.command(), out_, resume_, text("start_time"), text("command_line"), at);
+         "same --out replaced the log; {}",
+         args_.command(), out_, resume_, text("start_time"), text("command_line"), go_on);
+  if (!log_id.empty()) return;  // the same run, named by both
   for (const auto& [k, v] : resume_ck_->config) {
     if (kResumeMayChange.count(k) || kNeverRestored.count(k) || changeable_.count(k)) continue;
+    // An option newer than the log (its run began under an older heed; the
+    // checkpoint was rewritten since) has nothing to differ from.
+    if (!f.has_attr("/", ("config." + k).c_str())) continue;
     const std::string logged = text(("config." + k).c_str());
     if (logged != v)
       fail("{}: the log '{}' is not the run of checkpoint '{}': it began with --{} {}, the checkpoint has {}; {}",
-           args_.command(), out_, resume_, k, logged.empty() ? "(none)" : logged, v, new_log_hint);
+           args_.command(), out_, resume_, k, logged.empty() ? "(none)" : logged, v, go_on);
   }
 }
 
@@ -624,7 +629,7 @@ void Run::restore_state() {
   for (const Entry& e : entries_)
     if (e.prefix)
       for (const auto& [k, t] : ck.get(e.name))
-        if (t.is_floating() && !kernel::all_finite(t))
+        if (t.is_floating() && !nonfinite_ok_.count(e.name + "/" + k) && !kernel::all_finite(t))
           fail("{}: '{}/{}' holds values that are not finite (NaN or inf): the run had diverged by step {}; start "
                "it again with other settings",
                where, e.name, k, step_);
@@ -648,6 +653,7 @@ void Run::restore_state() {
   }
   for (const auto& [name, p] : counters_) *p = ck.counters.at(name);
   saved_step_ = step_;
+  saved_path_ = resume_;
 }
 
 // --init-from: the weights of the one model the run registered as "model",
@@ -686,13 +692,20 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     fail("Run::begin: call parse() first (parse(argc, argv), or parse({{}}) for a program without options): it sets "
          "the log and checkpoint paths and checks them");
   if (steps_ < 1 && !resuming()) fail("{}: the run has no steps (RunOptions::steps or set_steps)", args_.command());
-  // Weights given with --init-from are read before anything is written: a
-  // file that does not fit leaves no log, and no directory.
-  if (!resuming() && !init_from_.empty()) init_model();
-  if (dist::is_main()) {  // the directories parse() checked, made now that the run begins
+  // State that is not finite in the program's own model before any step
+  // (a mask buffer of -inf, say) is the model's, not a divergence.
+  for (const Entry& e : entries_)
+    if (e.prefix)
+      for (const auto& [k, t] : e.save_dict())
+        if (t.is_floating() && !kernel::all_finite(t)) nonfinite_ok_.insert(e.name + "/" + k);
+  // The directories parse() checked, made once nothing can refuse the run
+  // any more (after the checkpoint's state fits, after --init-from's
+  // weights do): a refused run leaves no directory.
+  auto make_directories = [this] {
+    if (!dist::is_main()) return;
     if (!resuming() || new_log_) prepare_output_path(out_);
     prepare_output_path(checkpoint_);
-  }
+  };
   // The log's lock, taken just before the log is opened (an empty file is
   // created for it when there is none: nothing may fail after that).
   auto lock = [this] {
@@ -713,6 +726,7 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     if (!new_log_) lock();
     restore_state();
     resume_ck_.reset();
+    make_directories();
     if (new_log_) {
       start_log(fmt::format("the run of checkpoint '{}' from step {}", resume_, step_));
       fmt::print("resumed from {} at step {}/{} into a new log, {} (it holds the steps after {})\n", resume_, step_,
@@ -722,6 +736,8 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
       fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
     }
   } else {
+    if (!init_from_.empty()) init_model();  // before any file or directory: weights that do not fit leave none
+    make_directories();
     run_id_ = new_run_id();
     if (dist::is_main())
       start_log("");
@@ -778,7 +794,8 @@ std::string Run::save() const {
     if (e.prefix) {
       const std::map<std::string, Tensor> state = e.save_dict();
       for (const auto& [k, t] : state)
-        if (t.is_floating() && !kernel::all_finite(t)) return fmt::format("{}/{} not finite", e.name, k);
+        if (t.is_floating() && !nonfinite_ok_.count(e.name + "/" + k) && !kernel::all_finite(t))
+          return fmt::format("{}/{} not finite", e.name, k);
       if (dist::is_main()) ck.put(e.name, state);
     }
   ck.experiment = experiment_;
@@ -816,7 +833,7 @@ bool Run::next() {
     if (!diverged && (stop || last || (checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0))) {
       log_->flush();  // the log and the checkpoint agree
       const std::string bad = save();
-      if (bad.empty()) saved_step_ = step_;
+      if (bad.empty()) saved_step_ = step_, saved_path_ = checkpoint_;
       else diverged_ = bad;
       diverged = !bad.empty();
     }
@@ -890,11 +907,13 @@ int Run::finish() {
   if (diverged()) {
     if (dist::is_main())
       fmt::print(stderr,
-                 "{}: the run diverged at step {}/{} ({}): training stopped there. The log '{}' holds every step up to "
-                 "{}; {}. Start again with other settings (a smaller --lr, say).\n",
-                 args_.command(), step_, steps_, diverged_, out_, step_,
+                 "{}: the run diverged at step {}/{} ({}): training stopped there. The log '{}' holds {}; {}. Start "
+                 "again with other settings (a smaller --lr, say).\n",
+                 args_.command(), step_, steps_, diverged_, out_,
+                 new_log_ ? fmt::format("steps {} to {} (it continues checkpoint '{}')", start_step_ + 1, step_, resume_)
+                          : fmt::format("every step up to {}", step_),
                  saved_step_ < 0 ? fmt::format("this run wrote no checkpoint")
-                                 : fmt::format("the checkpoint '{}' holds step {}, as it was", checkpoint_, saved_step_));
+                                 : fmt::format("the checkpoint '{}' holds step {}, as it was", saved_path_, saved_step_));
     return 1;
   }
   return 0;

@@ -197,6 +197,8 @@ class Run {
   std::string run_id_;   // the run's identity, in its log and every checkpoint (data/checkpoint.h)
   std::string diverged_;  // the first non-finite loss shown ("loss nan"), or empty
   int64_t saved_step_ = -1;  // the step of the last checkpoint written or resumed from (-1: none)
+  std::string saved_path_;   // and its file
+  std::set<std::string> nonfinite_ok_;  // state not finite before any step (a -inf mask buffer): the model's own
   std::vector<std::pair<std::string, double>> shown_;
   std::chrono::steady_clock::time_point t0_, last_progress_;
 };

@@ -844,8 +844,8 @@ int run_bench(const std::vector<std::string>& args) {
   }
   // An option the chosen mode does not read is refused, not ignored.
   auto only_these = [&](const std::string& mode, const std::set<std::string>& uses) {
-    for (const char* o : {"steps", "warmup", "only", "no-avx2-pass", "precision", "compare", "rounds", "profile", "conv",
-                          "max-t", "plain-max-t", "sample-chars"})
+    for (const char* o : {"threads", "steps", "warmup", "only", "no-avx2-pass", "precision", "compare", "rounds",
+                          "profile", "conv", "max-t", "plain-max-t", "sample-chars"})
       if (a.given(o) && !uses.count(o))
         throw UsageError(fmt::format("bench: {} does not use --{}",
                                      mode.empty() ? "the training-step benchmark (no --load, --data-parallel or "
@@ -854,10 +854,20 @@ int run_bench(const std::vector<std::string>& args) {
                                      o));
   };
   if (dp_worker.empty()) {
-    if (load) only_these("--load", {"sample-chars"});
-    else if (data_parallel) only_these("--data-parallel", {"only", "warmup", "steps"});
-    else if (attention_memory) only_these("--attention-memory", {"steps", "warmup", "max-t", "plain-max-t"});
-    else only_these("", {"steps", "warmup", "only", "no-avx2-pass", "precision", "compare", "rounds", "profile", "conv"});
+    if (int(load) + int(data_parallel) + int(attention_memory) > 1)
+      throw UsageError("bench: --load, --data-parallel and --attention-memory are three benchmarks; expected one of them");
+    if (load) only_these("--load", {"threads", "sample-chars"});
+    else if (data_parallel) only_these("--data-parallel (1 x 2 and 2 x 1 threads)", {"only", "warmup", "steps"});
+    else if (attention_memory) only_these("--attention-memory", {"threads", "steps", "warmup", "max-t", "plain-max-t"});
+    else {
+      if (a.given("rounds") && !compare)
+        throw UsageError(fmt::format("bench: --rounds {} alternates heed with PyTorch: it is for --compare, which is not "
+                                     "given", rounds));
+      if (a.given("no-avx2-pass") && !compare)
+        throw UsageError("bench: --no-avx2-pass is for --compare, which is not given");
+      only_these("", {"threads", "steps", "warmup", "only", "no-avx2-pass", "precision", "compare", "rounds", "profile",
+                      "conv"});
+    }
   }
   if (load) {
     return run_load(threads, sample_chars);
@@ -880,8 +890,6 @@ int run_bench(const std::vector<std::string>& args) {
   if (conv != "winograd" && conv != "direct")
     throw UsageError(fmt::format("bench: --conv expects winograd or direct, got '{}'", conv));
   heed::set_conv1d_winograd(conv == "winograd");
-  if (rounds > 1 && !compare)
-    throw UsageError(fmt::format("bench: --rounds {} alternates heed with PyTorch and needs --compare", rounds));
   // --only takes one workload or several, comma-separated.
   std::vector<std::string> selected;
   for (size_t i = 0; !only.empty() && i <= only.size();) {

@@ -28,6 +28,7 @@ struct Toy {
   int64_t nan_at = 0;  // the step whose loss is reported as NaN (0: none), as a diverged run's
   int64_t inf_at = 0;  // the step after which the weights are infinite (0: never)
   bool show_losses = true;
+  nn::Module* extra = nullptr;  // tracked as "extra" when given
   Run run;
   explicit Toy(int64_t width = 3)
       : model(nn::LinearOptions(width, 2).generator(&init)),
@@ -41,6 +42,7 @@ struct Toy {
     run.track("rng/noise", noise);
     run.track("counter", counter);
     run.track("last", last);
+    if (extra) run.track("extra", *extra);
     run.begin([](RunLog& log) { log.declare_scalar("loss"); });
     Tensor x = test::det_tensor({4, model.weight.size(1)}, 5), y = test::det_tensor({4, 2}, 6);
     while (run.next()) {
@@ -264,6 +266,62 @@ TEST_CASE("Run: a later run's log is refused for an earlier run's checkpoint, ev
   h5::File f(d.path + "/s2.h5", h5::File::Mode::read);
   CHECK(h5::attr_str(f.get_attr("/", "run_id")) == load_checkpoint(ck, "toy").run_id);
   CHECK(load_checkpoint(ck, "toy").run_id.size() == 32);
+}
+
+namespace {
+// A module with a buffer of -inf (a mask): not finite from the start.
+struct Masked : nn::Module {
+  Tensor mask;
+  Masked() : nn::Module("Masked") { mask = register_buffer("mask", Tensor::full({2}, -INFINITY)); }
+};
+}  // namespace
+
+TEST_CASE("Run: divergence is a change: state not finite from the start (a -inf mask) checkpoints and resumes") {
+  test::TempDir d("heed-run-");
+  Masked m1, m2;
+  Toy t;
+  t.extra = &m1;
+  REQUIRE(t.go({"--out", d.path + "/m.h5", "--stop-after", "4"}) == 130);
+  CHECK(load_checkpoint(d.path + "/m.ckpt.h5", "toy").counter("step") == 4);
+  Toy r;
+  r.extra = &m2;
+  CHECK(r.go({"--resume", d.path + "/m.ckpt.h5"}) == 0);
+}
+
+TEST_CASE("Run: a run begun under an older heed (no run_id, fewer options in its log) resumes, twice") {
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/o.h5", ck = d.path + "/o.ckpt.h5";
+  REQUIRE(Toy().go({"--out", log, "--stop-after", "4"}) == 130);
+  {  // as an older heed wrote them
+    h5::File f(log, h5::File::Mode::append);
+    f.remove_attr("/", "run_id");
+    f.remove_attr("/", "config.precision");
+  }
+  Checkpoint c = load_checkpoint(ck, "toy");
+  c.run_id.clear();
+  c.config.erase("precision");
+  save_checkpoint(ck, c);
+  REQUIRE(Toy().go({"--resume", ck, "--stop-after", "7"}) == 130);
+  // This heed's checkpoint has --precision; the log has not: nothing differs.
+  Toy last, whole;
+  REQUIRE(last.go({"--resume", ck}) == 0);
+  REQUIRE(whole.go({"--out", d.path + "/w.h5"}) == 0);
+  CHECK(last.counter == whole.counter);
+}
+
+TEST_CASE("Run: a refused resume makes no directory; a diverged resume names the checkpoint it kept and the log's steps") {
+  test::TempDir d("heed-run-");
+  const std::string ck = d.path + "/r.ckpt.h5";
+  REQUIRE(Toy().go({"--out", d.path + "/r.h5", "--stop-after", "4"}) == 130);
+  test::check_error([&] { Toy().go({"--resume", ck, "--steps", "3", "--checkpoint", d.path + "/nd/c.ckpt.h5"}); },
+                    {"step 4", "beyond this run's 3 steps"});
+  CHECK_FALSE(fs::exists(d.path + "/nd"));
+  // Diverging before its first checkpoint to a new path: the one it resumed from is kept.
+  fs::remove(d.path + "/r.h5");
+  Toy t;
+  t.nan_at = 6;
+  CHECK(t.go({"--resume", ck, "--checkpoint", d.path + "/c2.ckpt.h5", "--out", d.path + "/n.h5"}) == 1);
+  CHECK_FALSE(fs::exists(d.path + "/c2.ckpt.h5"));
 }
 
 TEST_CASE("Run: begin() before parse() is refused before anything is written") {
