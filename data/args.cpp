@@ -1,8 +1,7 @@
 // data/args.cpp
 #include "data/args.h"
 
-#include <cerrno>
-#include <cstdlib>
+#include <charconv>
 
 #include "core/error.h"
 
@@ -22,10 +21,10 @@ Args& Args::integer(const std::string& name, int64_t* v, const std::string& help
                                          : fmt::format("an integer in {}..{}", min, max);
   opts_.push_back({name, help, "N", false,
                    [=, this](const std::string& s, bool) {
-                     char* end = nullptr;
-                     errno = 0;
-                     long long x = std::strtoll(s.c_str(), &end, 10);
-                     if (s.empty() || *end != '\0' || errno != 0 || x < min || x > max)
+                     // The whole text, as written: no space, no '+' (strtoll took ' 5' and '+5').
+                     int64_t x = 0;
+                     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+                     if (s.empty() || ec != std::errc() || end != s.data() + s.size() || x < min || x > max)
                        usage("{}: --{} expects {}, got '{}'", command_, name, range, s);
                      *v = x;
                    },
@@ -42,11 +41,11 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
                                                    max_exclusive ? ")" : "]");
   opts_.push_back({name, help, "X", false,
                    [=, this](const std::string& s, bool) {
-                     char* end = nullptr;
-                     errno = 0;
-                     double x = std::strtod(s.c_str(), &end);
+                     // Decimal or scientific only (strtod also took ' 5', '+5' and hex: '0x10' was 16).
+                     double x = 0;
+                     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
                      const bool low = min_exclusive ? x <= min : x < min, high = max_exclusive ? x >= max : x > max;
-                     if (s.empty() || *end != '\0' || errno != 0 || x != x || low || high)
+                     if (s.empty() || ec != std::errc() || end != s.data() + s.size() || x != x || low || high)
                        usage("{}: --{} expects {}, got '{}'", command_, name, range, s);
                      *v = x;
                    },
