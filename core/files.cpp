@@ -12,7 +12,9 @@ namespace fs = std::filesystem;
 
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ea, eb;
-  fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  // Absolute first: weakly_canonical leaves a relative path none of whose
+  // parts exists as it is ("n.h5"), while "./n.h5" became "/cwd/n.h5".
+  fs::path ca = fs::weakly_canonical(fs::absolute(a, ea), ea), cb = fs::weakly_canonical(fs::absolute(b, eb), eb);
   if (ea || eb) return fs::absolute(a, ea).lexically_normal() == fs::absolute(b, eb).lexically_normal();
   return ca == cb;
 }

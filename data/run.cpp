@@ -509,7 +509,7 @@ void Run::check_resumed_log() {
   // are.
   const std::string log_id = text("run_id");
   if (log_id != resume_ck_->run_id)
-    fail("{}: the log '{}' is another run's than checkpoint '{}' (the log's began {} with: {}); a later run at the "
+    fail("{}: the log '{}' is another run's than checkpoint '{}' (the log's run began {} with: {}); a later run at the "
          "same --out replaced the log; {}",
          args_.command(), out_, resume_, text("start_time"), text("command_line"), go_on);
   if (!log_id.empty()) return;  // the same run, named by both

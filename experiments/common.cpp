@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "core/files.h"
@@ -25,7 +26,19 @@ void check_output(const std::string& command, const std::string& out, const std:
   if (files::same_file(out, input))
     throw UsageError(fmt::format("{}: --out '{}' is the checkpoint being read; expected another file", command, out));
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(out, ec) || !h5::has_signature(out)) return;
+  if (!std::filesystem::is_regular_file(out, ec) || std::filesystem::file_size(out, ec) == 0) return;
+  if (!h5::has_signature(out)) {
+    // A safetensors file (8 bytes of header length, then its JSON) is what
+    // export writes; anything else (the text a checkpoint was trained on,
+    // notes) is no output of these commands.
+    std::ifstream in(out, std::ios::binary);
+    char head[9] = {};
+    const bool safetensors = in.read(head, 9) && head[8] == '{';
+    if (writes == "safetensors" && safetensors) return;
+    throw UsageError(fmt::format("{}: --out '{}' exists and is not a file {} writes ({}), which this would replace; "
+                                 "expected a new file (or one {} wrote before)",
+                                 command, out, command, safetensors ? "a safetensors file" : "not HDF5", command));
+  }
   // A heed file says what it is in its root attributes.
   std::map<std::string, h5::Attr> root;
   bool quantized = false;  // a checkpoint heed quantize wrote: its codes under tensors/quantized

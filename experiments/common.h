@@ -20,8 +20,10 @@ namespace heed::experiments {
 // CPUs train, low enough that products of sizes cannot overflow and that a
 // mistyped value is refused naming its option (status 2), not found later
 // by an allocation that fails or never ends.
-constexpr int64_t kMaxLayers = 1024, kMaxWidth = int64_t(1) << 16, kMaxLength = int64_t(1) << 20,
+constexpr int64_t kMaxLayers = 256, kMaxWidth = int64_t(1) << 16, kMaxLength = int64_t(1) << 20,
                   kMaxBatch = int64_t(1) << 20, kMaxSamples = int64_t(1) << 26, kMaxRepeats = int64_t(1) << 30;
+// Sequences whose T x T attention maps are logged (copy, scaling, crossattn).
+constexpr int64_t kMaxMapLength = 4096;
 
 // Describes a model in the log (inside Run::begin's schema): the dataset
 // models/<name>/nb_parameters and the attributes summary (the module tree)

@@ -60,7 +60,7 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
           RunOptions("runs/copy.h5").steps(300).checkpoint_every(100).progress_seconds(2));
   run.args()
       .integer("batch", &o.batch, "sequences per step", 1, kMaxBatch)
-      .integer("length", &o.length, "sequence length", 2, kMaxLength)
+      .integer("length", &o.length, "sequence length", 2, kMaxMapLength)
       .integer("vocab", &o.vocab, "vocabulary size", 2, kMaxWidth)
       .integer("dim", &o.dim, "embedding width", 1, kMaxWidth)
       .real("lr", &o.lr, "Adam learning rate", 0.0, 1e300, true)

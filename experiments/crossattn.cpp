@@ -76,7 +76,7 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
       .integer("heads", &c.heads, "attention heads (must divide --dim)", 1, kMaxWidth)
       .integer("encoder-layers", &c.encoder_layers, "transformer blocks over the tokens (0: none)", 0, 8)
       .integer("layers", &c.layers, "decoder layers (cross-attention + feed-forward)", 1, 8)
-      .integer("length", &c.task.length, "signal length L", 16, kMaxLength)
+      .integer("length", &c.task.length, "signal length L", 16, kMaxMapLength)
       .integer("shapes", &c.task.shapes, "shapes per signal (3 tokens each)", 1, kMaxLength)
       .integer("test", &c.test, "test samples", kSamples, kMaxSamples)
       .integer("eval-every", &c.eval_every, "evaluate every N steps (and at the end)", 1)

@@ -69,7 +69,7 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
       .integer("keys", &s.keys, "keys each query attends to in part 1", 2, kMaxLength)
       .integer("seeds", &s.seeds, "training runs per variant in part 2", 1, 64)
       .integer("dim", &s.copy.dim, "part 2: embedding and head width (one head)", 1, kMaxWidth)
-      .integer("length", &s.copy.length, "part 2: sequence length", 2, kMaxLength)
+      .integer("length", &s.copy.length, "part 2: sequence length", 2, kMaxMapLength)
       .integer("vocab", &s.copy.vocab, "part 2: vocabulary size", 2, kMaxWidth)
       .integer("batch", &s.copy.batch, "part 2: sequences per step", 1, kMaxBatch)
       .real("lr", &s.copy.lr, "part 2: Adam learning rate", 0.0, 1e300, true)
