@@ -129,6 +129,14 @@ bool Args::parse(const std::vector<std::string>& args, std::string* positional, 
     if (!has_value) {
       if (i + 1 >= args.size()) usage("{}: --{} expects a value ({})", command_, name, o->metavar);
       value = args[++i];
+      // "--prompt --tokens 5": an option where its value was expected.
+      std::string next = value.rfind("--", 0) == 0 ? value.substr(2, value.find('=') - 2) : "";
+      for (const auto& [short_name, long_name] : aliases_)
+        if (value == short_name) next = long_name;
+      if (!next.empty() && find(next))
+        usage("{}: --{} expects a value ({}), got the option '{}' (a value that looks like an option is written "
+              "--{}=VALUE)",
+              command_, name, o->metavar, value, name);
     }
     o->set(value, false);
   }
@@ -148,6 +156,12 @@ void Args::assign(const std::string& name, const std::string& value) {
   if (o->is_flag && value != "true" && value != "false")
     fail("{}: --{} is a flag, expected true or false, got '{}'", command_, name, value);
   o->set(value, true);
+}
+
+std::string Args::value(const std::string& name) const {
+  const Opt* o = find(name);
+  if (!o) fail("{}: unknown option '--{}'", command_, name);
+  return o->show();
 }
 
 std::string Args::help() const {

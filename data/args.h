@@ -56,6 +56,8 @@ class Args {
   void assign(const std::string& name, const std::string& value);
   bool has(const std::string& name) const { return find(name) != nullptr; }
   const std::string& command() const { return command_; }
+  // One option's value as values() writes it.
+  std::string value(const std::string& name) const;
   // The options as "name=value" pairs, for logging the full config.
   std::vector<std::pair<std::string, std::string>> values() const;
 

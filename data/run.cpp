@@ -77,17 +77,21 @@ std::string default_checkpoint_path(const std::string& out) {
   return (h5 ? out.substr(0, out.size() - 3) : out) + ".ckpt.h5";
 }
 
-void check_output_path(const std::string& path) {
+void check_output_path(const std::string& path, const std::string& command, const std::string& flag) {
+  const std::string named = (command.empty() ? "" : command + ": ") + (flag.empty() ? "" : flag + " ") + "'" + path + "'";
+  const std::string in = command.empty() ? "" : command + ": ";
   fs::path p(path);
   std::error_code ec;
   if (!p.has_filename() || p.filename() == "." || p.filename() == "..")  // "out/" names a directory, not a file
-    fail("'{}' is a directory; expected a file path like run.h5", path);
+    throw UsageError(fmt::format("{} is a directory; expected a file path like run.h5", named));
   const fs::file_status st = fs::status(p, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory) fail("cannot write '{}': {}", path, ec.message());
-  if (fs::is_directory(st)) fail("'{}' is a directory; expected a file path like run.h5", path);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw UsageError(fmt::format("{}cannot write {}: {}", in, named.substr(in.size()), ec.message()));
+  if (fs::is_directory(st)) throw UsageError(fmt::format("{} is a directory; expected a file path like run.h5", named));
   // HDF5 would wait on a FIFO forever, and cannot write a device or socket.
   if (fs::exists(st) && !fs::is_regular_file(st))
-    fail("'{}' is not a regular file (a FIFO, device or socket); expected a file path like run.h5", path);
+    throw UsageError(fmt::format(
+        "{} is not a regular file (a FIFO, device or socket); expected a file path like run.h5", named));
   // The directories to be made later: the nearest one that exists must be a
   // directory, and writable (probed with a file of a unique name, so that
   // no file of the user's is ever touched).
@@ -95,16 +99,19 @@ void check_output_path(const std::string& path) {
   while (!fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
   if (!fs::exists(dir, ec)) dir = ".";
   if (!fs::is_directory(dir, ec))
-    fail("cannot create the directory for '{}': '{}' is a file, not a directory", path, dir.string());
+    throw UsageError(fmt::format("{}cannot create the directory for {}: '{}' is a file, not a directory", in,
+                                 named.substr(in.size()), dir.string()));
   std::string probe = (dir / ".heed-probe-XXXXXX").string();
   const int fd = ::mkstemp(probe.data());
-  if (fd < 0) fail("cannot write '{}': {} (in '{}')", path, std::strerror(errno), dir.string());
+  if (fd < 0)
+    throw UsageError(
+        fmt::format("{}cannot write {}: {} (in '{}')", in, named.substr(in.size()), std::strerror(errno), dir.string()));
   ::close(fd);
   ::unlink(probe.c_str());
 }
 
-void prepare_output_path(const std::string& path) {
-  check_output_path(path);
+void prepare_output_path(const std::string& path, const std::string& command, const std::string& flag) {
+  check_output_path(path, command, flag);
   fs::path p(path);
   std::error_code ec;
   if (p.has_parent_path() && !fs::exists(p.parent_path(), ec)) {
@@ -315,6 +322,11 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
     throw UsageError(fmt::format("{}: --init-from starts a new run from given weights; --resume continues one "
                                  "(give one of them)",
                                  args_.command()));
+  // An input file is recorded by its absolute path, so that a resume (and
+  // heed sample or quantize of the checkpoint) finds it from any directory.
+  for (const std::string& k : input_options_)
+    if (args_.given(k) && !args_.value(k).empty())
+      args_.assign(k, fs::absolute(args_.value(k)).lexically_normal().string());
   if (resuming()) {
     if (same_file(resume_, out_))
       throw UsageError(fmt::format("{}: --resume '{}' is the run's log; expected its checkpoint (e.g. {})",
@@ -364,6 +376,12 @@ void Run::restore_config() {
       fail("{}: checkpoint '{}' has option --{} {}, which this program does not know (written by another version?)",
            args_.command(), resume_, k, v);
     if (args_.given(k)) {
+      // An input given again names the file the run read if it is the same
+      // file, or if the one recorded cannot be found from here (a relative
+      // path of a run begun elsewhere, or a tree that moved): what the file
+      // holds is the experiment's to check (charlm's corpus fingerprint).
+      std::error_code ec;
+      if (is_input(k) && (same_file(now[k], v) || !fs::exists(v, ec))) continue;
       if (!changeable.count(k) && now[k] != (k == "precision" ? canonical_precision(v) : v))
         throw UsageError(fmt::format("{}: --{} {} contradicts the checkpoint's {} (a resumed run keeps its "
                                      "configuration; only --{} may change)",
@@ -414,9 +432,9 @@ void Run::check_paths() {
     fail("{}: --checkpoint '{}' is the checkpoint of the run writing '{}', which is still going (another "
          "process); expected another --checkpoint",
          args_.command(), checkpoint_, owner);
-  if (!resuming()) check_output_path(out_);
-  files::replace_target(checkpoint_, "checkpoint");  // a device or FIFO refused before the log is begun
-  check_output_path(checkpoint_);
+  if (!resuming()) check_output_path(out_, args_.command(), "--out");
+  check_output_path(checkpoint_, args_.command(), "--checkpoint");  // a device or FIFO refused before the log is begun
+  files::replace_target(checkpoint_, "checkpoint");
   // Never over an input, nor over a file that is not what this run writes
   // there (a run's own earlier log or checkpoint is: running again replaces
   // them).
@@ -457,6 +475,9 @@ void Run::refuse_replacing(const std::string& flag, const std::string& path, con
 }
 
 void Run::reads_file(const std::string& option) { input_options_.push_back(option); }
+bool Run::is_input(const std::string& option) const {
+  return std::find(input_options_.begin(), input_options_.end(), option) != input_options_.end();
+}
 
 void Run::check_resumed_log() {
   if (!dist::is_main()) return;
@@ -478,7 +499,7 @@ void Run::check_resumed_log() {
     if (own != resume_ck_->config.end() && readable_log_run(own->second) == resume_ck_->run_id)
       fail("{}: the log '{}' is missing, and the run's log is still at '{}' (leave --out out, or give where it moved)",
            args_.command(), out_, own->second);
-    check_output_path(out_);
+    check_output_path(out_, args_.command(), "--out");
     new_log_ = true;
     return;
   }

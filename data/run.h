@@ -78,6 +78,10 @@ class Run {
   void may_change_on_resume(const std::string& option);
   // An option of the program's that names a file it reads (e.g. --text):
   // --out and --checkpoint may not be that file (--init-from is one already).
+  // It is recorded by its absolute path, so a resume from another directory
+  // finds it; a resume may name the same file otherwise, or any file when
+  // the recorded one is not found (moved): what it holds is the program's
+  // to check (e.g. track_constant of its fingerprint).
   void reads_file(const std::string& option);
 
   // Parses the command line, then with --resume loads and verifies the
@@ -174,6 +178,7 @@ class Run {
   Args args_;
   std::set<std::string> changeable_;
   std::vector<std::string> input_options_;  // reads_file()
+  bool is_input(const std::string& option) const;
   std::vector<std::string> command_line_;
   // The run's own options.
   std::string out_, checkpoint_, resume_, init_from_, precision_;
@@ -230,10 +235,12 @@ std::string default_checkpoint_path(const std::string& out);
 // Checks that a file can be created at path (naming the path when not):
 // its directory, or the nearest existing one above it, is a writable
 // directory, and path is none, or not a directory or special file. Creates
-// nothing: a refused command leaves no directory behind.
-void check_output_path(const std::string& path);
+// nothing: a refused command leaves no directory behind. Throws UsageError
+// naming the command and the option that gave the path, when given
+// ("run copy: --out 'x' is a directory; ...").
+void check_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "");
 // The same, then creates the directories path needs; never touches path itself.
-void prepare_output_path(const std::string& path);
+void prepare_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "");
 // "1m05s", "12.3s"
 std::string format_seconds(double s);
 std::string cpu_model();

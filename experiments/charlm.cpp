@@ -217,7 +217,13 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
 
   // Data: the vocabulary is built from the whole corpus and saved with the model.
   Stopwatch sw;
-  std::string text = text_for(c);
+  std::string text;
+  try {
+    text = text_for(c);
+  } catch (const Error& e) {
+    if (!run.resuming() || run.args().given("text") || c.text.empty()) throw;
+    fail("{} (the run's --text, read from this directory when relative; give --text where it is now)", e.what());
+  }
   data::CharTokenizer tok = data::CharTokenizer::from_text(text);
   data::TextSplit split = data::split_tokens(tok.encode(text));
   if (split.val.numel() < c.context + 1 || split.train.numel() < c.context + 1)

@@ -68,6 +68,7 @@ int run_export(const std::vector<std::string>& args) {
                                              {"heed_experiment", ck.experiment},
                                              {"heed_step", std::to_string(ck.counter("step"))}};
   for (const auto& [k, v] : ck.config) meta["heed_config." + k] = v;
+  prepare_output_path(out, "export", "--out");  // its directories made, as every writer of heed's does
   safetensors::save(out, weights, meta);
   int64_t n = 0;
   for (const auto& [k, t] : weights) n += t.numel();

@@ -164,7 +164,7 @@ int run_attend(const std::vector<std::string>& args) {
     out = base + "_attend.h5";
   }
   check_output("attend", out, path, "run log", "attend");
-  prepare_output_path(out);  // before the work: a path that cannot be written is refused at once
+  prepare_output_path(out, "attend", "--out");  // before the work: a path that cannot be written is refused at once
 
   autograd::NoGradGuard ng;
   cm.model->eval();

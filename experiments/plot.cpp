@@ -189,27 +189,15 @@ int run_plot(const std::vector<std::string>& args) {
       "options:\n"
       "  -o, --out DIR    where to write the figures (default: FILE without .h5, plus _plots)\n"
       "  --help           show this help\n";
-  std::string file, dir;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
+  for (const auto& a : args)
     if (a == "--help" || a == "-h") {
       fmt::print("{}", help);
       return 0;
     }
-    if (a == "-o" || a == "--out") {
-      if (i + 1 >= args.size() || args[i + 1].empty()) throw UsageError(fmt::format("plot: {} expects a directory", a));
-      dir = args[++i];
-    } else if (a.rfind("--out=", 0) == 0) {
-      dir = a.substr(6);
-    } else if (a.rfind("-", 0) == 0) {
-      throw UsageError(fmt::format("plot: unknown option '{}' (see heed plot --help)", a));
-    } else if (file.empty()) {
-      file = a;
-    } else {
-      throw UsageError(fmt::format("plot: expects one file, got '{}' and '{}'", file, a));
-    }
-  }
-  if (file.empty()) throw UsageError("plot: expects a file: heed plot FILE.h5 [-o DIR] (see --help)");
+  std::string file, dir;
+  Args a("plot", "Draws a run log as PNG figures.");
+  a.text("out", &dir, "where to write the figures").alias("o", "out");
+  a.parse(args, &file, "a log file: heed plot FILE.h5 [-o DIR]");
   plot_log(file, dir);
   return 0;
 }

@@ -297,7 +297,7 @@ int run_quantize(const std::vector<std::string>& args) {
     names = {model};
   }
   ModelQuantization mq = plan_quantization(*tm, names, s, "quantize");
-  prepare_output_path(out);
+  prepare_output_path(out, "quantize", "--out");
 
   fmt::print("{}: {} checkpoint, step {}; {} {} bits, one range per {}{}\n", path, ck.experiment,
              ck.counters.count("step") ? ck.counters.at("step") : 0, method, bits, range,

@@ -90,7 +90,13 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"info with an option", {"info", "--verbose"}, 2, {"info takes no options, got '--verbose'"}},
       {"inspect: an unknown option", {"inspect", p + "/lm.h5", "--bogus"}, 2, {"unknown option '--bogus'"}},
       {"inspect: no file", {"inspect", "--full"}, 2, {"expects a file"}},
-      {"plot: -o without a value", {"plot", p + "/lm.h5", "-o"}, 2, {"-o expects a directory"}},
+      {"plot: -o without a value", {"plot", p + "/lm.h5", "-o"}, 2, {"plot: --out expects a value"}},
+      {"plot: an empty --out=", {"plot", p + "/lm.h5", "--out="}, 2, {"plot: --out expects a value", "empty"}},
+      {"plot: two files", {"plot", p + "/lm.h5", p + "/lm.h5"}, 2, {"unexpected argument"}},
+      {"sample: an option where --prompt's text was expected", {"sample", ckpt, "--prompt", "--tokens", "5"}, 2,
+       {"--prompt expects a value", "got the option '--tokens'", "--prompt=VALUE"}},
+      {"run: an option where --out's path was expected", {"run", "sine", "--out", "--steps", "2"}, 2,
+       {"--out expects a value", "'--steps'"}},
       {"sample: no checkpoint", {"sample", "--tokens", "5"}, 2, {"expected a checkpoint path"}},
       {"export: two checkpoints", {"export", ckpt, ckpt}, 2, {"unexpected argument"}},
       {"bench: an unknown workload", {"bench", "--only", "toy-cnn,bogus"}, 2, {"--only", "'bogus'", "gpt-128"}},
@@ -112,18 +118,18 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"unknown experiment", {"run", "nope"}, 2, {"unknown experiment 'nope'", names}},
       {"bad number", {"run", "copy", "--steps", "ten"}, 2, {"--steps", "'ten'", "integer"}},
       {"unknown option", {"run", "sine", "--epochs", "3"}, 2, {"unknown option '--epochs'"}},
-      {"--out naming a directory to create", {"run", "sine", "--steps", "2", "--out", p + "/newdir/"}, 1,
+      {"--out naming a directory to create", {"run", "sine", "--steps", "2", "--out", p + "/newdir/"}, 2,
        {"newdir/' is a directory", "expected a file path"}},
       {"--checkpoint equal to --out",
        {"run", "sine", "--out", p + "/same.h5", "--checkpoint", p + "/same.h5"},
        2,
        {"same.h5", "two files"}},
-      {"300-character --out", {"run", "sine", "--out", longname}, 1, {"aaaaaaaa"}},
+      {"300-character --out", {"run", "sine", "--out", longname}, 2, {"--out", "aaaaaaaa", "File name too long"}},
       {"300-character --resume", {"run", "sine", "--resume", longname}, 1, {"aaaaaaaa"}},
       {"300-character --text", cat({"run", "charlm", "--text", longname, "--out", p + "/x.h5"}, kTinyLM), 1, {"aaaaaaaa"}},
       {"symlink loop as --text", cat({"run", "charlm", "--text", p + "/loop1", "--out", p + "/x.h5"}, kTinyLM), 1, {"loop1"}},
       {"symlink loop as --resume", {"run", "charlm", "--resume", p + "/loop1"}, 1, {"loop1"}},
-      {"symlink loop as --out", {"run", "sine", "--out", p + "/loop1"}, 1, {"loop1"}},
+      {"symlink loop as --out", {"run", "sine", "--out", p + "/loop1"}, 2, {"--out", "loop1"}},
       {"a log as checkpoint", {"run", "charlm", "--resume", p + "/lm.h5"}, 1, {"lm.h5", "not a heed checkpoint"}},
       {"sample: a non-numeric config value", {"sample", p + "/badconfig.ckpt.h5"}, 1,
        {"config.layers is 'two'", "integer"}},
@@ -199,7 +205,9 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
        {"is a heed run log of the 'charlm' experiment", "a checkpoint"}},
       {"export -o without a value", {"export", ckpt, "-o"}, 2, {"--out expects a value"}},
       {"export -o ''", {"export", ckpt, "-o", ""}, 2, {"--out expects a value, got an empty string"}},
-      {"export -o a directory", {"export", ckpt, "-o", p + "/"}, 1, {"it is a directory"}},
+      {"export -o a directory", {"export", ckpt, "-o", p + "/"}, 2, {"export: --out", "is a directory"}},
+      {"export -o in a file", {"export", ckpt, "-o", ckpt + "/x.safetensors"}, 2,
+       {"export: cannot write --out", "Not a directory"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -244,16 +252,16 @@ TEST_CASE("writers replace only regular files: a device or FIFO is refused and s
     std::vector<std::string> args;
     std::string message;
   };
-  for (const Case& c : {Case{{"export", ckpt, "-o", p + "/fifo"}, "safetensors: cannot write '" + p + "/fifo': it is a FIFO"},
+  for (const Case& c : {Case{{"export", ckpt, "-o", p + "/fifo"}, "export: --out '" + p + "/fifo' is not a regular file"},
                         Case{{"run", "copy", "--steps", "4", "--out", p + "/t.h5", "--checkpoint", p + "/fifo"},
-                             "checkpoint: cannot write '" + p + "/fifo': it is a FIFO"},
-                        Case{{"export", ckpt, "-o", "/dev/null"}, "it is a device, not a regular file"},
+                             "run copy: --checkpoint '" + p + "/fifo' is not a regular file"},
+                        Case{{"export", ckpt, "-o", "/dev/null"}, "--out '/dev/null' is not a regular file"},
                         // The log's writer waited on the FIFO forever.
                         Case{{"run", "copy", "--steps", "4", "--out", p + "/fifo"}, "fifo' is not a regular file"}}) {
     CAPTURE(c.args);
     Result r = heed_cli(c.args, p);
     INFO(r.err);
-    CHECK(r.status == 1);
+    CHECK(r.status == 2);
     CHECK(r.err.find(c.message) != std::string::npos);
     CHECK(fs::is_fifo(p + "/fifo"));
     CHECK(!fs::exists(p + "/t.h5"));  // refused before the run's log was begun
@@ -266,6 +274,11 @@ TEST_CASE("writers replace only regular files: a device or FIFO is refused and s
   CHECK(r.status == 0);
   CHECK(fs::is_symlink(p + "/link.safetensors"));
   CHECK(safetensors::load(p + "/target.safetensors").tensors.size() > 0);
+  // Into directories not there yet, made as every other writer makes them.
+  r = heed_cli({"export", ckpt, "-o", p + "/new/dir/c.safetensors"}, p);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(safetensors::load(p + "/new/dir/c.safetensors").tensors.size() > 0);
   // Readers of HDF5 files given a FIFO: they waited for a writer for ever.
   for (const std::vector<std::string>& args : {std::vector<std::string>{"inspect", p + "/fifo"},
                                                {"export", p + "/fifo"},

@@ -81,3 +81,60 @@ TEST_CASE("charlm: a tiny run on a given text trains, checkpoints and refuses ba
   save_checkpoint((dir / "lm.ckpt.h5").string(), old);
   CHECK(experiments::run_charlm({"--resume", (dir / "lm.ckpt.h5").string(), "--steps", "32"}, {"heed"}) == 0);
 }
+
+namespace {
+// Runs the scope in another working directory.
+struct InDirectory {
+  std::filesystem::path was = std::filesystem::current_path();
+  explicit InDirectory(const std::filesystem::path& dir) { std::filesystem::current_path(dir); }
+  ~InDirectory() { std::filesystem::current_path(was); }
+};
+}  // namespace
+
+TEST_CASE("charlm: a run on a relative --text resumes from another directory") {
+  test::TempDir scratch("heed-charlm-rel-");
+  const std::filesystem::path dir = scratch.path;
+  std::filesystem::create_directory(dir / "a");
+  {
+    std::ofstream f(dir / "a" / "t.txt");
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  {
+    std::ofstream f(dir / "other.txt");
+    for (int i = 0; i < 200; ++i) f << "the lazy dog jumps over the quick brown fox. ";
+  }
+  {
+    InDirectory in(dir / "a");
+    REQUIRE(experiments::run_charlm({"--text", "t.txt", "--layers", "1", "--heads", "2", "--width", "16", "--context",
+                                     "16", "--batch", "4", "--steps", "30", "--eval-every", "10", "--eval-batches", "1",
+                                     "--checkpoint-every", "10", "--stop-after", "10", "--out", "lm.h5"},
+                                    {"heed"}) == 130);  // stopped as by Ctrl-C
+  }
+  InDirectory in(dir);
+  // The checkpoint names the text by its absolute path: found from here.
+  Checkpoint ck = load_checkpoint("a/lm.ckpt.h5", "charlm");
+  CHECK(ck.config.at("text") == (dir / "a" / "t.txt").string());
+  const Checkpoint at10 = ck;
+  CHECK(experiments::run_charlm({"--resume", "a/lm.ckpt.h5", "--stop-after", "20"}, {"heed"}) == 130);
+  CHECK(load_checkpoint("a/lm.ckpt.h5", "charlm").counter("step") == 20);
+  // The same file under another name is no contradiction; another file is.
+  const std::string log_before = test::slurp((dir / "a" / "lm.h5").string());
+  test::check_error([&] { experiments::run_charlm({"--resume", "a/lm.ckpt.h5", "--text", "other.txt"}, {"heed"}); },
+                    {"--text", "other.txt", "contradicts"});
+  CHECK(test::slurp((dir / "a" / "lm.h5").string()) == log_before);
+  CHECK(experiments::run_charlm({"--resume", "a/lm.ckpt.h5", "--text", "./a/../a/t.txt", "--stop-after", "25"},
+                                {"heed"}) == 130);
+  // A checkpoint of an older heed keeps --text as it was given, relative to
+  // where its run began: not found from here, so the text is asked for, and
+  // the right one given is taken (its fingerprint checked).
+  Checkpoint old = at10;
+  old.config["text"] = "t.txt";
+  save_checkpoint("a/old.ckpt.h5", old);
+  test::check_error([&] { experiments::run_charlm({"--resume", "a/old.ckpt.h5", "--out", "old.h5"}, {"heed"}); },
+                    {"'t.txt'", "read from this directory", "give --text"});
+  test::check_error([&] {
+    experiments::run_charlm({"--resume", "a/old.ckpt.h5", "--out", "old.h5", "--text", "other.txt"}, {"heed"});
+  }, {"corpus/fingerprint", "differs"});
+  CHECK(experiments::run_charlm({"--resume", "a/old.ckpt.h5", "--out", "old.h5", "--text", "a/t.txt"}, {"heed"}) == 0);
+  CHECK(load_checkpoint("a/old.ckpt.h5", "charlm").counter("step") == 30);
+}
