@@ -120,6 +120,56 @@ void prepare_output_path(const std::string& path, const std::string& command, co
   }
 }
 
+std::string ExistingFile::describe() const {
+  switch (kind) {
+    case Kind::none: return "no file";
+    case Kind::unreadable: return "a damaged HDF5 file";
+    case Kind::not_hdf5: return safetensors ? "a safetensors file" : "a file that is not HDF5";
+    case Kind::hdf5: return "an HDF5 file that is not heed's";
+    case Kind::log: return fmt::format("a heed run log of the '{}' experiment", experiment);
+    case Kind::checkpoint:
+      return fmt::format("a heed {}checkpoint of the '{}' experiment", quantized ? "quantized " : "", experiment);
+  }
+  return "?";
+}
+
+ExistingFile existing_file(const std::string& path) {
+  ExistingFile e;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) == 0) return e;
+  if (!h5::has_signature(path)) {
+    std::ifstream in(path, std::ios::binary);
+    char head[9] = {};
+    e.kind = ExistingFile::Kind::not_hdf5;
+    e.safetensors = in.read(head, 9) && head[8] == '{';
+    return e;
+  }
+  std::map<std::string, h5::Attr> root;
+  try {
+    const h5::File f(path, h5::File::Mode::read_any);
+    root = f.attrs("/");
+    e.quantized = f.exists("tensors/quantized");
+  } catch (const Error&) {
+    e.kind = ExistingFile::Kind::unreadable;
+    return e;
+  }
+  e.kind = root.count("heed_checkpoint_format") ? ExistingFile::Kind::checkpoint
+           : root.count("heed_log_format")      ? ExistingFile::Kind::log
+                                                : ExistingFile::Kind::hdf5;
+  if (e.kind != ExistingFile::Kind::hdf5)
+    e.experiment = root.count("experiment") ? h5::attr_str(root.at("experiment")) : "?";
+  return e;
+}
+
+void refuse_replacing(const std::string& command, const std::string& flag, const std::string& path,
+                      const std::string& writes, const std::string& again,
+                      const std::function<bool(const ExistingFile&)>& replaceable) {
+  const ExistingFile e = existing_file(path);
+  if (e.kind == ExistingFile::Kind::none || e.kind == ExistingFile::Kind::unreadable || replaceable(e)) return;
+  throw UsageError(fmt::format("{}: {} '{}' is {}, which this would replace with {}; expected a new file (or {})",
+                               command, flag, path, e.describe(), writes, again));
+}
+
 std::string format_seconds(double s) {
   if (s < 60) return fmt::format("{:.1f}s", s);
   int64_t m = static_cast<int64_t>(s / 60);
@@ -447,31 +497,17 @@ void Run::check_paths() {
         throw UsageError(fmt::format("{}: --{} '{}' is the file --{} reads; expected another file", args_.command(),
                                      flag, path, option));
   }
-  if (!resuming()) refuse_replacing("out", out_, "log");
-  if (!(resuming() && same_file(checkpoint_, resume_))) refuse_replacing("checkpoint", checkpoint_, "checkpoint");
-}
-
-void Run::refuse_replacing(const std::string& flag, const std::string& path, const std::string& writes) const {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) == 0) return;  // none, or a killed run's empty log
-  const std::string expected = fmt::format("expected a new file, or a {} of a '{}' run to replace", writes, experiment_);
-  if (!h5::has_signature(path))
-    throw UsageError(fmt::format("{}: --{} '{}' exists and is not a heed {} (not HDF5), which this would replace; {}",
-                                 args_.command(), flag, path, writes, expected));
-  std::map<std::string, h5::Attr> root;
-  try {
-    root = h5::File(path, h5::File::Mode::read_any).attrs("/");
-  } catch (const Error&) {
-    return;  // damaged (a killed writer's): nothing heed or anyone could read
-  }
-  const bool checkpoint = root.count("heed_checkpoint_format") > 0, log = root.count("heed_log_format") > 0;
-  const std::string experiment = root.count("experiment") ? h5::attr_str(root.at("experiment")) : "?";
-  if ((writes == "log" ? log : checkpoint) && experiment == experiment_) return;  // this experiment's own
-  const std::string what = checkpoint ? fmt::format("a heed checkpoint of the '{}' experiment", experiment)
-                           : log      ? fmt::format("a heed run log of the '{}' experiment", experiment)
-                                      : std::string("an HDF5 file that is not heed's");
-  throw UsageError(fmt::format("{}: --{} '{}' is {}, which this would replace with a {}; {}", args_.command(), flag,
-                               path, what, writes, expected));
+  // A run's own earlier files are this experiment's log and checkpoint.
+  const std::string again = fmt::format("a {{}} of a '{}' run to replace", experiment_);
+  auto own = [this](ExistingFile::Kind kind) {
+    return [this, kind](const ExistingFile& e) { return e.kind == kind && e.experiment == experiment_; };
+  };
+  if (!resuming())
+    refuse_replacing(args_.command(), "--out", out_, "a log", fmt::format(fmt::runtime(again), "log"),
+                     own(ExistingFile::Kind::log));
+  if (!(resuming() && same_file(checkpoint_, resume_)))
+    refuse_replacing(args_.command(), "--checkpoint", checkpoint_, "a checkpoint",
+                     fmt::format(fmt::runtime(again), "checkpoint"), own(ExistingFile::Kind::checkpoint));
 }
 
 void Run::reads_file(const std::string& option) { input_options_.push_back(option); }

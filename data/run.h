@@ -165,7 +165,6 @@ class Run {
   void restore_config();
   void check_paths();
   void check_resumed_log();
-  void refuse_replacing(const std::string& flag, const std::string& path, const std::string& writes) const;
   void restore_state();
   void init_model();
   std::string save() const;  // "", or what is not finite (then nothing is written)
@@ -241,6 +240,32 @@ std::string default_checkpoint_path(const std::string& out);
 void check_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "");
 // The same, then creates the directories path needs; never touches path itself.
 void prepare_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "");
+// What an output path holds now, so that a command replaces only a file it
+// wrote before (or nothing anyone could use) and refuses every other one.
+struct ExistingFile {
+  enum class Kind {
+    none,         // no regular file there, or an empty one (a killed writer's)
+    unreadable,   // HDF5 that does not open (a writer killed mid-file)
+    not_hdf5,     // any other file: a text, notes, a safetensors file, ...
+    hdf5,         // an HDF5 file that is not heed's
+    log,          // a heed run log
+    checkpoint,   // a heed checkpoint
+  };
+  Kind kind = Kind::none;
+  std::string experiment;  // a log's or checkpoint's experiment ("?" if it names none)
+  bool safetensors = false;  // not_hdf5 that reads as a safetensors file (8-byte length, then '{')
+  bool quantized = false;    // a checkpoint heed quantize wrote (tensors/quantized)
+  // "a heed checkpoint of the 'copy' experiment", "not HDF5", ...
+  std::string describe() const;
+};
+ExistingFile existing_file(const std::string& path);
+// Throws UsageError "<command>: --<flag> '<path>' is <what>, which this would
+// replace with <writes>; expected a new file (or <again>)" unless the file at
+// path is none, unreadable, or one `replaceable` accepts.
+void refuse_replacing(const std::string& command, const std::string& flag, const std::string& path,
+                      const std::string& writes, const std::string& again,
+                      const std::function<bool(const ExistingFile&)>& replaceable);
+
 // "1m05s", "12.3s"
 std::string format_seconds(double s);
 std::string cpu_model();

@@ -25,42 +25,14 @@ void check_output(const std::string& command, const std::string& out, const std:
                   const std::string& writes, const std::string& log_experiment) {
   if (files::same_file(out, input))
     throw UsageError(fmt::format("{}: --out '{}' is the checkpoint being read; expected another file", command, out));
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(out, ec) || std::filesystem::file_size(out, ec) == 0) return;
-  if (!h5::has_signature(out)) {
-    // A safetensors file (8 bytes of header length, then its JSON) is what
-    // export writes; anything else (the text a checkpoint was trained on,
-    // notes) is no output of these commands.
-    std::ifstream in(out, std::ios::binary);
-    char head[9] = {};
-    const bool safetensors = in.read(head, 9) && head[8] == '{';
-    if (writes == "safetensors" && safetensors) return;
-    throw UsageError(fmt::format("{}: --out '{}' exists and is not a file {} writes ({}), which this would replace; "
-                                 "expected a new file (or one {} wrote before)",
-                                 command, out, command, safetensors ? "a safetensors file" : "not HDF5", command));
-  }
-  // A heed file says what it is in its root attributes.
-  std::map<std::string, h5::Attr> root;
-  bool quantized = false;  // a checkpoint heed quantize wrote: its codes under tensors/quantized
-  try {
-    const h5::File f(out, h5::File::Mode::read_any);
-    root = f.attrs("/");
-    quantized = f.exists("tensors/quantized");
-  } catch (const Error&) {
-    return;  // not readable as HDF5: not a file heed could use either
-  }
-  const bool checkpoint = root.count("heed_checkpoint_format") > 0, log = root.count("heed_log_format") > 0;
-  if (!checkpoint && !log) return;
-  const std::string experiment = root.count("experiment") ? h5::attr_str(root.at("experiment")) : "?";
-  if (checkpoint && writes == "checkpoint" && quantized) return;  // an earlier output of this command
-  if (log && !log_experiment.empty() && experiment == log_experiment) return;  // an earlier output of this command
-  throw UsageError(fmt::format("{}: --out '{}' is a heed {} of the '{}' experiment, which this would replace with {}; "
-                               "expected a new file (or one {} wrote before)",
-                               command, out, checkpoint ? "checkpoint" : "run log", experiment,
-                               writes == "safetensors"  ? "a safetensors file"
-                               : writes == "checkpoint" ? "a checkpoint"
-                                                        : "a log of its own",
-                               command));
+  const std::string what = writes == "safetensors" ? "a safetensors file"
+                           : writes == "checkpoint" ? "a quantized checkpoint"
+                                                    : "a log of its own";
+  refuse_replacing(command, "--out", out, what, "one " + command + " wrote before", [&](const ExistingFile& e) {
+    if (writes == "safetensors") return e.kind == ExistingFile::Kind::not_hdf5 && e.safetensors;
+    if (writes == "checkpoint") return e.kind == ExistingFile::Kind::checkpoint && e.quantized;
+    return e.kind == ExistingFile::Kind::log && !log_experiment.empty() && e.experiment == log_experiment;
+  });
 }
 
 void log_model(RunLog& log, const std::string& name, const nn::Module& model) {

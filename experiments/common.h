@@ -42,13 +42,11 @@ const std::vector<Experiment>& experiments();
 
 // What a command that writes a file beside its input checkpoint (heed
 // export, attend, quantize) may not write over, refused with a UsageError
-// naming the file and what it is: the checkpoint being read, and an existing
-// heed file of a kind it does not write (a training run's log or checkpoint,
-// which the run could not get back). `writes` is what the command writes:
-// "safetensors", a run log of experiment `log_experiment`, or "checkpoint"
-// (a quantized one, which may replace an earlier output of heed quantize: a
-// checkpoint with tensors/quantized; a training checkpoint is refused).
-// A file that is not a heed file is left to the writer (it is replaced).
+// naming the file and what it is (refuse_replacing): the checkpoint being
+// read, and any existing file but one this command wrote before. `writes` is
+// what the command writes: "safetensors", a run log of experiment
+// `log_experiment`, or "checkpoint" (a quantized one: a checkpoint with
+// tensors/quantized; a training checkpoint is refused).
 void check_output(const std::string& command, const std::string& out, const std::string& input,
                   const std::string& writes, const std::string& log_experiment = "");
 

@@ -51,6 +51,10 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
   const std::string longname = p + "/" + std::string(300, 'a') + ".h5";
   fs::create_symlink(p + "/loop1", p + "/loop2");
   fs::create_symlink(p + "/loop2", p + "/loop1");
+  {  // someone's own data in HDF5: no writer of heed's replaces it
+    h5::File f(p + "/data.h5", h5::File::Mode::create);
+    f.write_tensor("x", Tensor::from_f64({1, 2, 3}, {3}));
+  }
   // Another run of the same experiment (another seed), whose log a resume must not take.
   REQUIRE(heed_cli(cat({"run", "charlm", "--text", text, "--steps", "2", "--seed", "7", "--out", p + "/lm7.h5"},
                        kTinyLM),
@@ -146,7 +150,7 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
        {"is a heed checkpoint of the 'charlm' experiment", "expected a new file"}},
       {"--checkpoint another experiment's log", {"run", "sine", "--out", p + "/s.h5", "--checkpoint", p + "/lm.h5"}, 2,
        {"is a heed run log of the 'charlm' experiment"}},
-      {"--out a file that is not HDF5", {"run", "sine", "--out", text}, 2, {"is not a heed log (not HDF5)"}},
+      {"--out a file that is not HDF5", {"run", "sine", "--out", text}, 2, {"'" + text + "' is a file that is not HDF5, which this would replace with a log"}},
       {"an integer with a sign or a space (strtoll took them)", {"run", "sine", "--steps", "+5", "--out", p + "/x.h5"}, 2,
        {"--steps expects an integer >= 1, got '+5'"}},
       {"a hexadecimal number (strtod took 0x10 as 16)", {"run", "sine", "--lr", "0x10", "--out", p + "/x.h5"}, 2,
@@ -155,8 +159,12 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
                                                                             "./n2.h5"},
        2, {"they must be two files"}},
       {"quantize -o the text the checkpoint was trained on", {"quantize", ckpt, "--bits", "4", "-o", text}, 2,
-       {"quantize: --out '" + text + "' exists and is not a file quantize writes (not HDF5)"}},
-      {"export -o a text file", {"export", ckpt, "-o", text}, 2, {"export: --out", "is not a file export writes"}},
+       {"quantize: --out '" + text + "' is a file that is not HDF5", "one quantize wrote before"}},
+      {"export -o a text file", {"export", ckpt, "-o", text}, 2, {"export: --out", "is a file that is not HDF5, which this would replace with a safetensors file"}},
+      {"attend -o an HDF5 file that is not heed's", {"attend", ckpt, "--prompt", "the ", "-o", p + "/data.h5"}, 2,
+       {"attend: --out", "data.h5' is an HDF5 file that is not heed's"}},
+      {"--out an HDF5 file that is not heed's", {"run", "sine", "--out", p + "/data.h5"}, 2,
+       {"run sine: --out", "an HDF5 file that is not heed's"}},
       {"attend -o a text file", {"attend", ckpt, "--prompt", "the ", "-o", text}, 2, {"attend: --out", "not HDF5"}},
       {"a logged map's length beyond its bound", {"run", "copy", "--length", "4097", "--out", p + "/x.h5"}, 2,
        {"--length expects an integer in 2..4096, got '4097'"}},
@@ -202,7 +210,7 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"attend over a run log", {"attend", ckpt, "--prompt", "the q", "--out", p + "/lm.h5"}, 2,
        {"is a heed run log of the 'charlm' experiment"}},
       {"quantize over a run log", {"quantize", ckpt, "--method", "uniform", "--bits", "4", "-o", p + "/lm.h5"}, 2,
-       {"is a heed run log of the 'charlm' experiment", "a checkpoint"}},
+       {"is a heed run log of the 'charlm' experiment", "a quantized checkpoint"}},
       {"export -o without a value", {"export", ckpt, "-o"}, 2, {"--out expects a value"}},
       {"export -o ''", {"export", ckpt, "-o", ""}, 2, {"--out expects a value, got an empty string"}},
       {"export -o a directory", {"export", ckpt, "-o", p + "/"}, 2, {"export: --out", "is a directory"}},
