@@ -1,6 +1,7 @@
 // core/dist.cpp
 #include "core/dist.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -83,6 +84,9 @@ void init() {
   check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  // A failed call returns its error to check_mpi, which names the call and
+  // ends the job with heed's message, not Open MPI's fatal handler.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   std::atexit(finalize_at_exit);
 #else
   fail("this heed was built without MPI, but was started by mpirun with {} processes (install libopenmpi-dev "
@@ -108,6 +112,36 @@ void abort_job(const std::string& why, int status, const char* program) {
   if (g_size > 1) MPI_Abort(MPI_COMM_WORLD, status);
 #endif
   std::exit(status);
+}
+
+Difference first_difference(const std::vector<std::string>& items) {
+  init();
+  if (g_size == 1) return {};
+  std::vector<int64_t> hashes;
+  for (const std::string& item : items) {
+    uint64_t h = 14695981039346656037ull;  // FNV-1a
+    for (unsigned char c : item) h = (h ^ c) * 1099511628211ull;
+    hashes.push_back(static_cast<int64_t>(h));
+  }
+  const int64_t n = static_cast<int64_t>(hashes.size());
+  const std::vector<Tensor> counts = all_gather(Tensor::from_i64({n}, {1}));
+  int64_t common = n;
+  for (const Tensor& c : counts) common = std::min(common, c.to_vector<int64_t>()[0]);
+  // The first `common` items of every process (a shape all share).
+  hashes.resize(static_cast<size_t>(common));
+  const std::vector<Tensor> all =
+      common > 0 ? all_gather(Tensor::from_i64(hashes, {common})) : std::vector<Tensor>(counts.size());
+  const std::vector<int64_t> first = common > 0 ? all[0].to_vector<int64_t>() : std::vector<int64_t>();
+  const int64_t n0 = counts[0].to_vector<int64_t>()[0];
+  for (int r = 1; r < g_size; ++r) {
+    if (common > 0) {
+      const std::vector<int64_t> mine = all[static_cast<size_t>(r)].to_vector<int64_t>();
+      for (int64_t i = 0; i < common; ++i)
+        if (mine[static_cast<size_t>(i)] != first[static_cast<size_t>(i)]) return {r, i};
+    }
+    if (counts[static_cast<size_t>(r)].to_vector<int64_t>()[0] != n0) return {r, common};
+  }
+  return {};
 }
 
 std::vector<Tensor> all_gather(const Tensor& t) {

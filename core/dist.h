@@ -52,6 +52,17 @@ Tensor shard(const Tensor& t);
 // t <- rank root's t (same shape and dtype everywhere).
 void broadcast_(Tensor& t, int root = 0);
 
+// Where the processes of the job disagree (a collective): each describes
+// what it holds as a list of items, in one order; compared by 64-bit hashes
+// with rank 0's. The lowest rank that differs and the index of its first
+// differing item (one past the shorter list when one list is longer), or
+// rank -1 when every process agrees, as one process always does.
+struct Difference {
+  int rank = -1;
+  int64_t item = -1;
+};
+Difference first_difference(const std::vector<std::string>& items);
+
 // A sum in flight: started now (MPI_Iallgather), finished by wait(), which
 // writes the rank-ordered sum into the tensor given to start.
 class PendingSum {

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -382,6 +383,15 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
       throw UsageError(fmt::format("{}: --resume '{}' is the run's log; expected its checkpoint (e.g. {})",
                                    args_.command(), resume_, default_checkpoint_path(out_)));
     resume_ck_ = std::make_unique<Checkpoint>(load_checkpoint(resume_, experiment_));
+    // First: a program checks its options against the process count (a
+    // batch that does not divide), and the options come from the checkpoint.
+    const Checkpoint& ck = *resume_ck_;
+    const int64_t procs = ck.counters.count("processes") ? ck.counters.at("processes") : 1;
+    if (procs != dist::size())
+      throw UsageError(fmt::format("{}: checkpoint '{}' was written by {} process{}; this job has {} (resume it {})",
+                                   args_.command(), resume_, procs, procs == 1 ? "" : "es", dist::size(),
+                                   procs == 1 ? std::string("without mpirun")
+                                              : fmt::format("with mpirun -np {}", procs)));
     run_id_ = resume_ck_->run_id;
     restore_config();
   }
@@ -640,11 +650,6 @@ void Run::track_constant(const std::string& name, const Tensor& value, bool requ
 void Run::restore_state() {
   const Checkpoint& ck = *resume_ck_;
   const std::string where = fmt::format("{}: checkpoint '{}'", args_.command(), resume_);
-  const int64_t procs = ck.counters.count("processes") ? ck.counters.at("processes") : 1;
-  if (procs != dist::size())
-    throw UsageError(fmt::format("{} was written by {} process{}; this job has {} (resume it {})", where, procs,
-                                 procs == 1 ? "" : "es", dist::size(),
-                                 procs == 1 ? std::string("without mpirun") : fmt::format("with mpirun -np {}", procs)));
   step_ = ck.counter("step");
   if (step_ < 0 || step_ > steps_)
     throw UsageError(fmt::format("{} is at step {}, beyond this run's {} steps (the length may only grow on resume)",
@@ -749,6 +754,7 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     fail("Run::begin: call parse() first (parse(argc, argv), or parse({{}}) for a program without options): it sets "
          "the log and checkpoint paths and checks them");
   if (steps_ < 1 && !resuming()) fail("{}: the run has no steps (RunOptions::steps or set_steps)", args_.command());
+  check_same_job();
   // State that is not finite in the program's own model before any step
   // (a mask buffer of -inf, say) is the model's, not a divergence.
   for (const Entry& e : entries_)
@@ -810,6 +816,35 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
   ctrl_c_ = std::make_unique<StopGuard>();
   t0_ = std::chrono::steady_clock::now();
   last_progress_ = t0_;
+}
+
+void Run::check_same_job() const {
+  if (dist::size() == 1) return;
+  // Every process must train the same: its options (the threads aside),
+  // the data it registered (charlm's corpus fingerprint), its state's
+  // shapes. Another --lr or --seed, or another text of the same characters,
+  // trained copies that drifted apart while rank 0's alone was kept.
+  std::vector<std::string> items, names;
+  for (const auto& [k, v] : args_.values())
+    if (k != "threads") items.push_back(k + "=" + v), names.push_back("--" + k);
+  for (const auto& [name, t] : constants_) {
+    const Tensor c = kernel::contiguous(t);
+    items.push_back(name + "=" + std::string(static_cast<const char*>(c.raw_data()),
+                                             static_cast<size_t>(c.numel()) * dtype_size(c.dtype())));
+    names.push_back(name);
+  }
+  for (const Entry& e : entries_)
+    if (e.prefix)
+      for (const auto& [k, t] : e.save_dict()) {
+        items.push_back(e.name + "/" + k + " " + shape_str(t.shape()) + " " + dtype_name(t.dtype()));
+        names.push_back(e.name + "/" + k + "'s shape");
+      }
+  const dist::Difference d = dist::first_difference(items);
+  if (d.rank < 0) return;
+  const size_t i = static_cast<size_t>(d.item);
+  fail("{}: the processes of this job differ: rank {}'s {} is not rank 0's; every process must run the same command "
+       "on the same files",
+       args_.command(), d.rank, i < names.size() ? names[i] : std::string("state"));
 }
 
 RunLog& Run::log() {
@@ -879,10 +914,14 @@ bool Run::next() {
     bool stop = ctrl_c_->request.requested();
     bool diverged = !diverged_.empty();
     if (dist::size() > 1) {  // Ctrl-C reaches the processes at different steps, a loss one of them: stop together
-      Tensor flags = Tensor::from_f64({stop ? 1.0 : 0.0, diverged ? 1.0 : 0.0}, {2});
+      // The signal too: SIGTERM to any process is the job's status (143).
+      const bool term = ctrl_c_->request.signal() == SIGTERM;
+      Tensor flags = Tensor::from_f64({stop ? 1.0 : 0.0, diverged ? 1.0 : 0.0, term ? 1.0 : 0.0}, {3});
       dist::sum_(flags);
-      stop = flags.to_vector<double>()[0] > 0;
-      diverged = flags.to_vector<double>()[1] > 0;
+      const std::vector<double> f = flags.to_vector<double>();
+      stop = f[0] > 0;
+      diverged = f[1] > 0;
+      job_sigterm_ = f[2] > 0;
       if (diverged && diverged_.empty()) diverged_ = "the loss of another process";
     }
     stop = stop || (stop_after_ > 0 && step_ == stop_after_);
@@ -902,7 +941,7 @@ bool Run::next() {
     print_progress(last || stop);
     if (stop && !last) {
       stopped_ = true;
-      stop_signal_ = ctrl_c_->request.signal();  // 0: --stop-after, or another process's signal
+      stop_signal_ = job_sigterm_ ? SIGTERM : ctrl_c_->request.signal();  // 0: --stop-after, or another process's signal
       return false;
     }
   }
@@ -978,6 +1017,10 @@ int Run::finish() {
 
 int guard_main(const char* program, const std::function<int()>& body) {
   auto report = [program](const std::string& what, int status) {
+    // Under mpirun every process usually fails alike (the same options, the
+    // same files): rank 0 speaks for the job and ends it; the others wait
+    // for that, and speak only if it does not come (a failure of their own).
+    if (dist::size() > 1 && !dist::is_main()) std::this_thread::sleep_for(std::chrono::seconds(3));
     if (dist::size() > 1) dist::abort_job(what, status, program);  // does not return
     fmt::print(stderr, "{}: {}\n", program, what);
     return status;

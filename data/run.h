@@ -178,6 +178,7 @@ class Run {
   std::set<std::string> changeable_;
   std::vector<std::string> input_options_;  // reads_file()
   bool is_input(const std::string& option) const;
+  void check_same_job() const;  // under mpirun: every process's options, data and state shapes are rank 0's
   std::vector<std::string> command_line_;
   // The run's own options.
   std::string out_, checkpoint_, resume_, init_from_, precision_;
@@ -198,6 +199,7 @@ class Run {
   bool new_log_ = false;  // resuming into a new log (--out naming no file): the old one is gone
   std::pair<uint64_t, uint64_t> log_file_{0, 0};  // the log's device and inode, from begin() on (rank 0)
   int stop_signal_ = 0;  // the signal that stopped the run (SIGINT, SIGTERM), or 0
+  bool job_sigterm_ = false;  // under mpirun: some process of the job got SIGTERM
   std::string run_id_;   // the run's identity, in its log and every checkpoint (data/checkpoint.h)
   std::string diverged_;  // the first non-finite loss shown ("loss nan"), or empty
   int64_t saved_step_ = -1;  // the step of the last checkpoint written or resumed from (-1: none)

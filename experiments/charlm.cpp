@@ -202,8 +202,13 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   if (c.warmup < 0) c.warmup = std::min<int64_t>(100, c.steps / 10);  // saved resolved: a resumed run keeps it
   if (c.width % c.heads != 0)
     throw UsageError(fmt::format("run charlm: --width {} is not divisible by --heads {}", c.width, c.heads));
-  if (c.warmup > c.steps)
+  if (c.warmup > c.steps) {
+    if (run.resuming() && !run.args().given("warmup"))  // the warm-up the run began with (resolved then)
+      throw UsageError(fmt::format("run charlm: --steps {} ends within this run's warm-up of {} steps (set when it "
+                                   "began); expected --steps of at least {}",
+                                   c.steps, c.warmup, c.warmup));
     throw UsageError(fmt::format("run charlm: --warmup {} exceeds --steps {}", c.warmup, c.steps));
+  }
   if (c.schedule == "cosine" && c.min_lr > c.lr)
     throw UsageError(fmt::format("run charlm: --min-lr {} exceeds --lr {} (the cosine schedule decays from --lr "
                                  "to --min-lr)",

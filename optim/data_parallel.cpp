@@ -42,6 +42,18 @@ DataParallel::~DataParallel() = default;
 
 void DataParallel::broadcast_parameters() {
   autograd::NoGradGuard ng;
+  // Every process must hold the same parameters for the broadcast to fit
+  // (a model built from another corpus or other options would not).
+  std::vector<std::string> described;
+  for (const auto& [name, p] : params_)
+    described.push_back(fmt::format("{} {} {}", name, shape_str(p.shape()), dtype_name(p.dtype())));
+  const dist::Difference d = dist::first_difference(described);
+  if (d.rank >= 0) {
+    const size_t i = static_cast<size_t>(d.item);
+    fail("DataParallel: the processes' models differ: rank {}'s parameter #{} is not rank 0's (rank {} has {}); "
+         "every process must build the same model (the same command, on the same files)",
+         d.rank, d.item, dist::rank(), i < described.size() ? "'" + described[i] + "'" : "no more parameters");
+  }
   for (auto& [name, p] : params_) {
     Tensor c = kernel::contiguous(p);
     dist::broadcast_(c, 0);

@@ -138,3 +138,24 @@ TEST_CASE("charlm: a run on a relative --text resumes from another directory") {
   CHECK(experiments::run_charlm({"--resume", "a/old.ckpt.h5", "--out", "old.h5", "--text", "a/t.txt"}, {"heed"}) == 0);
   CHECK(load_checkpoint("a/old.ckpt.h5", "charlm").counter("step") == 30);
 }
+
+TEST_CASE("charlm: a resume shorter than the warm-up the run began with names it, not --warmup") {
+  test::TempDir scratch("heed-charlm-warm-");
+  const std::filesystem::path dir = scratch.path;
+  const std::string text = (dir / "t.txt").string(), out = (dir / "lm.h5").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  // --warmup left at -1: min(100, 200 / 10) = 20 steps, kept in the checkpoint.
+  REQUIRE(experiments::run_charlm({"--text", text, "--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
+                                   "--batch", "4", "--steps", "200", "--eval-every", "100", "--eval-batches", "1",
+                                   "--stop-after", "2", "--out", out},
+                                  {"heed"}) == 130);
+  CHECK(load_checkpoint((dir / "lm.ckpt.h5").string(), "charlm").config.at("warmup") == "20");
+  const std::string before = test::slurp(out);
+  test::check_error([&] { experiments::run_charlm({"--resume", (dir / "lm.ckpt.h5").string(), "--steps", "10"}, {"heed"}); },
+                    {"--steps 10 ends within this run's warm-up of 20 steps", "at least 20"});
+  CHECK(test::slurp(out) == before);
+  CHECK(experiments::run_charlm({"--resume", (dir / "lm.ckpt.h5").string(), "--steps", "20"}, {"heed"}) == 0);
+}

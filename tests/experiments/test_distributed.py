@@ -10,7 +10,9 @@ unbound: the flags docs/distributed.md gives) and checks:
   - kill -9 of one rank ends the whole job promptly, naming the rank; the
     resume from the last checkpoint equals an uninterrupted 2-process run;
   - bad input: a global batch not divisible by the process count, a
-    checkpoint from another process count;
+    checkpoint from another process count, one message for the job;
+  - processes that differ (another --lr, another corpus) are refused;
+  - SIGTERM to one process gives the job SIGTERM's status;
   - a program's own DataParallel starts MPI without a heed::Run (the test
     case of tests/optim/test_data_parallel.cpp, run under mpirun).
 Debian's Python runs it (h5py, numpy).
@@ -184,6 +186,62 @@ try:
     check(flag.returncode == 2 and "--batch expects an integer" in flag.stderr,
           f"a bad option on 2 processes ends mpirun with status 2, as one process: {flag.returncode} "
           f"{flag.stderr.strip()[-300:]}")
+
+    # One message for the job, from rank 0 (every process printed its own, and
+    # Open MPI's help aggregator garbled them).
+    check(flag.stderr.count("heed: rank") == 1 and "rank 0 of 2" in flag.stderr,
+          f"... printed once, by rank 0: {flag.stderr.strip()[-400:]}")
+    # Another process count: named as such, not as the checkpoint's --batch
+    # (the programs checked the batch against the job first).
+    three = run(["run", "charlm", "--resume", os.path.join(TMP, "ref.ckpt.h5"), "--steps", "700"], np_=3)
+    check(three.returncode == 2 and "written by 2 processes" in three.stderr and "--batch" not in three.stderr,
+          f"a 2-process checkpoint resumed on 3 processes names the process count: {three.stderr.strip()[-300:]}")
+
+    # ---- processes that differ: refused before any file, naming what ----------------------------
+    def mixed(out, rank0, rank1):
+        cmd = (["mpirun", "-np", "1", "--bind-to", "none", "--oversubscribe", HEED] + lm(out, *rank0) +
+               [":", "-np", "1", HEED] + lm(out, *rank1))
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=TMP)
+    lr = mixed("mixed_lr.h5", ["--steps", "20"], ["--steps", "20", "--lr", "0.01"])
+    check(lr.returncode == 1 and "rank 1's --lr is not rank 0's" in lr.stderr
+          and not os.path.exists(os.path.join(TMP, "mixed_lr.h5")),
+          f"another --lr on rank 1 is refused and no log is written (it ran to the end with drifting copies): "
+          f"{lr.returncode} {lr.stderr.strip()[-300:]}")
+    other = os.path.join(TMP, "other.txt")
+    with open(other, "w") as f:
+        f.write("In the beginning God created the heaven and the earth. And the earth was without form! " * 300)
+    text = mixed("mixed_text.h5", ["--steps", "20"], ["--steps", "20", "--text", other])
+    check(text.returncode == 1 and "the processes' models differ" in text.stderr and "MPI_ERR" not in text.stderr,
+          f"another corpus (vocabulary) on rank 1 is refused by heed, not by MPI's truncated broadcast: "
+          f"{text.returncode} {text.stderr.strip()[-300:]}")
+
+    # ---- SIGTERM to rank 0: the job's status is SIGTERM's, whichever process got it ------------
+    cmd = MPIRUN + [HEED] + lm("term.h5", "--steps", "100000")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=TMP)
+    rank0 = None
+    for _ in range(3000):
+        for x in subprocess.run(["pgrep", "-f", "term.h5"], capture_output=True, text=True).stdout.split():
+            try:
+                with open(f"/proc/{x}/environ", "rb") as f:
+                    if b"OMPI_COMM_WORLD_RANK=0" in f.read().split(b"\0") and int(x) != p.pid:
+                        rank0 = int(x)
+            except OSError:
+                pass
+        if rank0 and os.path.exists(os.path.join(TMP, "term.h5")):
+            break
+        time.sleep(0.01)
+    time.sleep(1)
+    check(rank0 is not None, "found the rank-0 process")
+    if rank0:
+        os.kill(rank0, signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=60)
+        check(p.returncode == 128 + signal.SIGTERM and "stopped at step" in out,
+              f"SIGTERM to rank 0 stops the job with status 143 (it was 130 when rank 1 ended first): "
+              f"{p.returncode} {err.strip()[-300:]}")
+    except subprocess.TimeoutExpired:
+        p.kill()
+        check(False, "the job hung after SIGTERM to rank 0")
 
     # ---- what runs after the training: rank 0's alone --------------------------------------
     comp = run(["run", "compression", "--charlm", os.path.join(TMP, "ref.ckpt.h5"), "--methods", "uniform",
