@@ -2,7 +2,8 @@
 // from PyTorch 1.13 (found by running the same inputs through both): strided
 // inputs into fused backwards, 1-d inputs, int64 arithmetic at its limits and
 // with numbers that are no int64, NaN through relu, clamp, maximum and
-// argmax, and pow's gradient at 0^0. Each case states PyTorch's answer.
+// argmax, pow's gradient at 0^0, max's gradient at tied maxima and concat's
+// with an input that needs none. Each case states PyTorch's answer.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -79,4 +80,35 @@ TEST_CASE("edge values: the gradient of x^0 is 0, at x = 0 too") {
   Tensor x = Tensor::from_f64({0, 2}, {2}).set_requires_grad();
   backward(sum(pow(x, 0.0)));
   CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0});  // PyTorch: [0, 0] (was [nan, 0])
+}
+
+TEST_CASE("edge values: max shares the gradient equally among tied maxima, like torch.amax") {
+  // torch.amax(x, 1).sum().backward() on [[1, 5, 5], [4, 4, 0]]:
+  // x.grad = [[0, 0.5, 0.5], [0.5, 0.5, 0]].
+  Tensor x = Tensor::from_f64({1, 5, 5, 4, 4, 0}, {2, 3}).set_requires_grad();
+  backward(sum(max(x, {1})));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0.5, 0.5, 0});
+  // Over every element: three tied maxima get a third each.
+  Tensor y = Tensor::from_f64({2, 7, 7, 7}, {4}).set_requires_grad();
+  backward(max(y, {}) * 3.0);
+  CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 1, 1, 1});
+}
+
+TEST_CASE("edge values: concat's backward cuts each input's part at its place, whichever inputs need a gradient") {
+  // d/db sum(concat(a, b) * w) = w[2:5] when a (2 elements) is a constant.
+  Tensor a = Tensor::from_f64({10, 20}, {2});
+  Tensor b = Tensor::from_f64({1, 2, 3}, {3}).set_requires_grad();
+  Tensor c = Tensor::from_f64({4}, {1}).set_requires_grad();
+  Tensor w = Tensor::from_f64({1, 2, 3, 4, 5, 6}, {6});
+  backward(sum(concat({a, b, c}, 0) * w));
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{3, 4, 5});
+  CHECK(c.grad().to_vector<double>() == std::vector<double>{6});
+  // The same along dim 1, the constant in the middle.
+  Tensor p = Tensor::from_f64({1, 2}, {2, 1}).set_requires_grad();
+  Tensor q = Tensor::zeros({2, 2}, DType::f64);
+  Tensor r = Tensor::from_f64({3, 4}, {2, 1}).set_requires_grad();
+  Tensor w2 = Tensor::from_f64({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
+  backward(sum(concat({p, q, r}, 1) * w2));
+  CHECK(p.grad().to_vector<double>() == std::vector<double>{1, 5});
+  CHECK(r.grad().to_vector<double>() == std::vector<double>{4, 8});
 }

@@ -269,6 +269,43 @@ TEST_CASE("LPLR at full rank and 16 bits reproduces the matrix to half-precision
         0.1);
 }
 
+TEST_CASE("LPLR fits its second factor to the decoded first factor, not to the exact one") {
+  // W = u v^T, rank 1, with u = (1, 0.5, 0.2, -0.7) and v constant. The first
+  // factor L = +-u / |u| at 2 bits (levels -r, -r/3, r/3, r with r = max |L|)
+  // decodes to L^ ~ (1, 1/3, 1/3, -1): codes round((u_i + 1) 3 / 2) = 3, 2, 2,
+  // 0. Fitting M by least squares to L^ leaves only the part of u orthogonal
+  // to L^, sin(u, L^) = 0.234641 of W (numpy: sqrt(1 - cos^2)); M = v^T times
+  // a scalar is a constant row, which 2-bit codes store exactly. Fitting M to
+  // the exact L instead gives W^ = L^ |u| v^T, |u - (1, 1/3, 1/3, -1)| / |u| =
+  // 0.275962.
+  const std::vector<double> u{1.0, 0.5, 0.2, -0.7};
+  std::vector<double> w;
+  for (double ui : u)
+    for (int c = 0; c < 4; ++c) w.push_back(ui * 0.8);
+  Tensor W = Tensor::from_f64(w, {4, 4});
+  for (quant::Range range : {quant::Range::row, quant::Range::tensor}) {
+    INFO("range " << quant::range_name(range));
+    Tensor q = quant::dequantize(quant::quantize(W, opts(Method::lplr, 2, range, 1)));
+    CHECK(quant::relative_error(W, q) == doctest::Approx(0.2346405331).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("uniform quantization with one range for the matrix takes the largest |x| of every row") {
+  // Rows of different magnitude: the range is 4 (row 0's), not the last
+  // row's 0.5, so row 0 is not clipped. 8 bits on [-4, 4]: levels 8 / 255
+  // apart, every value within half a level; -4 and 4 are levels themselves.
+  Tensor W = Tensor::from_f64({4.0, -1.0, 3.0, 0.25, -0.5, 0.125, 0.5, 0.0, -0.25}, {3, 3});
+  quant::Quantized q = quant::quantize(W, opts(Method::uniform, 8, quant::Range::tensor));
+  REQUIRE(q.scales.size() == 1);
+  CHECK(q.scales[0] == 4.0f);
+  Tensor back = quant::dequantize(q);
+  CHECK(back.at({0, 0}) == 4.0);
+  CHECK(test::max_diff(back, W) <= 0.5 * 8.0 / 255.0 + 1e-6);
+  // Row by row, each row keeps its own range.
+  quant::Quantized per_row = quant::quantize(W, opts(Method::uniform, 8, quant::Range::row));
+  CHECK(per_row.scales == std::vector<float>{4.0f, 0.5f, 0.5f});
+}
+
 TEST_CASE("LPLR of a matrix of lower rank than asked: every rank reproduces it (the sketch's noise columns once "
           "overflowed the QR into NaN, stored as zero scales: relative error 1)") {
   for (int64_t n : {16, 32}) {

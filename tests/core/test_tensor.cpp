@@ -841,6 +841,28 @@ TEST_CASE("cross_entropy kernel matches a naive log-softmax, with ignore_index")
   CHECK(std::isnan(ign.loss.item()));
 }
 
+TEST_CASE("cross_entropy kernel with logits tied at the maximum: each counts in the log-sum-exp") {
+  // PyTorch (float64): F.cross_entropy on these rows and targets 0, 2, 3 is
+  // 1.8514201817924212; the rows' logsumexp is log 4, 2 + log(2 + e^-2 + e^-3)
+  // and 1.5 + log 4; the gradient is (softmax - onehot) / 3.
+  Tensor logits = Tensor::from_f64({0, 0, 0, 0, 2, 2, 0, -1, 1.5, 1.5, 1.5, 1.5}, {3, 4});
+  Tensor targets = Tensor::from_i64({0, 2, 3}, {3});
+  k::CrossEntropyResult r = k::cross_entropy(logits, targets, -100);
+  CHECK(r.loss.item() == doctest::Approx(1.8514201817924212).epsilon(1e-14));
+  const std::vector<double> lse = r.lse.to_vector<double>();
+  CHECK(lse[0] == doctest::Approx(1.3862943611198906).epsilon(1e-14));
+  CHECK(lse[1] == doctest::Approx(2.7816718231374824).epsilon(1e-14));
+  CHECK(lse[2] == doctest::Approx(2.886294361119891).epsilon(1e-14));
+  const std::vector<double> want{-0.25, 1.0 / 12, 1.0 / 12, 1.0 / 12,
+                                 0.15254675926433847, 0.15254675926433847, -0.3126883744614667, 0.007594855932789702,
+                                 1.0 / 12, 1.0 / 12, 1.0 / 12, -0.25};
+  Tensor d = k::cross_entropy_backward(logits, targets, r.lse, r.count, -100, 1.0);
+  CHECK(max_abs_diff(dense(d), want) < 1e-14);
+  // float32: a uniform prediction over V classes costs log V.
+  CHECK(k::cross_entropy(Tensor::zeros({2, 8}), Tensor::from_i64({3, 7}, {2}), -100).loss.item() ==
+        doctest::Approx(std::log(8.0)).epsilon(1e-6));
+}
+
 TEST_CASE("cross_entropy kernel on large logits stays finite and exact") {
   Tensor logits = Tensor::from({1000, 0, -1000, 50}, {2, 2});
   auto r = k::cross_entropy(logits, Tensor::from_i64({1, 0}, {2}), -100);

@@ -106,6 +106,18 @@ TEST_CASE("batch sampler: next_batch counts batches_per_epoch steps and rolls ov
   }
 }
 
+TEST_CASE("batch sampler: batches_per_epoch is ceil(n / B), or floor(n / B) with drop_last") {
+  // n = 24: 3 full batches of 8 either way; n = 25: a short fourth batch,
+  // dropped by drop_last.
+  CHECK(BatchSampler(24, {.batch_size = 8}).batches_per_epoch() == 3);
+  CHECK(BatchSampler(24, {.batch_size = 8, .drop_last = true}).batches_per_epoch() == 3);
+  CHECK(BatchSampler(25, {.batch_size = 8}).batches_per_epoch() == 4);
+  CHECK(BatchSampler(25, {.batch_size = 8, .drop_last = true}).batches_per_epoch() == 3);
+  CHECK(BatchSampler(1, {.batch_size = 1}).batches_per_epoch() == 1);
+  BatchSampler s(24, {.batch_size = 8});
+  CHECK(static_cast<int64_t>(one_epoch(s).size()) == s.batches_per_epoch());
+}
+
 TEST_CASE("batch sampler: a shuffled epoch is Fisher-Yates with Generator::randint") {
   // Epoch e draws n - 1 randint blocks starting at offset e (n - 1).
   const int64_t n = 50;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "data/file_damage.h"
 #include "data/text.h"
@@ -64,6 +65,32 @@ TEST_CASE("text: 90/10 split and reproducible windows whose targets are the next
   Tensor shortx, shorty;
   test::check_error([&] { random_windows(Tensor::from_i64({1, 2, 3}, {3}), 1, 8, g1, shortx, shorty); },
                     {"3 tokens", "context window of 8"});
+}
+
+TEST_CASE("text: every window start is drawn, the last one included; T + 1 tokens make exactly one window") {
+  // T + 1 tokens: the one window [0, T), its targets [1, T].
+  Tensor stream = Tensor::from_i64({10, 11, 12, 13, 14}, {5});
+  Generator g(3);
+  Tensor x, y;
+  random_windows(stream, 2, 4, g, x, y);
+  CHECK(x.to_vector<int64_t>() == std::vector<int64_t>{10, 11, 12, 13, 10, 11, 12, 13});
+  CHECK(y.to_vector<int64_t>() == std::vector<int64_t>{11, 12, 13, 14, 11, 12, 13, 14});
+  // T + 3 tokens: starts 0, 1, 2, each drawn among 300 windows (a start is
+  // missed with probability (2/3)^300).
+  Tensor longer = Tensor::from_i64({0, 1, 2, 3, 4, 5, 6}, {7});
+  random_windows(longer, 300, 4, g, x, y);
+  std::set<int64_t> starts;
+  const std::vector<int64_t> xs = x.to_vector<int64_t>();
+  for (size_t b = 0; b < 300; ++b) starts.insert(xs[b * 4]);
+  CHECK(starts == std::set<int64_t>{0, 1, 2});
+}
+
+TEST_CASE("text: the fingerprint is 64-bit FNV-1a (its published test vectors)") {
+  // Fowler, Noll and Vo's FNV-1a 64: "" is the offset basis, "a" and
+  // "foobar" from the reference test suite.
+  CHECK(text_fingerprint("") == 0xcbf29ce484222325ull);
+  CHECK(text_fingerprint("a") == 0xaf63dc4c8601ec8cull);
+  CHECK(text_fingerprint("foobar") == 0x85944171f73967e8ull);
 }
 
 TEST_CASE("text: a 300-character file name or a symlink loop is a heed::Error naming the path") {

@@ -263,3 +263,50 @@ TEST_CASE("optim: Adam's one pass over every parameter gives the bits of updatin
   }
   CHECK(a[6].second.to_vector<double>() == make(50)[6].second.to_vector<double>());
 }
+
+TEST_CASE("optim: Adam's bias correction counts each parameter's own updates, not the optimiser's steps") {
+  // q gets its first gradient at the optimiser's third step: that is q's
+  // update 1, whose bias correction makes it move by lr g / (|g| + eps), i.e.
+  // by lr (as the first-step test above). With the optimiser's count (t = 3)
+  // it would move by lr (1 - b1) / (1 - b1^3) / sqrt((1 - b2) / (1 - b2^3))
+  // = 0.64 lr. Both float32 (one pass over every parameter) and float64.
+  const double lr = 1e-2;
+  for (DType dtype : {DType::f32, DType::f64}) {
+    INFO("dtype " << dtype_name(dtype));
+    Tensor p = kernel::to_dtype(Tensor::from_f64({0.5, -1.0}, {2}), dtype);
+    Tensor q = kernel::to_dtype(Tensor::from_f64({1.0, 2.0, -0.5}, {3}), dtype);
+    p.set_requires_grad(true);
+    q.set_requires_grad(true);
+    AdamW opt({{"p", p}, {"q", q}}, AdamWOptions(lr).weight_decay(0.0));
+    for (int t = 0; t < 2; ++t) {
+      p.set_grad(kernel::to_dtype(Tensor::from_f64({0.3, -0.2}, {2}), dtype));
+      opt.step();
+    }
+    CHECK(opt.state("q", "step").item() == 0);
+    const std::vector<double> before = q.to_vector<double>(), g{0.7, -1.5, 0.02};
+    q.set_grad(kernel::to_dtype(Tensor::from_f64(g, {3}), dtype));
+    p.set_grad(kernel::to_dtype(Tensor::from_f64({0.3, -0.2}, {2}), dtype));
+    opt.step();
+    CHECK(opt.state("q", "step").item() == 1);
+    const std::vector<double> after = q.to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i) {
+      INFO("element " << i);
+      const double want = -lr * g[i] / (std::abs(g[i]) + 1e-8);
+      CHECK(std::abs((after[i] - before[i]) - want) <= (dtype == DType::f32 ? 3e-7 : 1e-15));
+    }
+  }
+}
+
+TEST_CASE("optim: AdamW's decay uses the learning rate of the step, as a schedule sets it") {
+  // A zero gradient leaves m = v = 0 and the Adam step 0 / (0 + eps) = 0: the
+  // step is the decay alone, p (1 - lr wd) with the lr set_lr gave (0.01),
+  // not the one the optimiser was built with (0.1).
+  Tensor p = Tensor::from({1.0f, -2.0f, 4.0f}, {3});
+  p.set_requires_grad(true);
+  AdamW opt({{"p", p}}, AdamWOptions(0.1).weight_decay(0.5));
+  opt.set_lr(0.01);
+  p.set_grad(Tensor::zeros({3}));
+  opt.step();
+  const float decay = static_cast<float>(1.0 - 0.01 * 0.5);
+  CHECK(p.to_floats() == std::vector<float>{1.0f * decay, -2.0f * decay, 4.0f * decay});
+}
