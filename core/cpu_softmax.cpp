@@ -1,12 +1,16 @@
 // core/cpu_softmax.cpp: softmax and log-softmax over one dim, forward and
 // backward. oneDNN 2.6's softmax backward is a reference loop ~10x slower than
 // its forward on this class of machine, so both directions are written here.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/error.h"
+#include "core/fast_math.h"
 #include "core/iter.h"
 #include "core/kernels.h"
+#include "core/lanes.h"
 
 namespace heed::kernel {
 namespace {
@@ -58,6 +62,47 @@ void softmax_lane(const T* x, T* y, int64_t n, int64_t s) {
   }
 }
 
+// float32 rows of unit stride, the usual case (attention maps, logits): the
+// maximum and the sum of exponentials in 16 partials each (lanes.h), combined
+// in a fixed tree, and fast::exp_softmax (the arguments are never above 0),
+// so the loops vectorise; std::exp and one running sum kept them scalar, at
+// 4.3 ns a value. The same bits for any thread count and either instruction
+// set: each value's operations and the order of the additions are fixed by
+// its position in the row alone.
+template <bool LOG>
+void softmax_row_f32(const float* x, float* y, int64_t n) {
+  float m16[kLanes];
+  for (int l = 0; l < kLanes; ++l) m16[l] = -std::numeric_limits<float>::infinity();
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes)
+    for (int l = 0; l < kLanes; ++l) m16[l] = std::max(m16[l], x[k + l]);
+  for (int l = 0; k + l < n; ++l) m16[l] = std::max(m16[l], x[k + l]);
+  float m = m16[0];
+  for (int l = 1; l < kLanes; ++l) m = std::max(m, m16[l]);  // max: any order gives the same
+  // A lane that is entirely -inf (fully masked) has no valid distribution:
+  // -inf - -inf is NaN, as PyTorch gives.
+  float z16[kLanes] = {};
+  for (k = 0; k + kLanes <= n; k += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = fast::exp_softmax(x[k + l] - m);
+      if (!LOG) y[k + l] = e;
+      z16[l] += e;
+    }
+  for (int l = 0; k + l < n; ++l) {
+    const float e = fast::exp_softmax(x[k + l] - m);
+    if (!LOG) y[k + l] = e;
+    z16[l] += e;
+  }
+  const float z = lanes_sum(z16);
+  if (LOG) {
+    const float lz = std::log(z);  // (x - m) - log z: see softmax_lane
+    for (k = 0; k < n; ++k) y[k] = (x[k] - m) - lz;
+  } else {
+    const float inv = 1.0f / z;
+    for (k = 0; k < n; ++k) y[k] *= inv;
+  }
+}
+
 template <bool LOG>
 Tensor softmax_fwd(const Tensor& x0, int64_t dim, const char* op) {
   check_defined(x0, op);
@@ -73,6 +118,12 @@ Tensor softmax_fwd(const Tensor& x0, int64_t dim, const char* op) {
   HEED_DISPATCH_FLOAT(x.dtype(), op, {
     const T* px = x.data<T>();
     T* py = y.data<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (l.inner == 1) {
+        for_lanes(l, [&](int64_t off, int64_t) { softmax_row_f32<LOG>(px + off, py + off, l.n); });
+        return y;
+      }
+    }
     for_lanes(l, [&](int64_t off, int64_t s) { softmax_lane<T, LOG>(px + off, py + off, l.n, s); });
   });
   return y;
@@ -102,6 +153,22 @@ Tensor softmax_bwd(const Tensor& y0, const Tensor& g0, int64_t dim, const char* 
       const T* gg = pg + off;
       T* dd = pd + off;
       double acc = 0;
+      if (s == 1) {  // unit stride: 16 partial sums (lanes.h), so the loop vectorises
+        double a16[kLanes] = {};
+        int64_t k = 0;
+        for (; k + kLanes <= l.n; k += kLanes)
+          for (int j = 0; j < kLanes; ++j)
+            a16[j] += LOG ? static_cast<double>(gg[k + j]) : static_cast<double>(gg[k + j]) * yy[k + j];
+        for (int j = 0; k + j < l.n; ++j)
+          a16[j] += LOG ? static_cast<double>(gg[k + j]) : static_cast<double>(gg[k + j]) * yy[k + j];
+        acc = lanes_sum(a16);
+        if (LOG) {
+          for (k = 0; k < l.n; ++k) dd[k] = gg[k] - fast::exp_softmax(yy[k]) * static_cast<T>(acc);
+        } else {
+          for (k = 0; k < l.n; ++k) dd[k] = yy[k] * (gg[k] - static_cast<T>(acc));
+        }
+        return;
+      }
       if (LOG) {
         for (int64_t k = 0; k < l.n; ++k) acc += gg[k * s];
         for (int64_t k = 0; k < l.n; ++k) dd[k * s] = gg[k * s] - std::exp(yy[k * s]) * static_cast<T>(acc);

@@ -91,9 +91,13 @@ void reference_mse(const SeriesSet& s, int64_t first, double& persistence, doubl
       const auto lo = static_cast<int64_t>(std::floor(back));
       const double f = back - static_cast<double>(lo);
       const double hi = lo + 1 < T ? x[i * T + lo + 1] : x[i * T + lo];
-      const double seasonal_forecast = (1 - f) * x[i * T + lo] + f * hi;
-      sp += (x[i * T + t] - target) * (x[i * T + t] - target);
-      ss += (seasonal_forecast - target) * (seasonal_forecast - target);
+      // The fused multiply-adds written out: left to the compiler, they were
+      // contracted differently with AVX-512 and with AVX2 (the logged value
+      // differed in its last bit between the two CPUs).
+      const double seasonal_forecast = std::fma(1 - f, static_cast<double>(x[i * T + lo]), f * hi);
+      const double dp = x[i * T + t] - target, ds = seasonal_forecast - target;
+      sp = std::fma(dp, dp, sp);
+      ss = std::fma(ds, ds, ss);
       ++count;
     }
   persistence = sp / static_cast<double>(count);

@@ -732,6 +732,42 @@ TEST_CASE("softmax: a fully -inf row gives NaN; large logits do not overflow") {
   CHECK(ls[3] == doctest::Approx(-2002.0 - std::log(z)).epsilon(1e-6));
 }
 
+TEST_CASE("softmax float32 rows: within 1e-6 of double at every length around the 16 partials, the same bits on 1 and 2 threads, NaN stays") {
+  for (int64_t n : {1, 5, 15, 16, 17, 33, 64, 100, 257}) {
+    CAPTURE(n);
+    Tensor x = f32({7, n}, 80 + static_cast<uint64_t>(n));
+    k::scale_(x, 4.0);
+    const std::vector<double> X = x.to_vector<double>();
+    const std::vector<double> y = k::softmax(x, 1).to_vector<double>(), ly = k::log_softmax(x, 1).to_vector<double>();
+    for (int64_t r = 0; r < 7; ++r) {
+      double m = -INFINITY, z = 0;
+      for (int64_t j = 0; j < n; ++j) m = std::max(m, X[static_cast<size_t>(r * n + j)]);
+      for (int64_t j = 0; j < n; ++j) z += std::exp(X[static_cast<size_t>(r * n + j)] - m);
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t i = static_cast<size_t>(r * n + j);
+        const double p = std::exp(X[i] - m) / z;
+        CHECK(std::abs(y[i] - p) <= 1e-6 * p + 1e-12);
+        CHECK(std::abs(ly[i] - std::log(p)) <= 1e-5);
+      }
+    }
+  }
+  {  // rows enough for the threads to split them
+    Tensor big = f32({4096, 64}, 90);
+    const int was = heed::num_threads();
+    heed::set_num_threads(2);
+    const std::vector<double> y2 = k::softmax(big, 1).to_vector<double>();
+    heed::set_num_threads(1);
+    const std::vector<double> y1 = k::softmax(big, 1).to_vector<double>();
+    heed::set_num_threads(was);
+    CHECK(y1 == y2);
+  }
+  // NaN anywhere in a row: that row is NaN (as PyTorch), the others are not.
+  Tensor x = Tensor::from({0, NAN, 1, 2, 0, 1, 2, 3}, {2, 4});
+  const std::vector<double> y = k::softmax(x, 1).to_vector<double>();
+  for (int i = 0; i < 4; ++i) CHECK(std::isnan(y[static_cast<size_t>(i)]));
+  for (int i = 4; i < 8; ++i) CHECK(std::isfinite(y[static_cast<size_t>(i)]));
+}
+
 // ---- indexing ----
 
 TEST_CASE("index_select gathers rows and columns, repeated indices included") {
