@@ -7,6 +7,7 @@
 #include <limits>
 #include <numbers>
 
+
 #include "core/error.h"
 #include "core/kernels.h"
 
@@ -111,6 +112,53 @@ IntRange int_range(int64_t lo, int64_t hi, const char* op) {
 std::array<uint32_t, 4> Generator::block(uint64_t blk, uint32_t lane) const {
   return philox4x32_10({static_cast<uint32_t>(blk), static_cast<uint32_t>(blk >> 32), lane, 0},
                        {static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)});
+}
+
+namespace {
+// Lanes of 64 bits, each holding a 32-bit word of one block, and their 32 x
+// 32 -> 64-bit products: with both factors masked to 32 bits GCC emits one
+// vpmuludq per vector. The widest vector the build targets; integer
+// arithmetic, so every width gives the same bits.
+#if defined(__AVX512F__)
+using U64V = uint64_t __attribute__((vector_size(64)));
+#elif defined(__AVX2__)
+using U64V = uint64_t __attribute__((vector_size(32)));
+#else
+using U64V = uint64_t __attribute__((vector_size(16)));
+#endif
+inline U64V mul32(U64V a, uint32_t m) { return (a & 0xffffffffu) * (static_cast<uint64_t>(m) & 0xffffffffu); }
+constexpr int kWidth = static_cast<int>(sizeof(U64V) / sizeof(uint64_t));
+}  // namespace
+
+void Generator::blocks_w0(uint64_t first, int n, uint64_t* w0) const {
+  // The rounds of philox4x32_10 on kBatch counters at once, a vector of
+  // lanes per word: the same operations on each block as block() does.
+  static_assert(kBatch % kWidth == 0);
+  const uint64_t lo32 = 0xffffffffu;
+  for (int v = 0; v < kBatch / kWidth; ++v) {
+    U64V c0, c1, c2 = {}, c3 = {};  // counter {lo32(b), hi32(b), lane 0, 0}
+    for (int j = 0; j < kWidth; ++j) {
+      const uint64_t b = first + static_cast<uint64_t>(v * kWidth + j);
+      c0[j] = b & lo32;
+      c1[j] = b >> 32;
+    }
+    uint64_t k0 = static_cast<uint32_t>(seed_), k1 = static_cast<uint32_t>(seed_ >> 32);
+    for (int r = 0; r < 10; ++r) {
+      if (r > 0) {
+        k0 = (k0 + kPhiloxW0) & lo32;
+        k1 = (k1 + kPhiloxW1) & lo32;
+      }
+      const U64V p0 = mul32(c0, kPhiloxM0), p1 = mul32(c2, kPhiloxM1);
+      c0 = (p1 >> 32) ^ c1 ^ k0;
+      c1 = p1 & lo32;
+      c2 = (p0 >> 32) ^ c3 ^ k1;
+      c3 = p0 & lo32;
+    }
+    for (int j = 0; j < kWidth; ++j) {
+      const int i = v * kWidth + j;
+      if (i < n) w0[i] = c0[j] | c1[j] << 32;
+    }
+  }
 }
 
 std::vector<uint64_t> Generator::state() const { return {seed_, offset_}; }
@@ -226,6 +274,30 @@ void fill_each(const Tensor& t, F&& value) {
   }
 }
 
+// fill_each for a value that needs only w0 of lane 0 of element i's block
+// (first + i): a contiguous tensor takes its blocks kBatch at a time
+// (Generator::blocks_w0), the same bits as one by one.
+template <class T, class F>
+void fill_w0(const Tensor& t, const Generator& g, uint64_t first, F&& value) {
+  constexpr int B = Generator::kBatch;
+  const int64_t n = t.numel();
+  if (n == 0 || !t.is_contiguous()) {
+    fill_each<T>(t, [&](int64_t i) { return value(words(g.block(first + static_cast<uint64_t>(i))).w0); });
+    return;
+  }
+  t.bump_version();
+  T* base = t.data<T>();
+  const int64_t batches = (n + B - 1) / B;
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t b = 0; b < batches; ++b) {
+    uint64_t w[B];
+    const int64_t i0 = b * B;
+    const int m = static_cast<int>(std::min<int64_t>(B, n - i0));
+    g.blocks_w0(first + static_cast<uint64_t>(i0), m, w);
+    for (int j = 0; j < m; ++j) base[i0 + j] = value(w[j]);
+  }
+}
+
 // Checked before a fill claims its blocks, so a rejected call leaves the
 // generator untouched.
 void check_writable(const Tensor& t, const char* op) {
@@ -254,8 +326,7 @@ void uniform_(const Tensor& t, double lo, double hi, Generator& g) {
   auto run = [&]<class T>(T) {
     const T top = lo < hi ? std::nextafter(static_cast<T>(hi), static_cast<T>(lo)) : static_cast<T>(hi);
     const uint64_t first = g.reserve(t.numel());
-    fill_each<T>(t, [&](int64_t i) {
-      const uint64_t w = words(g.block(first + static_cast<uint64_t>(i))).w0;
+    fill_w0<T>(t, g, first, [&](uint64_t w) {
       const T v = static_cast<T>(lo + (hi - lo) * (std::is_same_v<T, float> ? unit24(w) : unit53(w)));
       return lo < hi && v > top ? top : v;
     });
@@ -290,9 +361,7 @@ void bernoulli_(const Tensor& t, double p, Generator& g) {
   if (!(p >= 0.0 && p <= 1.0)) fail("bernoulli_: expected 0 <= p <= 1, got {}", p);
   auto run = [&]<class T>(T) {
     const uint64_t first = g.reserve(t.numel());
-    fill_each<T>(t, [&](int64_t i) {
-      return static_cast<T>(unit53(words(g.block(first + static_cast<uint64_t>(i))).w0) < p ? 1 : 0);
-    });
+    fill_w0<T>(t, g, first, [&](uint64_t w) { return static_cast<T>(unit53(w) < p ? 1 : 0); });
   };
   switch (t.dtype()) {
     case DType::f32: run(float{}); break;

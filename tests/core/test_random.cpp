@@ -75,6 +75,45 @@ TEST_CASE("generator block lays out counter and key as documented") {
         philox4x32_10({0x76543210, 0xfedcba98, 7, 0}, {0x89abcdef, 0x01234567}));
 }
 
+TEST_CASE("blocks_w0 gives block()'s first 64 bits, batch by batch, across the counter's 32-bit carry") {
+  for (uint64_t seed : {uint64_t{0}, uint64_t{12345}, uint64_t{0xDEADBEEFCAFEF00Dull}}) {
+    Generator g(seed);
+    for (uint64_t first : {uint64_t{0}, uint64_t{7}, uint64_t{0xFFFFFFF8ull}, uint64_t{0x1FFFFFFFAull},
+                           ~uint64_t{0} - 3}) {
+      for (int n : {1, 5, Generator::kBatch}) {
+        CAPTURE(seed);
+        CAPTURE(first);
+        CAPTURE(n);
+        uint64_t w[Generator::kBatch] = {};
+        g.blocks_w0(first, n, w);
+        for (int j = 0; j < Generator::kBatch; ++j) {
+          const std::array<uint32_t, 4> b = g.block(first + static_cast<uint64_t>(j));
+          CHECK(w[j] == (j < n ? (b[0] | static_cast<uint64_t>(b[1]) << 32) : 0));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a contiguous fill (blocks in batches) gives each element the value a strided one (block by block) gives it") {
+  // 1000 elements: 62 whole batches and a tail of 8.
+  for (int which = 0; which < 2; ++which) {
+    CAPTURE(which);
+    Generator g(21), h(21);
+    Tensor flat = Tensor::empty({10, 100}, DType::f32);
+    Tensor base = Tensor::empty({100, 10}, DType::f32);
+    Tensor view = Tensor::view_of(base, {10, 100}, {1, 10}, 0);
+    if (which == 0) {
+      kernel::bernoulli_(flat, 0.3, g);
+      kernel::bernoulli_(view, 0.3, h);
+    } else {
+      kernel::uniform_(flat, -1.0, 2.0, g);
+      kernel::uniform_(view, -1.0, 2.0, h);
+    }
+    CHECK(strided_values<float>(view) == flat.to_vector<float>());
+  }
+}
+
 TEST_CASE("same seed gives bit-identical tensors, different seeds differ") {
   Generator a(42), b(42), c(43);
   CHECK(same_bits(randn({64, 33}, &a), randn({64, 33}, &b)));
