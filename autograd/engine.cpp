@@ -217,8 +217,8 @@ void backward(const Tensor& output, const Tensor& grad, bool retain_graph) {
     Node* n = stack.back();
     stack.pop_back();
     if (n->freed)
-      fail("backward: the graph through '{}' was already freed by an earlier backward; pass retain_graph=true "
-           "to the first backward to run it twice",
+      fail("backward: the graph through '{}' was already freed by an earlier backward; keep it with the first "
+           "one to run it twice: heed::backward(loss, Tensor(), /*retain_graph=*/true)",
            n->name);
     // Before any gradient is computed, so that a refusal changes nothing.
     for (const Node::Saved& s : n->saved)

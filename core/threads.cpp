@@ -116,6 +116,15 @@ void share_cores() {
   unbind_initial_thread();
   setenv("GOMP_SPINCOUNT", share_cores_spin(adaptive), 1);
   setenv("HEED_SHARE_CORES", "1", 1);  // marks the restarted process (and stops a loop if exec is refused below)
+  // The program's own path, so that the restarted process keeps its name
+  // (ps, top, pgrep and pkill read it from the file executed: "exe" for
+  // /proc/self/exe); /proc/self/exe when the path is gone (a rebuild).
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len > 0) {
+    self[len] = '\0';
+    execv(self, argv.data());
+  }
   execv("/proc/self/exe", argv.data());
   // exec failed (no /proc?): carry on with libgomp's defaults.
   unsetenv("GOMP_SPINCOUNT");

@@ -19,6 +19,7 @@ Args& Args::integer(const std::string& name, int64_t* v, const std::string& help
   std::string range = min == INT64_MIN ? "an integer"
                       : max == INT64_MAX ? fmt::format("an integer >= {}", min)
                                          : fmt::format("an integer in {}..{}", min, max);
+  check_new(name);
   opts_.push_back({name, help, "N", false,
                    [=, this](const std::string& s, bool) {
                      // The whole text, as written: no space, no '+' (strtoll took ' 5' and '+5').
@@ -39,6 +40,7 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
                       : max >= 1e300 ? fmt::format("a number {} {}", min_exclusive ? ">" : ">=", min)
                                      : fmt::format("a number in {}{}, {}{}", min_exclusive ? "(" : "[", min, max,
                                                    max_exclusive ? ")" : "]");
+  check_new(name);
   opts_.push_back({name, help, "X", false,
                    [=, this](const std::string& s, bool) {
                      // Decimal or scientific only (strtod also took ' 5', '+5' and hex: '0x10' was 16).
@@ -54,6 +56,7 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
 }
 
 Args& Args::text(const std::string& name, std::string* v, const std::string& help) {
+  check_new(name);
   opts_.push_back({name, help, "TEXT", false, [=, this](const std::string& s, bool restoring) {
                      if (s.empty() && !restoring)
                        usage("{}: --{} expects a value, got an empty string", command_, name);
@@ -67,6 +70,7 @@ Args& Args::choice(const std::string& name, std::string* v, const std::vector<st
                    const std::string& help) {
   std::string list;
   for (const auto& c : choices) list += (list.empty() ? "" : "|") + c;
+  check_new(name);
   opts_.push_back({name, help, list, false,
                    [=, this](const std::string& s, bool) {
                      for (const auto& c : choices)
@@ -81,9 +85,16 @@ Args& Args::choice(const std::string& name, std::string* v, const std::vector<st
 }
 
 Args& Args::flag(const std::string& name, bool* v, const std::string& help) {
+  check_new(name);
   opts_.push_back({name, help, "", true, [v](const std::string& s, bool) { *v = s != "false"; },
                    [v] { return std::string(*v ? "true" : "false"); }});
   return *this;
+}
+
+void Args::check_new(const std::string& name) const {
+  // A second --steps would be shown twice and read into one of the two only.
+  if (find(name)) fail("{}: option --{} is declared twice (a program's own option named like one of heed::Run's?)",
+                       command_, name);
 }
 
 const Args::Opt* Args::find(const std::string& name) const {

@@ -69,6 +69,7 @@ class Args {
     std::function<std::string()> show;
   };
   const Opt* find(const std::string& name) const;
+  void check_new(const std::string& name) const;
   std::string command_, summary_, program_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // "-o" -> "out"
   std::vector<Opt> opts_;

@@ -726,14 +726,16 @@ void Run::init_model() {
   for (const Entry& e : entries_)
     if (e.prefix && (e.name == "model" || e.name.rfind("model/", 0) == 0)) models.push_back(&e);
   if (models.empty())
-    throw UsageError(fmt::format("{}: --init-from: this run trains no model to start from given weights",
+    throw UsageError(fmt::format("{}: --init-from: this run tracks no model to start from given weights (it "
+                                 "starts the module tracked as \"model\" or \"model/NAME\": run.track(\"model\", net))",
                                  args_.command()));
   if (models.size() > 1) {
     std::string names;
     for (const Entry* e : models) names += (names.empty() ? "" : ", ") + e->name.substr(e->name.find('/') + 1);
     throw UsageError(fmt::format("{}: --init-from gives the weights of one model, and this run trains {} ({}): "
-                                 "train one of them (shapes and timeseries: --model)",
-                                 args_.command(), models.size(), names));
+                                 "train one of them{}",
+                                 args_.command(), models.size(), names,
+                                 args_.has("model") ? " (--model)" : ""));
   }
   const Entry* model = models.front();
   try {
@@ -1004,12 +1006,13 @@ int Run::finish() {
     if (dist::is_main())
       fmt::print(stderr,
                  "{}: the run diverged at step {}/{} ({}): training stopped there. The log '{}' holds {}; {}. Start "
-                 "again with other settings (a smaller --lr, say).\n",
+                 "again with other settings{}.\n",
                  args_.command(), step_, steps_, diverged_, out_,
                  new_log_ ? fmt::format("steps {} to {} (it continues checkpoint '{}')", start_step_ + 1, step_, resume_)
                           : fmt::format("every step up to {}", step_),
                  saved_step_ < 0 ? fmt::format("this run wrote no checkpoint")
-                                 : fmt::format("the checkpoint '{}' holds step {}, as it was", saved_path_, saved_step_));
+                                 : fmt::format("the checkpoint '{}' holds step {}, as it was", saved_path_, saved_step_),
+                 args_.has("lr") ? " (a smaller --lr, say)" : "");
     return 1;
   }
   return 0;

@@ -1,9 +1,10 @@
 // data/run.h: a training run as one library object. It owns what every
 // training program needs around its loop: the command line of the run
 // (--out, --checkpoint, --checkpoint-every, --resume, --stop-after,
-// --threads, --precision, --steps), the HDF5 log (docs/log-format.md) and its metadata,
-// atomic CRC-checked checkpoints (docs/checkpoint-format.md), bit-identical
-// resume, Ctrl-C and --stop-after, and the progress line. A program
+// --threads, --precision, --init-from, --steps), the HDF5 log
+// (docs/log-format.md) and its metadata, atomic CRC-checked checkpoints
+// (docs/checkpoint-format.md), bit-identical resume, Ctrl-C and
+// --stop-after, and the progress line. A program
 // registers its state once by name (model, optimiser, generators, data
 // position, counters) and writes its loop:
 //

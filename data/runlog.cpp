@@ -289,6 +289,10 @@ void RunLog::series(const std::string& name, int64_t step, const Tensor& value) 
   impl_->require(true, "series");
   auto it = impl_->series.find(name);
   if (it == impl_->series.end()) fail("RunLog '{}': series '{}' was not declared", impl_->file.path(), name);
+  if (!value.defined())
+    fail("RunLog '{}': series '{}' at step {} got an undefined tensor (attention maps: keep_attention(true) before "
+         "the forward that makes them?)",
+         impl_->file.path(), name, step);
   Impl::Ds& d = it->second;
   if (value.shape() != d.item)
     fail("RunLog '{}': series '{}' expects shape {}, got {}", impl_->file.path(), name, shape_str(d.item),

@@ -57,8 +57,10 @@ int run_export(const std::vector<std::string>& args) {
   if (weights.empty())
     throw UsageError(fmt::format("export: checkpoint '{}' has no model{} ({})", path,
                                  model.empty() ? std::string() : " '" + model + "'",
-                                 models.empty() ? std::string("it has one model: leave out --model")
-                                                : fmt::format("its models: {}", fmt::join(models, ", "))));
+                                 !model.empty() && models.empty() && !ck.get("model").empty()
+                                     ? std::string("it has one model: leave out --model")
+                                 : models.empty() ? std::string("heed export reads the module a run tracked as \"model\"")
+                                                  : fmt::format("its models: {}", fmt::join(models, ", "))));
   if (names == "nanogpt") {
     if (ck.experiment != "charlm")
       throw UsageError(fmt::format("export: --names nanogpt is for a GPT (charlm), not a {} checkpoint", ck.experiment));

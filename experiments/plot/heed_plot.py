@@ -843,6 +843,50 @@ def plot_metrics(f, out_dir, written):
     save(fig, out_dir, "metrics.png", written)
 
 
+def plot_series_maps(f, out_dir, written):
+    """Any other log: every series named like attention maps (a name with
+    "attention" or ending in "maps", values [..., T, S] per row) drawn at its
+    last logged step, one panel per leading index (head)."""
+    import h5py
+    import numpy as np
+    g = f.get("series")
+    if not isinstance(g, h5py.Group):
+        return
+    names = []
+    g.visit(lambda n: names.append(n[:-len("/values")]) if n.endswith("/values") and isinstance(g[n], h5py.Dataset)
+            else None)
+    for name in sorted(names):
+        if "attention" not in name and not name.endswith("maps"):
+            continue
+        last = series_last(f, name)
+        if last is None:
+            continue
+        step, maps = last
+        maps = np.asarray(maps, dtype=np.float64)
+        if maps.ndim < 2 or min(maps.shape[-2:]) < 2:
+            continue
+        maps = maps.reshape(-1, maps.shape[-2], maps.shape[-1])
+        panels = min(maps.shape[0], 16)
+        ncols = min(panels, 4)
+        nrows = math.ceil(panels / ncols)
+        fig = new_figure((LM_HEAD_SIZE[0] * ncols, LM_HEAD_SIZE[1] * nrows))
+        axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+        vmax = max(float(np.nanmax(maps[:panels])), 1e-12)
+        im = None
+        for h, ax in enumerate(axes):
+            if h >= panels:
+                ax.axis("off")
+                continue
+            im = ax.imshow(maps[h], origin="upper", cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest")
+            ax.set_title(f"{h}" if panels > 1 else name)
+            ax.set_xlabel("key (column)")
+            ax.set_ylabel("query (row)")
+        fig.colorbar(im, ax=list(axes), shrink=0.9, label="attention weight")
+        more = f" (the first 16 of {maps.shape[0]})" if maps.shape[0] > 16 else ""
+        fig.suptitle(f"{name} at step {step}{more}")
+        save(fig, out_dir, re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".png", written)
+
+
 # ---- main --------------------------------------------------------------------------
 
 def default_out_dir(path):
@@ -876,8 +920,9 @@ def plot(path, out_dir=None):
         elif experiment in ("timeseries", "crossattn"):
             import heed_plot_signals
             heed_plot_signals.PLOTTERS[experiment](f, out_dir, written)
-        else:
+        else:  # a user's own program: its metrics, and its attention maps by their names
             plot_metrics(f, out_dir, written)
+            plot_series_maps(f, out_dir, written)
         if not written:
             print(f"plot: '{path}' holds nothing to draw yet", file=sys.stderr)
         return written

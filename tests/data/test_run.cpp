@@ -417,3 +417,18 @@ TEST_CASE("Run: a program's --help names the program, and no option shows an emp
   REQUIRE(line.find("(default:") != std::string::npos);
   CHECK(line.find("(default:") == line.rfind("(default:"));
 }
+
+TEST_CASE("Run: a program's option named like one of Run's (or declared twice) is refused where it is declared") {
+  Toy t;
+  int64_t steps = 0;
+  // --steps was shown twice in --help and read into the program's variable
+  // alone: the run's length ignored it.
+  t.run.args().integer("steps", &steps, "my steps", 1);
+  test::check_error([&] { t.run.parse({"--steps", "3"}); }, {"--steps is declared twice", "heed::Run's"});
+  std::string a, b;
+  Args args("tool", "a tool");
+  args.text("name", &a, "a name");
+  test::check_error([&] { args.text("name", &b, "again"); }, {"tool: option --name is declared twice"});
+  bool f = false;
+  test::check_error([&] { args.flag("name", &f, "a flag"); }, {"--name is declared twice"});
+}

@@ -60,6 +60,7 @@ TEST_CASE("runlog: misuse is refused with a message naming the problem") {
   test::check_error([&] { log.declare_scalar("b"); }, {"declare_scalar", "before begin()"});
   test::check_error([&] { log.scalar("nope", 1, 1.0); }, {"metric 'nope' was not declared"});
   test::check_error([&] { log.series("s", 1, Tensor::zeros({3})); }, {"series 's'", "[2]", "[3]"});
+  test::check_error([&] { log.series("s", 1, Tensor()); }, {"series 's' at step 1", "undefined", "keep_attention"});
   // Steps never decrease within a metric or series (a repeated step is allowed).
   log.scalar("a", 5, 1.0);
   log.scalar("a", 5, 2.0);

@@ -121,6 +121,25 @@ try:
     check_pngs(os.path.join(TMP, "lm_plots"), printed,
                {"losses.png": (1200, 800), "attention_layer0.png": (1600, 450), "attention_layer1.png": (1600, 450)})
 
+    # ---- a user's own program's log: its metrics, and its attention maps by their names ----
+    mine = os.path.join(TMP, "mine.h5")
+    with h5py.File(mine, "w", libver="latest") as f:
+        f.attrs["experiment"] = "my_trainer"
+        f.attrs["heed_log_format"] = 1
+        steps = np.arange(1, 51, dtype=np.float64)
+        f["metrics/loss"] = np.stack([steps, 2.0 / steps, steps * 0.1], axis=1)
+        for layer in range(2):
+            scores = rng.standard_normal((3, 2, 12, 12)) + np.triu(np.full((12, 12), -np.inf), 1)
+            maps = np.exp(scores - scores.max(-1, keepdims=True))
+            f[f"series/blocks/{layer}/attention/values"] = (maps / maps.sum(-1, keepdims=True)).astype(np.float32)
+            f[f"series/blocks/{layer}/attention/step"] = np.array([10, 20, 30], dtype=np.int64)
+        f["series/hidden_norm/values"] = rng.random((3, 8)).astype(np.float32)  # not a map: no figure
+        f["series/hidden_norm/step"] = np.array([10, 20, 30], dtype=np.int64)
+    printed = plot(mine)
+    check_pngs(os.path.join(TMP, "mine_plots"), printed,
+               {"metrics.png": (1200, 350), "blocks_0_attention.png": (800, 450),
+                "blocks_1_attention.png": (800, 450)})
+
     # ---- a quantization sweep's log in the documented schema (heed run compression) ----
     comp = os.path.join(TMP, "comp.h5")
     methods, bits = ["uniform", "hadamard", "gaussian", "e8", "lplr"], [2, 3, 4, 8]

@@ -25,6 +25,10 @@ cmake --install "$build_dir" --prefix "$prefix" >"$work/install.log" || { cat "$
 [[ -f $prefix/include/heed/data/run.h ]] || fail "include/heed/data/run.h not installed"
 [[ ! -e $prefix/include/heed/core/dnnl_context.h ]] || fail "a backend's internal header (core/dnnl_context.h) was installed"
 [[ ! -e $prefix/include/heed/core/kernels.h ]] || fail "the kernel-level ops (core/kernels.h) were installed"
+# The program that inspects, plots and exports what a user's program writes.
+[[ -x $prefix/bin/heed ]] || fail "bin/heed not installed"
+[[ -f $prefix/bin/heed_plot.py ]] || fail "bin/heed_plot.py (heed plot's script) not installed"
+"$prefix/bin/heed" inspect --help >"$work/heed-help.log" 2>&1 || { cat "$work/heed-help.log"; fail "bin/heed inspect --help"; }
 
 # The differentiable ops are the only ones a user reaches: heed::reshape
 # compiles against the installed headers, the gradient-free kernel of the same
