@@ -619,7 +619,11 @@ void Run::add_entry(const std::string& name, bool prefix, std::function<Tensor()
 
 void Run::track(const std::string& name, Stateful& s) {
   check_name(name);
+  // One object under two names would be saved twice and restored twice.
+  for (const Entry& other : entries_)
+    if (other.object == &s) fail("Run::track: '{}' is already tracked as '{}'", name, other.name);
   Entry e;
+  e.object = &s;
   e.name = name;
   e.prefix = true;
   e.save_dict = [&s] { return s.state_dict(); };
@@ -911,6 +915,7 @@ std::string Run::save() const {
 
 bool Run::next() {
   if (!begun_) fail("Run::next: call begin() first");
+  if (finished_) fail("Run::next: the run has finished (finish() was called)");
   if (in_step_) {
     in_step_ = false;
     bool stop = ctrl_c_->request.requested();
@@ -983,6 +988,7 @@ void Run::print_progress(bool force) {
 }
 
 int Run::finish() {
+  finished_ = true;
   if (log_) log_->close();
   release_log();
   // The rows went to the file opened at begin(): if out_ is now another

@@ -154,6 +154,7 @@ class Run {
  private:
   struct Entry {
     std::string name;
+    const void* object = nullptr;  // the tracked Stateful (a module, an optimiser)
     bool prefix = false;  // a state dict under name/
     std::function<Tensor()> save;
     std::function<void(const Tensor&)> load;
@@ -200,7 +201,8 @@ class Run {
   bool new_log_ = false;  // resuming into a new log (--out naming no file): the old one is gone
   std::pair<uint64_t, uint64_t> log_file_{0, 0};  // the log's device and inode, from begin() on (rank 0)
   int stop_signal_ = 0;  // the signal that stopped the run (SIGINT, SIGTERM), or 0
-  bool job_sigterm_ = false;  // under mpirun: some process of the job got SIGTERM
+  bool job_sigterm_ = false;
+  bool finished_ = false;  // finish() was called  // under mpirun: some process of the job got SIGTERM
   std::string run_id_;   // the run's identity, in its log and every checkpoint (data/checkpoint.h)
   std::string diverged_;  // the first non-finite loss shown ("loss nan"), or empty
   int64_t saved_step_ = -1;  // the step of the last checkpoint written or resumed from (-1: none)

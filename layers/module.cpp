@@ -18,7 +18,9 @@ Tensor Module::forward(const Tensor&) {
 
 void Module::check_new_name(const std::string& name) const {
   if (name.empty() || name.find('.') != std::string::npos)
-    fail("{}: invalid member name '{}' (non-empty, without '.')", type_, name);
+    fail("{}: invalid member name '{}' (non-empty, without '.'; for a numbered list of modules, nn::Sequential "
+         "and push_back)",
+         type_, name);
   for (const auto& [n, _] : params_)
     if (n == name) fail("{}: name '{}' already registered", type_, name);
   for (const auto& [n, _] : buffers_)

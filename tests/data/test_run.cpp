@@ -432,3 +432,13 @@ TEST_CASE("Run: a program's option named like one of Run's (or declared twice) i
   bool f = false;
   test::check_error([&] { args.flag("name", &f, "a flag"); }, {"--name is declared twice"});
 }
+
+TEST_CASE("Run: one module under two names, and next() after finish(), are refused") {
+  test::TempDir d("heed-run-misuse-");
+  Toy t;
+  t.extra = &t.model;  // the model again, as "extra"
+  test::check_error([&] { t.go({"--out", d.path + "/a.h5"}); }, {"Run::track: 'extra' is already tracked as 'model'"});
+  Toy u;
+  REQUIRE(u.go({"--out", d.path + "/b.h5", "--steps", "2"}) == 0);
+  test::check_error([&] { u.run.next(); }, {"Run::next: the run has finished"});
+}
