@@ -79,15 +79,17 @@ std::string default_checkpoint_path(const std::string& out) {
 }
 
 void check_output_path(const std::string& path, const std::string& command, const std::string& flag) {
-  const std::string named = (command.empty() ? "" : command + ": ") + (flag.empty() ? "" : flag + " ") + "'" + path + "'";
+  // "run copy: " and "--out 'x.h5'": messages read "run copy: --out 'x.h5' is ..." or "run copy: cannot write --out ...".
   const std::string in = command.empty() ? "" : command + ": ";
+  const std::string target = (flag.empty() ? "" : flag + " ") + "'" + path + "'";
+  const std::string named = in + target;
   fs::path p(path);
   std::error_code ec;
   if (!p.has_filename() || p.filename() == "." || p.filename() == "..")  // "out/" names a directory, not a file
     throw UsageError(fmt::format("{} is a directory; expected a file path like run.h5", named));
   const fs::file_status st = fs::status(p, ec);
   if (ec && ec != std::errc::no_such_file_or_directory)
-    throw UsageError(fmt::format("{}cannot write {}: {}", in, named.substr(in.size()), ec.message()));
+    throw UsageError(fmt::format("{}cannot write {}: {}", in, target, ec.message()));
   if (fs::is_directory(st)) throw UsageError(fmt::format("{} is a directory; expected a file path like run.h5", named));
   // HDF5 would wait on a FIFO forever, and cannot write a device or socket.
   if (fs::exists(st) && !fs::is_regular_file(st))
@@ -101,12 +103,12 @@ void check_output_path(const std::string& path, const std::string& command, cons
   if (!fs::exists(dir, ec)) dir = ".";
   if (!fs::is_directory(dir, ec))
     throw UsageError(fmt::format("{}cannot create the directory for {}: '{}' is a file, not a directory", in,
-                                 named.substr(in.size()), dir.string()));
+                                 target, dir.string()));
   std::string probe = (dir / ".heed-probe-XXXXXX").string();
   const int fd = ::mkstemp(probe.data());
   if (fd < 0)
     throw UsageError(
-        fmt::format("{}cannot write {}: {} (in '{}')", in, named.substr(in.size()), std::strerror(errno), dir.string()));
+        fmt::format("{}cannot write {}: {} (in '{}')", in, target, std::strerror(errno), dir.string()));
   ::close(fd);
   ::unlink(probe.c_str());
 }

@@ -561,6 +561,25 @@ def probe_label(ch):
     return {" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5"}.get(ch, ch)
 
 
+def heatmap_grid(maps, panels, vmax, title):
+    """One heatmap per map of maps[:panels] (heads), up to 4 a row, on one
+    colour scale [0, vmax]; title(h) names panel h. Returns (fig, axes, im,
+    ncols, nrows), the unused axes switched off."""
+    import numpy as np
+    ncols = min(panels, 4)
+    nrows = math.ceil(panels / ncols)
+    fig = new_figure((LM_HEAD_SIZE[0] * ncols, LM_HEAD_SIZE[1] * nrows))
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    im = None
+    for h, ax in enumerate(axes):
+        if h >= panels:
+            ax.axis("off")
+            continue
+        im = ax.imshow(maps[h], origin="upper", cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest")
+        ax.set_title(title(h))
+    return fig, axes, im, ncols, nrows
+
+
 def lm_attention(f, layer, out_dir, written):
     import numpy as np
     last = series_last(f, f"attention/layer{layer}/maps")
@@ -570,21 +589,12 @@ def lm_attention(f, layer, out_dir, written):
     maps = np.asarray(maps, dtype=np.float64)  # [H, T, T]
     heads, t = maps.shape[0], maps.shape[-1]
     probe = text_attr(f.get("series/attention"), "probe_text") or text_attr(f, "probe_text") or ""
-    ncols = min(heads, 4)
-    nrows = math.ceil(heads / ncols)
-    fig = new_figure((LM_HEAD_SIZE[0] * ncols, LM_HEAD_SIZE[1] * nrows))
-    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
     labels = [probe_label(c) for c in probe] if len(probe) == t and t <= 48 else None
     # One colour scale for every head of the layer, set by rows 1.. : row 0 of
     # a causal map is always 1 and would wash out the rest.
     vmax = max(float(maps[:, 1:].max() if t > 1 else maps.max()), 1e-12)
-    im = None
-    for h, ax in enumerate(axes):
-        if h >= heads:
-            ax.axis("off")
-            continue
-        im = ax.imshow(maps[h], origin="upper", cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest")
-        ax.set_title(f"head {h}")
+    fig, axes, im, ncols, nrows = heatmap_grid(maps, heads, vmax, lambda h: f"head {h}")
+    for h, ax in enumerate(axes[:heads]):
         if labels:
             ax.set_xticks(range(t), labels, fontsize=7, fontfamily="monospace")
             ax.set_yticks(range(t), labels, fontsize=7, fontfamily="monospace")
@@ -867,18 +877,9 @@ def plot_series_maps(f, out_dir, written):
             continue
         maps = maps.reshape(-1, maps.shape[-2], maps.shape[-1])
         panels = min(maps.shape[0], 16)
-        ncols = min(panels, 4)
-        nrows = math.ceil(panels / ncols)
-        fig = new_figure((LM_HEAD_SIZE[0] * ncols, LM_HEAD_SIZE[1] * nrows))
-        axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
         vmax = max(float(np.nanmax(maps[:panels])), 1e-12)
-        im = None
-        for h, ax in enumerate(axes):
-            if h >= panels:
-                ax.axis("off")
-                continue
-            im = ax.imshow(maps[h], origin="upper", cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest")
-            ax.set_title(f"{h}" if panels > 1 else name)
+        fig, axes, im, _, _ = heatmap_grid(maps, panels, vmax, lambda h: f"{h}" if panels > 1 else name)
+        for ax in axes[:panels]:
             ax.set_xlabel("key (column)")
             ax.set_ylabel("query (row)")
         fig.colorbar(im, ax=list(axes), shrink=0.9, label="attention weight")
