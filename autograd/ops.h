@@ -196,14 +196,19 @@ Tensor full_like(const Tensor& t, double value);
 // Causal: query i sees keys j <= i + S - T, so it needs S >= T (fewer keys
 // would leave the first queries none: refused, where PyTorch gives NaN rows).
 // Block sizes 0: the default.
+// dropout_p > 0: dropout on the attention probabilities (whenever given,
+// as in PyTorch: pass 0 outside training), with the masks dropout() on the
+// probabilities would draw from gen (the default generator when null): the
+// same values as the plain path up to rounding, still O(T) memory.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                                    int64_t block_q = 0, int64_t block_k = 0);
+                                    int64_t block_q = 0, int64_t block_k = 0, double dropout_p = 0.0,
+                                    Generator* gen = nullptr);
 // The same from one projection's output qkv [N, T, (heads + 2 kv_heads) K]
 // (q's heads, then k's, then v's: x times the three weights stacked), read
 // in place; its gradient comes back as one tensor laid out as qkv, so that
 // the projection's backward is one product, not three. -> [N, T, heads, K].
 Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal,
-                                        double scale);
+                                        double scale, double dropout_p = 0.0, Generator* gen = nullptr);
 
 // ---- losses (autograd/loss.cpp) ----
 // Mean cross-entropy; logits [.., V], targets int64 [..]; rows whose target is

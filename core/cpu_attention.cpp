@@ -156,6 +156,13 @@ struct Problem {
   bool causal;
   T scale;
   int64_t bq, bk;
+  // Dropout on the probabilities (AttentionDrop): each is multiplied by its
+  // mask value, `kept` (1 / (1 - p)) or 0.
+  bool drop = false;
+  double keep = 1.0;
+  T kept = 1;
+  Generator gen;
+  uint64_t first = 0;
   int64_t group(int64_t h) const { return h / (H / G); }
   // Keys a block of queries [i0, i1) can see: [0, key_end).
   int64_t key_end(int64_t i1) const { return causal ? std::min(S, i1 - 1 + off + 1) : S; }
@@ -183,10 +190,11 @@ void hold_zeroed(V& v, int64_t n) {
 // the first at a given size).
 template <class T>
 struct Scratch {
-  alloc::LineVector<T> s, dp, m, l, acc, d;
+  alloc::LineVector<T> s, dp, m, l, acc, d, z;
   std::vector<int64_t> written;  // backward: rows of each key block whose dK/dV hold a value
-  void fit(int64_t bq, int64_t bk, int64_t E, int64_t rows) {
+  void fit(int64_t bq, int64_t bk, int64_t E, int64_t rows, bool drop = false) {
     hold(s, bq * bk);
+    if (drop) hold(z, bq * bk);  // dropout masks
     hold(dp, bq * bk);
     hold(m, bq);
     hold(l, bq);
@@ -267,6 +275,25 @@ template <class T>
 int64_t visible_keys(const Problem<T>& P, int64_t i, int64_t j0, int64_t nb) {
   if (!P.causal) return nb;
   return std::clamp<int64_t>(i + P.off + 1 - j0, 0, nb);
+}
+
+// Dropout: the masks of the [bq, nb] block of head (n, h) (queries from i0,
+// keys from j0) into z (row stride nb), drawn for the keys each query sees
+// (element (n, h, i, j) of the [N, H, T, S] probabilities takes block
+// first + ((n H + h) T + i) S + j); zeros for the keys it does not.
+template <class T>
+void drop_masks(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_t bq, int64_t j0, int64_t nb, T* z) {
+  for (int64_t i = 0; i < bq; ++i) {
+    const int64_t vis = visible_keys(P, i0 + i, j0, nb);
+    const uint64_t at = static_cast<uint64_t>(((n * P.H + h) * P.T_ + i0 + i) * P.S + j0);
+    P.gen.keep_mask(P.first + at, vis, P.keep, P.kept, z + i * nb);
+    std::fill(z + i * nb + vis, z + (i + 1) * nb, T(0));
+  }
+}
+// x_j *= z_j over n elements.
+template <class T>
+void times(T* x, const T* z, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= z[j];
 }
 
 // The row operations: these loops, or (float32 block path) the vector row
@@ -352,7 +379,7 @@ template <class T>
 void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_t i1, Heads<T> o, T* lse) {
   const int64_t bq = i1 - i0, E = P.E, K = P.K;
   Scratch<T>& w = scratch<T>();
-  w.fit(P.bq, P.bk, E, P.T_);
+  w.fit(P.bq, P.bk, E, P.T_, P.drop);
   const Mat<const T> Q = P.q.at(n, h).from_row(i0), Kh = P.k.at(n, P.group(h)), V = P.v.at(n, P.group(h));
   T *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data(), *s = w.s.data();
   start_rows(w, bq, E);
@@ -361,6 +388,10 @@ void forward_block(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_
     const int64_t nb = std::min(P.bk, jend - j0);
     mm<T>(bq, nb, K, P.scale, Q, Kh.from_row(j0).t(), T(0), {s, nb, 1});  // S = scale Q K^T
     for (int64_t i = 0; i < bq; ++i) softmax_row(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E);
+    if (P.drop) {  // l summed the exponentials before dropout; the output sums the kept ones
+      drop_masks(P, n, h, i0, bq, j0, nb, w.z.data());
+      times(s, w.z.data(), bq * nb);
+    }
     mm<T>(bq, E, nb, T(1), {s, nb, 1}, V.from_row(j0), T(1), {acc, E, 1});  // acc += P V
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
@@ -396,7 +427,7 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
                     Heads<T> dq, Heads<T> dk, Heads<T> dv) {
   const int64_t r = P.H / P.G, E = P.E, K = P.K;
   Scratch<T>& w = scratch<T>();
-  w.fit(P.bq, P.bk, E, P.T_);
+  w.fit(P.bq, P.bk, E, P.T_, P.drop);
   const Mat<const T> Kh = P.k.at(n, g), V = P.v.at(n, g);
   const Mat<T> dK = dk.at(n, g), dV = dv.at(n, g);
   T *s = w.s.data(), *dp = w.dp.data();
@@ -425,7 +456,14 @@ void backward_group(const Problem<T>& P, int64_t n, int64_t g, Heads<const T> o,
         mm<T>(bq, nb, K, P.scale, Qb, Kh.from_row(j0).t(), T(0), {s, nb, 1});  // S
         probabilities(P, i0, bq, j0, nb, lse_h, s);
         mm<T>(bq, nb, E, T(1), GOb, V.from_row(j0).t(), T(0), {dp, nb, 1});  // dP = dO V^T
+        // Dropout: the output read p z, so dP picks up z and dV reads p z;
+        // D_i = dO_i . o_i holds as it is (o is the dropped output).
+        if (P.drop) {
+          drop_masks(P, n, h, i0, bq, j0, nb, w.z.data());
+          times(dp, w.z.data(), bq * nb);
+        }
         score_grads(bq, nb, s, D + i0, dp);
+        if (P.drop) times(s, w.z.data(), bq * nb);
         const Mat<const T> Pm{s, nb, 1}, dS{dp, nb, 1};
         int64_t& done = w.written[static_cast<size_t>(j0 / P.bk)];
         const T bkv = done == 0 ? T(0) : T(1), bq0 = j0 == 0 ? T(0) : T(1);  // key block 0 starts each dQ row
@@ -559,9 +597,12 @@ Bf16Scratch& bf16_scratch() {
 // time.
 // keep (or null): the R rows' e^(s - m) in float32 too (row stride P.S, the
 // kept probabilities' rows before their division by l).
+// z (or null): dropout's masks of the R rows (row stride nb); the pairs then
+// hold e z, while l and keep still take e.
 template <int R>
 HEED_BF16 void softmax_rows_bf16(const Problem<float>& P, int64_t i, int64_t j0, int64_t nb, const float* srow,
-                                 float* m, float* l, float* acc, uint32_t* dst, int64_t ldp, float* keep) {
+                                 float* m, float* l, float* acc, uint32_t* dst, int64_t ldp, float* keep,
+                                 const float* z) {
   using namespace bf16::simd;
   int64_t vis[R];
   float mx[R], corr[R];
@@ -591,7 +632,13 @@ HEED_BF16 void softmax_rows_bf16(const Problem<float>& P, int64_t i, int64_t j0,
       const __m512 e0 = _mm512_maskz_mov_ps(m0, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, x), shift[r])));
       const __m512 e1 = _mm512_maskz_mov_ps(m1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, x + 16), shift[r])));
       sum[r] = _mm512_add_ps(sum[r], _mm512_add_ps(e0, e1));
-      _mm512_mask_storeu_epi32(dst + r * ldp + j / 2, words, pair_run(e0, e1));
+      if (z)
+        _mm512_mask_storeu_epi32(
+            dst + r * ldp + j / 2, words,
+            pair_run(_mm512_mul_ps(e0, _mm512_maskz_loadu_ps(m0, z + r * nb + j)),
+                     _mm512_mul_ps(e1, _mm512_maskz_loadu_ps(m1, z + r * nb + j + 16))));
+      else
+        _mm512_mask_storeu_epi32(dst + r * ldp + j / 2, words, pair_run(e0, e1));
       if (keep) {
         _mm512_mask_storeu_ps(keep + r * P.S + j, first(nb - j), e0);
         _mm512_mask_storeu_ps(keep + r * P.S + j + 16, first(nb - j - 16), e1);
@@ -615,9 +662,12 @@ HEED_BF16 void softmax_rows_bf16(const Problem<float>& P, int64_t i, int64_t j0,
 // row by row, stride lda: for dQ). lse and D start at query i0.
 // kept (or null): the forward's probabilities of these rows (row stride
 // P.S), read instead of e^(s - lse) (s is then not read).
+// z (or null): dropout's masks of these rows (row stride nb): dS_ij = p_ij
+// (dP_ij z_ij - D_i), and pb holds p z.
 HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq, int64_t j0, int64_t nb,
                                 const float* s, const float* dp, const float* lse, const float* D, uint32_t* pb,
-                                uint32_t* dsb, int64_t ldb, uint32_t* dsa, int64_t lda, const float* kept) {
+                                uint32_t* dsb, int64_t ldb, uint32_t* dsa, int64_t lda, const float* kept,
+                                const float* z) {
   using namespace bf16::simd;
   for (int64_t i = 0; i < bq; i += 2) {
     const bool two = i + 1 < bq;  // an odd last row pairs with zeros
@@ -626,6 +676,7 @@ HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq,
     const __m512 D0 = _mm512_set1_ps(D[i]), D1 = _mm512_set1_ps(two ? D[i + 1] : 0.0f);
     const float *s0 = s + i * nb, *s1 = s0 + nb, *dp0 = dp + i * nb, *dp1 = dp0 + nb;
     const float *k0 = kept ? kept + i * P.S : nullptr, *k1 = kept ? k0 + P.S : nullptr;
+    const float *z0 = z ? z + i * nb : nullptr, *z1 = z ? z0 + nb : nullptr;
     for (int64_t j = 0; j < nb; j += 32) {
       __m512 ds0[2], ds1[2];  // dS of rows i and i + 1
       for (int hf = 0; hf < 2; ++hf) {
@@ -637,9 +688,18 @@ HEED_BF16 void block_grads_bf16(const Problem<float>& P, int64_t i0, int64_t bq,
                                : _mm512_maskz_mov_ps(v1, exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(v1, s1 + c), lse1)));
         // dS is zero where p is (a hidden key, or beyond nb), and dP is read
         // only where visible (the banded product leaves the rest unwritten).
-        ds0[hf] = _mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(v0, dp0 + c), D0));
-        ds1[hf] = _mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(v1, dp1 + c), D1));
-        _mm512_mask_storeu_epi32(pb + i / 2 * ldb + c, in0, pair_lanes(p0, p1));
+        __m512 g0 = _mm512_maskz_loadu_ps(v0, dp0 + c), g1 = _mm512_maskz_loadu_ps(v1, dp1 + c);
+        __m512 pz0 = p0, pz1 = p1;
+        if (z) {
+          const __m512 y0 = _mm512_maskz_loadu_ps(v0, z0 + c), y1 = _mm512_maskz_loadu_ps(v1, z1 + c);
+          g0 = _mm512_mul_ps(g0, y0);
+          g1 = _mm512_mul_ps(g1, y1);
+          pz0 = _mm512_mul_ps(p0, y0);
+          pz1 = _mm512_mul_ps(p1, y1);
+        }
+        ds0[hf] = _mm512_mul_ps(p0, _mm512_sub_ps(g0, D0));
+        ds1[hf] = _mm512_mul_ps(p1, _mm512_sub_ps(g1, D1));
+        _mm512_mask_storeu_epi32(pb + i / 2 * ldb + c, in0, pair_lanes(pz0, pz1));
         _mm512_mask_storeu_epi32(dsb + i / 2 * ldb + c, in0, pair_lanes(ds0[hf], ds1[hf]));
       }
       const __mmask16 words = first((std::min<int64_t>(32, nb - j) + 1) / 2);
@@ -655,7 +715,7 @@ void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk
                         int64_t n, int64_t h, int64_t i0, int64_t i1, Heads<float> o, float* lse, float* probs) {
   const int64_t bq = i1 - i0, E = P.E, K = P.K;
   Scratch<float>& w = scratch<float>();
-  w.fit(P.bq, P.bk, E, P.T_);
+  w.fit(P.bq, P.bk, E, P.T_, P.drop);
   Bf16Scratch& x = bf16_scratch();
   const PackedA Q = pack_a(P.q.at(n, h).from_row(i0), bq, K, line_words(x.qa, packed_a_size(bq, K)));
   const int64_t ldp = pairs(P.bk);
@@ -667,13 +727,18 @@ void forward_block_bf16(const Problem<float>& P, const uint32_t* kt, int64_t ldk
     const int64_t nb = std::min(P.bk, jend - j0);
     const Bands band = causal_bands(P, i0, j0);
     mm_bf16(bq, nb, K, P.scale, Q, kt + j0, ldk, false, s, nb, band.cols);  // S = scale Q K^T
+    const float* z = nullptr;
+    if (P.drop) {
+      drop_masks(P, n, h, i0, bq, j0, nb, w.z.data());
+      z = w.z.data();
+    }
     int64_t i = 0;
     for (; i + 4 <= bq; i += 4)
       softmax_rows_bf16<4>(P, i0 + i, j0, nb, s + i * nb, m + i, l + i, acc + i * E, pa + i * ldp, ldp,
-                           probs ? probs + (i0 + i) * P.S : nullptr);
+                           probs ? probs + (i0 + i) * P.S : nullptr, z ? z + i * nb : nullptr);
     for (; i < bq; ++i)
       softmax_rows_bf16<1>(P, i0 + i, j0, nb, s + i * nb, m + i, l + i, acc + i * E, pa + i * ldp, ldp,
-                           probs ? probs + (i0 + i) * P.S : nullptr);
+                           probs ? probs + (i0 + i) * P.S : nullptr, z ? z + i * nb : nullptr);
     mm_bf16(bq, E, nb, 1.0f, {pa, ldp, 1}, vb + j0 / 2 * ldv, ldv, true, acc, E, band.keys);  // acc += P V
     if (probs) keep_rows(P, probs + i0 * P.S, P.S, l, i0, bq, nb, probs);  // e was written there
   }
@@ -706,7 +771,7 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
                          const float* probs) {
   const int64_t r = P.H / P.G, E = P.E, K = P.K, S = P.S, T = P.T_;
   Scratch<float>& w = scratch<float>();
-  w.fit(P.bq, P.bk, E, T);
+  w.fit(P.bq, P.bk, E, T, P.drop);
   Bf16Scratch& x = bf16_scratch();
   float *s = w.s.data(), *dp = w.dp.data();
   const Mat<const float> Kh = P.k.at(n, g), V = P.v.at(n, g);
@@ -753,8 +818,9 @@ void backward_group_bf16(const Problem<float>& P, int64_t n, int64_t g, Heads<co
         const Bands band = causal_bands(P, i0, j0);
         if (!ph) mm_bf16(bq, nb, K, P.scale, Qa.from_row(i0), kt + j0, ld_s, false, s, nb, band.cols);  // S
         mm_bf16(bq, nb, E, 1.0f, Ga.from_row(i0), vt + j0, ld_s, false, dp, nb, band.cols);  // dP = dO V^T
+        if (P.drop) drop_masks(P, n, h, i0, bq, j0, nb, w.z.data());
         block_grads_bf16(P, i0, bq, j0, nb, s, dp, lse_h + i0, D + i0, pb, dsb, ld_b, dsa, ld_a,
-                         ph ? ph + i0 * S : nullptr);
+                         ph ? ph + i0 * S : nullptr, P.drop ? w.z.data() : nullptr);
         const uint32_t *gbi = gb + i0 / 2 * ld_e, *qbi = qb + i0 / 2 * ld_k;  // from query i0's pair
         mm_bf16(nb, E, bq, 1.0f, {pb, 1, ld_b}, gbi, ld_e, true, dV + j0 * E, E, band.queries);   // dV += P^T dO
         mm_bf16(nb, K, bq, 1.0f, {dsb, 1, ld_b}, qbi, ld_k, true, dK + j0 * K, K, band.queries);  // dK += dS^T Q
@@ -836,7 +902,7 @@ void forward_block_f32(const Problem<float>& P, const F32Kernels& fk, RowsB kt, 
                        int64_t i0, int64_t i1, Heads<float> o, float* lse, float* probs) {
   const int64_t bq = i1 - i0, E = P.E, K = P.K;
   Scratch<float>& w = scratch<float>();
-  w.fit(P.bq, P.bk, E, P.T_);
+  w.fit(P.bq, P.bk, E, P.T_, P.drop);
   const Mat<const float> Q = P.q.at(n, h).from_row(i0);
   float *m = w.m.data(), *l = w.l.data(), *acc = w.acc.data(), *s = w.s.data();
   start_rows(w, bq, E);
@@ -847,8 +913,13 @@ void forward_block_f32(const Problem<float>& P, const F32Kernels& fk, RowsB kt, 
     fk.gemm(bq, nb, K, Q.p, Q.rs, Q.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S = scale Q K^T
     for (int64_t i = 0; i < bq; ++i)
       softmax_row(P, i0 + i, j0, nb, s + i * nb, m[i], l[i], acc + i * E, VectorRows{fk.rows});
+    if (P.drop) {  // the probabilities are kept before dropout, which the backward draws again
+      if (probs) keep_rows(P, s, nb, l, i0, bq, nb, probs);
+      drop_masks(P, n, h, i0, bq, j0, nb, w.z.data());
+      times(s, w.z.data(), bq * nb);
+    }
     fk.gemm(bq, E, nb, s, nb, 1, vb.from_row(j0), vb.ld, acc, E, 1.0f, true, band.keys);  // acc += P V
-    if (probs) keep_rows(P, s, nb, l, i0, bq, nb, probs);  // the only key block
+    if (probs && !P.drop) keep_rows(P, s, nb, l, i0, bq, nb, probs);  // the only key block
   }
   finish_rows(P, n, h, i0, bq, w, o, lse);
 }
@@ -878,7 +949,7 @@ void backward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n
                         const float* probs) {
   const int64_t r = P.H / P.G, E = P.E, K = P.K, S = P.S, T = P.T_;
   Scratch<float>& w = scratch<float>();
-  w.fit(P.bq, P.bk, E, T);
+  w.fit(P.bq, P.bk, E, T, P.drop);
   F32Scratch& x = f32_scratch();
   float *s = w.s.data(), *dp = w.dp.data();
   const Mat<const float> Kh = P.k.at(n, g), V = P.v.at(n, g);
@@ -910,6 +981,12 @@ void backward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n
         const int64_t nb = std::min(P.bk, jend - j0);
         const Bands band = causal_bands(P, i0, j0);
         fk.gemm(bq, nb, E, GOb.p, GOb.rs, GOb.cs, vt.p + j0, vt.ld, dp, nb, 1.0f, false, band.cols);  // dP = dO V^T
+        // Dropout (as backward_group): dP z, and dV reads p z, in s.
+        float* z = w.z.data();
+        if (P.drop) {
+          drop_masks(P, n, h, i0, bq, j0, nb, z);
+          times(dp, z, bq * nb);  // past a row's visible keys: ignored below
+        }
         // P (row stride ps), and dS = P (dP - D) in place of dP.
         const float* pm = s;
         int64_t ps = nb;
@@ -918,11 +995,18 @@ void backward_group_f32(const Problem<float>& P, const F32Kernels& fk, int64_t n
           ps = S;
           for (int64_t i = 0; i < bq; ++i)
             fk.rows->grads(pm + i * S, dp + i * nb, visible_keys(P, i0 + i, j0, nb), nb, D[i0 + i]);
+          if (P.drop) {
+            for (int64_t i = 0; i < bq; ++i)
+              for (int64_t j = 0; j < nb; ++j) s[i * nb + j] = pm[i * S + j] * z[i * nb + j];
+            pm = s;
+            ps = nb;
+          }
         } else {
           fk.gemm(bq, nb, K, Qb.p, Qb.rs, Qb.cs, kt.p + j0, kt.ld, s, nb, P.scale, false, band.cols);  // S
           for (int64_t i = 0; i < bq; ++i)
             fk.rows->probs_and_grads(s + i * nb, dp + i * nb, visible_keys(P, i0 + i, j0, nb), nb, lse_h[i0 + i],
                                      D[i0 + i]);
+          if (P.drop) times(s, z, bq * nb);
         }
         fk.gemm(nb, E, bq, pm, 1, ps, gb.from_row(i0), gb.ld, dV + j0 * E, E, 1.0f, true, band.queries);  // dV += P^T dO
         fk.gemm(nb, K, bq, dp, 1, nb, qb.from_row(i0), qb.ld, dK + j0 * K, K, 1.0f, true, band.queries);  // dK += dS^T Q
@@ -999,9 +1083,14 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v) {
          shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
 }
 
+void check_drop(const AttentionDrop& drop) {
+  if (!(drop.p >= 0.0 && drop.p <= 1.0))
+    fail("attention: dropout probability {} out of range (expected 0 <= p <= 1)", drop.p);
+}
+
 template <class T>
 Problem<T> problem(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, int64_t bq,
-                   int64_t bk) {
+                   int64_t bk, const AttentionDrop& drop) {
   Problem<T> P;
   P.q = heads<T>(q);
   P.k = heads<T>(k);
@@ -1019,6 +1108,15 @@ Problem<T> problem(const Tensor& q, const Tensor& k, const Tensor& v, bool causa
   const int64_t def = causal ? kDefaultCausalBlock : kDefaultBlock;
   P.bq = bq > 0 ? bq : def;
   P.bk = bk > 0 ? bk : def;
+  if (drop.active()) {
+    P.drop = true;
+    P.keep = 1.0 - drop.p;
+    // dropout's mask value, 1 / (1 - p) rounded to T (unused when p = 1:
+    // nothing is kept).
+    P.kept = drop.p < 1.0 ? static_cast<T>(1.0 / (1.0 - drop.p)) : T(0);
+    P.gen = Generator(drop.seed);
+    P.first = drop.first;
+  }
   return P;
 }
 
@@ -1040,8 +1138,9 @@ void even_blocks(Problem<float>& P) {
 int64_t attention_scratch_bytes() { return g_scratch_bytes.load(); }
 
 AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal, double scale,
-                               int64_t block_q, int64_t block_k, bool keep_probs) {
+                               int64_t block_q, int64_t block_k, bool keep_probs, const AttentionDrop& drop) {
   check_inputs(q_in, k_in, v_in);
+  check_drop(drop);
   if (causal && k_in.size(1) < q_in.size(1))
     fail("attention: causal attention needs at least as many keys as queries, got T={} queries and S={} keys",
          q_in.size(1), k_in.size(1));
@@ -1057,7 +1156,7 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
   }
   auto run = [&](auto zero) {
     using T_ = decltype(zero);
-    const Problem<T_> P = problem<T_>(q, k, v, causal, scale, block_q, block_k);
+    const Problem<T_> P = problem<T_>(q, k, v, causal, scale, block_q, block_k, drop);
     const Heads<T_> o = heads<T_>(r.out, r.out.data<T_>());
     T_* lse = r.lse.data<T_>();
     const int64_t nqb = (T + P.bq - 1) / P.bq, tasks = N * H * nqb;
@@ -1070,7 +1169,7 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
   };
   // float32 with bf16 products, or on the block GEMM (gemm).
   auto run_groups = [&](bool bf16, const F32Kernels& fk) {
-    Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k);
+    Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k, drop);
     if (bf16) even_blocks(P);
     const Heads<float> o = heads<float>(r.out, r.out.data<float>());
     float* lse = r.lse.data<float>();
@@ -1102,8 +1201,10 @@ AttentionOut attention_forward(const Tensor& q_in, const Tensor& k_in, const Ten
 
 AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
-                                  int64_t block_q, int64_t block_k, const Tensor& probs, const AttentionGrads* into) {
+                                  int64_t block_q, int64_t block_k, const Tensor& probs, const AttentionGrads* into,
+                                  const AttentionDrop& drop) {
   check_inputs(q_in, k_in, v_in);
+  check_drop(drop);
   const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
   if (grad_out.shape() != out.shape())
     fail("attention backward: the output gradient {} does not match the output {}", shape_str(grad_out.shape()),
@@ -1143,7 +1244,7 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
   }
   auto run = [&](auto zero) {
     using T_ = decltype(zero);
-    const Problem<T_> P = problem<T_>(q, k, v, causal, scale, block_q, block_k);
+    const Problem<T_> P = problem<T_>(q, k, v, causal, scale, block_q, block_k, drop);
     const Heads<const T_> ho = heads<T_>(o), hgo = heads<T_>(go);
     const Heads<T_> dq = heads<T_>(r.dq, r.dq.data<T_>()), dk = heads<T_>(r.dk, r.dk.data<T_>()),
                     dv = heads<T_>(r.dv, r.dv.data<T_>());
@@ -1151,7 +1252,7 @@ AttentionGrads attention_backward(const Tensor& q_in, const Tensor& k_in, const 
     for_tasks(N * G, true, [&](int64_t t) { backward_group(P, t / G, t % G, ho, pl, hgo, dq, dk, dv); });
   };
   auto run_groups = [&](bool bf16, const F32Kernels& fk) {
-    Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k);
+    Problem<float> P = problem<float>(q, k, v, causal, scale, block_q, block_k, drop);
     if (bf16) even_blocks(P);
     const Heads<const float> ho = heads<float>(o), hgo = heads<float>(go);
     const Heads<float> dq = heads<float>(r.dq, r.dq.data<float>()), dk = heads<float>(r.dk, r.dk.data<float>()),

@@ -222,13 +222,27 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
 // backward given them skips recomputing the scores (one of its five block
 // products) and their exponentials. Elsewhere probs stays undefined and the
 // backward recomputes as usual.
+//
+// drop: dropout on the probabilities (p > 0), as dropout() would apply it
+// to softmax's [N, H, T, S] output: element (n, h, i, j) is kept, scaled by
+// 1 / (1 - p), where a bernoulli_(1 - p) fill of that tensor from block
+// `first` of generator `seed` would draw 1 (Generator::keep_mask), so the
+// masks are those of the plain path given the same generator state. The
+// caller reserves the N H T S blocks; backward, given the same drop,
+// draws the masks again instead of keeping them.
+struct AttentionDrop {
+  double p = 0.0;
+  uint64_t seed = 0, first = 0;
+  bool active() const { return p > 0.0; }
+};
 struct AttentionOut {
   Tensor out;    // [N, T, H, E], laid out like q
   Tensor lse;    // [N, H, T] log-sum-exp of each query's scores, for backward
   Tensor probs;  // [N, H, T, S] with keep_probs where it applies, else undefined
 };
 AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                               int64_t block_q = 0, int64_t block_k = 0, bool keep_probs = false);
+                               int64_t block_q = 0, int64_t block_k = 0, bool keep_probs = false,
+                               const AttentionDrop& drop = {});
 struct AttentionGrads {
   Tensor dq, dk, dv;  // shaped and laid out as q, k, v
 };
@@ -240,7 +254,7 @@ struct AttentionGrads {
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& grad_out, bool causal, double scale,
                                   int64_t block_q = 0, int64_t block_k = 0, const Tensor& probs = Tensor(),
-                                  const AttentionGrads* into = nullptr);
+                                  const AttentionGrads* into = nullptr, const AttentionDrop& drop = {});
 // Bytes of scratch the attention kernels hold between calls, all threads
 // together, outside the caching allocator: per thread one block of scores,
 // and per key/value head the float32 path's K^T and V^T copies and dK, dV

@@ -78,9 +78,16 @@ class Generator {
   std::array<uint32_t, 4> block(uint64_t index, uint32_t lane = 0) const;
   // The first 64 bits (w0 = word 0 | word 1 << 32) of lane 0 of blocks
   // first .. first + n - 1 into w0[0 .. n): block(first + j)'s, bit for bit,
-  // computed kBatch blocks side by side so the rounds vectorise.
-  static constexpr int kBatch = 16;
+  // computed kBatch blocks at a time, their rounds on vector lanes and
+  // several vectors interleaved.
+  static constexpr int kBatch = 32;
   void blocks_w0(uint64_t first, int n, uint64_t* w0) const;
+  // A dropout mask drawn where it is used (fused attention): z[j] = kept
+  // where element j of a bernoulli_(keep) fill whose first block is `first`
+  // would be 1, else 0, for j in [0, n). The same draws, bit for bit, as
+  // bernoulli_ (and so dropout) gives those elements.
+  template <class T>
+  void keep_mask(uint64_t first, int64_t n, double keep, T kept, T* z) const;
 
  private:
   uint64_t seed_ = 0;

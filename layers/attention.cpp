@@ -144,7 +144,8 @@ Tensor MultiHeadAttention::project(const Tensor& q_in, const Tensor& k_in, const
     // gradients into owned tensors takes back what the one product saves.
     Tensor w = concat({q_proj->weight, k_proj->weight, v_proj->weight}, 0);
     Tensor b = c.bias_ ? concat({q_proj->bias, k_proj->bias, v_proj->bias}, 0) : Tensor();
-    Tensor o = scaled_dot_product_attention_qkv(linear(q_in, w, b), c.heads_, c.kv_heads_, c.causal_, scale);
+    Tensor o = scaled_dot_product_attention_qkv(linear(q_in, w, b), c.heads_, c.kv_heads_, c.causal_, scale,
+                                                active_dropout());
     Tensor o2 = reshape(o, {N, T, c.heads_ * c.head_dim_});
     return residual.defined() ? out_proj->forward_add(o2, residual) : out_proj->forward(o2);
   }
@@ -152,7 +153,7 @@ Tensor MultiHeadAttention::project(const Tensor& q_in, const Tensor& k_in, const
     Tensor q = reshape(q_proj->forward(q_in), {N, T, c.heads_, c.head_dim_});     // [N, T, H, K]
     Tensor k = reshape(k_proj->forward(k_in), {N, S, c.kv_heads_, c.head_dim_});  // [N, S, G, K]
     Tensor v = reshape(v_proj->forward(v_in), {N, S, c.kv_heads_, c.head_dim_});  // [N, S, G, K]
-    Tensor o = scaled_dot_product_attention(q, k, v, c.causal_, scale);          // [N, T, H, K]
+    Tensor o = scaled_dot_product_attention(q, k, v, c.causal_, scale, 0, 0, active_dropout());  // [N, T, H, K]
     Tensor o2 = reshape(o, {N, T, c.heads_ * c.head_dim_});
     return residual.defined() ? out_proj->forward_add(o2, residual) : out_proj->forward(o2);
   }
@@ -163,9 +164,11 @@ Tensor MultiHeadAttention::project(const Tensor& q_in, const Tensor& k_in, const
   return residual.defined() ? residual + y : y;
 }
 
-// The fused kernel serves every call except those that need the
-// probabilities themselves: kept maps, or dropout on them while training.
-bool MultiHeadAttention::fused() const { return !keep_ && (options.dropout_ == 0.0 || !is_training()); }
+// The fused kernel serves every call except those that keep the maps,
+// which need the probabilities themselves. It applies dropout itself, with
+// the masks the plain path's dropout would draw.
+bool MultiHeadAttention::fused() const { return !keep_; }
+double MultiHeadAttention::active_dropout() const { return is_training() ? options.dropout_ : 0.0; }
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache) {
   const auto& c = options;
@@ -196,7 +199,7 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache) {
   cache.v = v;
   if (fused()) {  // causal with the prefix: query i sees keys j <= start + i
     Tensor o = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2), true,
-                                            scale);  // [N, t, H, K]
+                                            scale, 0, 0, active_dropout());  // [N, t, H, K]
     return out_proj->forward(reshape(o, {N, t, c.heads_ * c.head_dim_}));
   }
   q = q * scale;

@@ -12,10 +12,11 @@
 //
 // Two paths, the same numbers up to rounding (tests/layers, tests/autograd/
 // test_attention_fused.cpp): by default one fused blockwise op,
-// scaled_dot_product_attention (online softmax, never the T x S matrix);
-// when the maps are kept (keep_attention) or attention dropout is active
-// while training, the composition of matmul, masked_fill, softmax and
-// dropout, whose probabilities are then at hand.
+// scaled_dot_product_attention (online softmax, never the T x S matrix,
+// attention dropout drawn inside it); when the maps are kept
+// (keep_attention), the composition of matmul, masked_fill, softmax and
+// dropout, whose probabilities are then at hand. Both draw the same dropout
+// masks from the same generator state.
 #pragma once
 
 #include "layers/basic.h"
@@ -70,7 +71,7 @@ class MultiHeadAttention : public Module {
   Tensor forward(const Tensor& x) override;
   // residual + forward(x) (residual [N, T, D]; undefined: forward(x)), the
   // add in the output projection's epilogue when it may (no attention weights
-  // kept, no active dropout): the same values as the separate add.
+  // kept): the same values as the separate add.
   Tensor forward_add(const Tensor& x, const Tensor& residual);
   // Cross-attention: queries from q_in [N, T, D], keys and values from
   // kv_in [N, S, Dk] (needs kdim == vdim). S may differ from T; causal
@@ -105,6 +106,7 @@ class MultiHeadAttention : public Module {
   // undefined -> [N, T, D].
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
   bool fused() const;
+  double active_dropout() const;  // the attention dropout this call applies: 0 outside training
 
   bool keep_ = false;
   Tensor last_attention_;

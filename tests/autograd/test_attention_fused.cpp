@@ -14,8 +14,11 @@ using test::same_bits;
 
 namespace {
 
-// The reference: q [N, T, H, K], k [N, S, G, K], v [N, S, G, E] -> [N, T, H, E].
-Tensor plain_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+// The reference: q [N, T, H, K], k [N, S, G, K], v [N, S, G, E] -> [N, T, H, E];
+// dropout p > 0 on the probabilities [N, H, T, S] from g, as
+// MultiHeadAttention's plain path applies it.
+Tensor plain_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, double p = 0,
+                       Generator* g = nullptr) {
   const int64_t N = q.size(0), T = q.size(1), H = q.size(2), S = k.size(1), G = k.size(2), r = H / G;
   Tensor qh = transpose(q, 1, 2);  // [N, H, T, K]
   Tensor kh = transpose(k, 1, 2);  // [N, G, S, K]
@@ -32,7 +35,7 @@ Tensor plain_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
       for (int64_t j = i + S - T + 1; j < S; ++j) p[i * S + j] = 1;
     s = masked_fill(s, m, -1e30);
   }
-  return transpose(matmul(softmax(s, -1), vh), 1, 2);  // [N, T, H, E]
+  return transpose(matmul(dropout(softmax(s, -1), p, true, g), vh), 1, 2);  // [N, T, H, E]
 }
 
 Tensor leaf(const Shape& s, uint64_t seed, DType dt) {
@@ -335,4 +338,199 @@ TEST_CASE("attention backward into given tensors: the same bits as into new ones
   const kernel::AttentionGrads wrong{part(0), Tensor::empty({2, 8, 2, 5}), part(2)};
   CHECK_THROWS_WITH_AS(kernel::attention_backward(q, k, v, f.out, f.lse, g, true, 0.5, 0, 0, Tensor(), &wrong),
                        doctest::Contains("dk into is [2, 8, 2, 5]"), Error);
+}
+
+// ---- dropout on the probabilities, inside the fused kernel ----
+
+namespace {
+
+struct Grads {
+  Tensor out, dq, dk, dv;
+};
+
+// Output and gradients of f(q, k, v) weighted by w, from fresh leaves.
+template <class F>
+Grads run_weighted(const Case& c, DType dt, F&& f) {
+  Tensor q = leaf({c.N, c.T, c.H, c.K}, 1, dt), k = leaf({c.N, c.S, c.G, c.K}, 2, dt),
+         v = leaf({c.N, c.S, c.G, c.E}, 3, dt);
+  Tensor w = test::det_tensor({c.N, c.T, c.H, c.E}, 9, -1, 1, dt);
+  Tensor out = f(q, k, v);
+  backward(sum(out * w));
+  return {out, q.grad(), k.grad(), v.grad()};
+}
+
+// The fused kernel with dropout p against the plain path given the same
+// generator state: the same masks, so the same values up to rounding; the
+// generator advanced alike. Returns the fused result.
+Grads compare_dropout(const Case& c, int64_t bq, int64_t bk, DType dt, double p) {
+  INFO("N=" << c.N << " T=" << c.T << " S=" << c.S << " H=" << c.H << " G=" << c.G << " K=" << c.K << " E=" << c.E
+            << " causal=" << c.causal << " block_q=" << bq << " block_k=" << bk << " p=" << p);
+  const double tol = dt == DType::f64 ? 1e-12 : 2e-5;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.K));
+  Generator base(1234);
+  base.reserve(7);  // not at the stream's start
+  Generator ga = base, gb = base;
+  const Grads ref = run_weighted(c, dt, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    return plain_attention(q, k, v, c.causal, scale, p, &ga);
+  });
+  const Grads got = run_weighted(c, dt, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    return scaled_dot_product_attention(q, k, v, c.causal, scale, bq, bk, p, &gb);
+  });
+  CHECK(gb.offset() == ga.offset());
+  CHECK(gb.offset() == base.offset() + static_cast<uint64_t>(c.N * c.H * c.T * c.S));
+  CHECK(max_diff(got.out, ref.out) <= tol);
+  CHECK(max_diff(got.dq, ref.dq) <= tol);
+  CHECK(max_diff(got.dk, ref.dk) <= tol);
+  CHECK(max_diff(got.dv, ref.dv) <= tol);
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE("fused attention with dropout: the plain path's masks and values for every block size, forward and backward") {
+  const std::vector<Case> cases{
+      {2, 9, 9, 2, 2, 4, 4, false},
+      {2, 9, 9, 2, 2, 4, 4, true},
+      {1, 7, 11, 4, 2, 3, 5, false},  // cross-attention, grouped-query, E != K
+      {1, 5, 12, 4, 1, 4, 4, true},   // causal with a prefix: S > T
+      {2, 70, 70, 2, 1, 8, 8, true},  // more keys than the default causal block
+  };
+  for (const Case& c : cases)
+    for (DType dt : {DType::f64, DType::f32})
+      for (double p : {0.1, 0.5}) {
+        // Blocks of 1, odd, even, all keys in one (float32 then keeps the
+        // probabilities and draws the masks again in the backward), and the
+        // defaults.
+        for (int64_t b : {1, 3, 4, 128}) {
+          compare_dropout(c, b, b, dt, p);
+          compare_dropout(c, b, (b % 5) + 1, dt, p);
+        }
+        const Grads got = compare_dropout(c, 0, 0, dt, p);
+        // The masks did something: without dropout the output differs.
+        const Grads none = run_weighted(c, dt, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+          return scaled_dot_product_attention(q, k, v, c.causal, 1.0 / std::sqrt(double(c.K)));
+        });
+        CHECK(max_diff(got.out, none.out) > 0.01);
+        CHECK(max_diff(got.dq, none.dq) > 0.01);
+      }
+  // Every probability dropped: zero output and gradients, as dropout(1).
+  const Case c{2, 9, 9, 2, 2, 4, 4, true};
+  for (DType dt : {DType::f64, DType::f32}) {
+    Generator g(3);
+    const Grads all = run_weighted(c, dt, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+      return scaled_dot_product_attention(q, k, v, true, 0.5, 0, 0, 1.0, &g);
+    });
+    for (const Tensor& t : {all.out, all.dq, all.dk, all.dv}) CHECK(test::max_abs(t) == 0.0);
+  }
+}
+
+TEST_CASE("fused attention with dropout passes finite differences in float64, the masks held fixed") {
+  for (bool causal : {false, true})
+    for (int64_t b : {2, 16}) {  // several key blocks, and one
+      INFO("causal=" << causal << " block=" << b);
+      auto f = [causal, b](const std::vector<Tensor>& in) {
+        Generator g(5);  // the same masks at every evaluation
+        return scaled_dot_product_attention(in[0], in[1], in[2], causal, 0.7, b, b, 0.3, &g);
+      };
+      std::vector<Tensor> in{leaf({2, 5, 2, 3}, 4, DType::f64), leaf({2, 5, 1, 3}, 5, DType::f64),
+                             leaf({2, 5, 1, 2}, 6, DType::f64)};
+      auto r = autograd::gradcheck(f, in);
+      INFO(r.report);
+      CHECK(r.ok);
+    }
+}
+
+TEST_CASE("fused attention with dropout: the same bits on 1 and 2 threads, at AVX2 and AVX-512, and from one projection") {
+  const std::vector<Precision> precisions =
+      test::bf16_here() ? std::vector<Precision>{Precision::f32, Precision::bf16} : std::vector<Precision>{Precision::f32};
+  const Precision before_p = precision();
+  const int before_t = heed::num_threads();
+  const Case c{3, 40, 40, 4, 2, 8, 8, true};
+  for (Precision prec : precisions) {
+    INFO("bf16=" << (prec == Precision::bf16));
+    set_precision(prec);
+    auto run = [&](int threads, int64_t b) {
+      heed::set_num_threads(threads);
+      Generator g(11);
+      const Grads r = run_weighted(c, DType::f32, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        return scaled_dot_product_attention(q, k, v, true, 0.35, b, b, 0.25, &g);
+      });
+      return std::vector<std::vector<float>>{r.out.to_vector<float>(), r.dq.to_vector<float>(),
+                                             r.dk.to_vector<float>(), r.dv.to_vector<float>()};
+    };
+    for (int64_t b : {16, 64}) {  // masks drawn again, and kept probabilities
+      INFO("block " << b);
+      const auto one = run(1, b), two = run(2, b);
+      for (size_t i = 0; i < one.size(); ++i) CHECK(one[i] == two[i]);
+      if (prec == Precision::f32 && heed::cpu_isa_max() >= CpuIsa::avx512) {
+        test::KernelIsa at(CpuIsa::avx2);
+        const auto avx2 = run(2, b);
+        for (size_t i = 0; i < one.size(); ++i) CHECK(one[i] == avx2[i]);
+      }
+    }
+    heed::set_num_threads(before_t);
+    // scaled_dot_product_attention_qkv: the three views' bits, the same masks.
+    const int64_t N = 2, T = 70, H = 4, G = 2, K = 8, W = (H + 2 * G) * K;
+    Tensor qkv = leaf({N, T, W}, 11, DType::f32), w = test::det_tensor({N, T, H, K}, 12, -1, 1, DType::f32);
+    auto part = [&](int64_t first, int64_t n) { return reshape(narrow(qkv, 2, first * K, n * K), {N, T, n, K}); };
+    Generator ga(21), gb(21);
+    Tensor ref = scaled_dot_product_attention(part(0, H), part(H, G), part(H + G, G), true, 0.3, 0, 0, 0.2, &ga);
+    backward(sum(ref * w));
+    const Tensor gref = qkv.grad();
+    qkv.zero_grad();
+    Tensor out = scaled_dot_product_attention_qkv(qkv, H, G, true, 0.3, 0.2, &gb);
+    CHECK(same_bits(out, ref));
+    backward(sum(out * w));
+    CHECK(same_bits(qkv.grad(), gref));
+    CHECK(ga.offset() == gb.offset());
+  }
+  set_precision(before_p);
+}
+
+TEST_CASE("fused attention with dropout in bf16: the float32 path's masks") {
+  if (!test::bf16_here()) {
+    MESSAGE("no native bf16 on this CPU: the bf16 path is not reachable here");
+    return;
+  }
+  const Precision before = precision();
+  for (const Case& c : {Case{2, 40, 40, 4, 2, 8, 8, true}, Case{1, 7, 11, 4, 2, 3, 5, false}})
+    for (int64_t b : {16, 64}) {
+      INFO("T=" << c.T << " block " << b);
+      auto run = [&](Precision prec, double p) {
+        set_precision(prec);
+        Generator g(31);
+        return run_weighted(c, DType::f32, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+          return scaled_dot_product_attention(q, k, v, c.causal, 0.35, b, b, p, &g);
+        });
+      };
+      const Grads f32 = run(Precision::f32, 0.3), bf = run(Precision::bf16, 0.3), none = run(Precision::bf16, 0.0);
+      // bf16's rounding (8-bit mantissa: ~2^-9 relative per operand) and
+      // nothing like another mask, which moves values by their own size.
+      const double tol = 0.02;
+      CHECK(max_diff(bf.out, f32.out) <= tol * test::max_abs(f32.out));
+      CHECK(max_diff(bf.dq, f32.dq) <= tol * test::max_abs(f32.dq));
+      CHECK(max_diff(bf.dk, f32.dk) <= tol * test::max_abs(f32.dk));
+      CHECK(max_diff(bf.dv, f32.dv) <= tol * test::max_abs(f32.dv));
+      CHECK(max_diff(bf.out, f32.out) > 0.0);  // the bf16 path ran
+      CHECK(max_diff(none.out, f32.out) > 10 * tol * test::max_abs(f32.out));
+    }
+  set_precision(before);
+}
+
+TEST_CASE("fused attention refuses a dropout probability out of range naming it; a refused call leaves the generator as it was") {
+  Tensor q = Tensor::zeros({1, 4, 2, 8}), k = Tensor::zeros({1, 4, 2, 8}), v = Tensor::zeros({1, 4, 2, 8});
+  Generator g(4);
+  for (double p : {-0.1, 1.5, std::nan("")}) {
+    CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k, v, false, 1.0, 0, 0, p, &g),
+                         doctest::Contains("dropout_p"), Error);
+    CHECK(g.offset() == 0);
+  }
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k, v, false, 1.0, 0, 0, 1.5, &g), doctest::Contains("1.5"),
+                       Error);
+  Tensor k2 = Tensor::zeros({1, 3, 2, 8}), v2 = Tensor::zeros({1, 3, 2, 8});
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k2, v2, true, 1.0, 0, 0, 0.2, &g), doctest::Contains("S=3"),
+                       Error);
+  CHECK(g.offset() == 0);
+  scaled_dot_product_attention(q, k, v, false, 1.0, 0, 0, 0.2, &g);
+  CHECK(g.offset() == 1 * 2 * 4 * 4);
 }

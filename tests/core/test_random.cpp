@@ -80,13 +80,13 @@ TEST_CASE("blocks_w0 gives block()'s first 64 bits, batch by batch, across the c
     Generator g(seed);
     for (uint64_t first : {uint64_t{0}, uint64_t{7}, uint64_t{0xFFFFFFF8ull}, uint64_t{0x1FFFFFFFAull},
                            ~uint64_t{0} - 3}) {
-      for (int n : {1, 5, Generator::kBatch}) {
+      for (int n : {1, 5, Generator::kBatch, Generator::kBatch + 13}) {  // up to a batch and a part
         CAPTURE(seed);
         CAPTURE(first);
         CAPTURE(n);
-        uint64_t w[Generator::kBatch] = {};
+        uint64_t w[2 * Generator::kBatch] = {};
         g.blocks_w0(first, n, w);
-        for (int j = 0; j < Generator::kBatch; ++j) {
+        for (int j = 0; j < 2 * Generator::kBatch; ++j) {
           const std::array<uint32_t, 4> b = g.block(first + static_cast<uint64_t>(j));
           CHECK(w[j] == (j < n ? (b[0] | static_cast<uint64_t>(b[1]) << 32) : 0));
         }
@@ -388,4 +388,33 @@ TEST_CASE("bad fill arguments throw and leave the generator untouched") {
   CHECK_THROWS_WITH_AS(kernel::normal_(expanded, 0, 1, g), doctest::Contains("expanded view"), Error);
   CHECK_THROWS_AS(kernel::uniform_(Tensor(), 0, 1, g), Error);
   CHECK(g.offset() == 0);
+}
+
+TEST_CASE("keep_mask draws bernoulli_'s values for any run of its elements, scaled; keep 0 and 1 keep none and all") {
+  for (double keep : {0.7, 0.5, 0.0, 1.0, 0.999999}) {
+    CAPTURE(keep);
+    Generator g(9);
+    g.reserve(3);
+    Generator at = g;  // the fill's first block is 3
+    Tensor t = Tensor::empty({1000}, DType::f32);
+    kernel::bernoulli_(t, keep, g);
+    const std::vector<float> ref = t.to_vector<float>();
+    for (int64_t from : {0, 100, 999})
+      for (int64_t n : {int64_t{1}, int64_t{Generator::kBatch}, int64_t{77}}) {
+        const int64_t m = std::min<int64_t>(n, 1000 - from);
+        std::vector<float> z(static_cast<size_t>(m), -1.0f);
+        at.keep_mask<float>(3 + static_cast<uint64_t>(from), m, keep, 2.5f, z.data());
+        for (int64_t j = 0; j < m; ++j) CHECK(z[size_t(j)] == ref[size_t(from + j)] * 2.5f);
+      }
+    std::vector<double> zd(1000);
+    at.keep_mask<double>(3, 1000, keep, 1.0, zd.data());
+    int64_t kept = 0;
+    for (size_t j = 0; j < zd.size(); ++j) {
+      CHECK(zd[j] == static_cast<double>(ref[j]));
+      kept += zd[j] != 0.0;
+    }
+    if (keep == 0.0) CHECK(kept == 0);
+    if (keep == 1.0) CHECK(kept == 1000);
+    if (keep == 0.7) CHECK(std::abs(kept - 700) < 60);
+  }
 }

@@ -248,3 +248,42 @@ TEST_CASE("layers: MultiHeadAttention refuses bad configurations and inputs with
   test::check_error([&] { x.forward(Tensor::zeros({1, 2, 8})); }, {"self-attention", "kdim == vdim == d_model"});
   test::check_error([&] { x.forward(Tensor::zeros({1, 2, 8}), Tensor::zeros({1, 2, 3})); }, {"kdim == vdim"});
 }
+
+TEST_CASE("layers: MultiHeadAttention's attention dropout: the fused path draws the plain path's masks; none in eval mode") {
+  Generator g(6);
+  for (bool causal : {false, true})
+    for (int64_t kv_heads : {4, 2}) {
+      INFO("causal=" << causal << " kv_heads=" << kv_heads);
+      MultiHeadAttention a(MultiHeadAttentionOptions(8, 4).kv_heads(kv_heads).causal(causal).dropout(0.3).generator(&g));
+      det_params(a, 10);
+      Tensor x = test::det_tensor({2, 6, 8}, 1);
+      // The same default-generator state for both paths: plain (keep_attention),
+      // then fused.
+      const Generator start = default_generator();
+      auto run = [&](bool keep) {
+        default_generator() = start;
+        a.keep_attention(keep);
+        a.zero_grad();
+        Tensor xi = x.detach();
+        xi.set_requires_grad(true);
+        Tensor y = a.forward(xi);
+        backward(sum(y * y));
+        return std::vector<Tensor>{y, xi.grad(), a.q_proj->weight.grad(), a.v_proj->weight.grad()};
+      };
+      const auto plain = run(true);
+      const uint64_t after_plain = default_generator().offset();
+      const auto fused = run(false);
+      CHECK(default_generator().offset() == after_plain);
+      CHECK(after_plain == start.offset() + 2 * 4 * 6 * 6);
+      for (size_t i = 0; i < plain.size(); ++i) CHECK(test::max_diff(fused[i], plain[i]) < 1e-5);
+      // Dropout acted: the outputs of two draws differ, and eval mode draws none.
+      Tensor again = a.forward(x);
+      CHECK(test::max_diff(again, fused[0]) > 1e-3);
+      a.eval();
+      const uint64_t before_eval = default_generator().offset();
+      Tensor e1 = a.forward(x), e2 = a.forward(x);
+      CHECK(default_generator().offset() == before_eval);
+      CHECK(test::max_diff(e1, e2) == 0.0);
+      a.train();
+    }
+}
