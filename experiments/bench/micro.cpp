@@ -146,7 +146,11 @@ void conv1d_benchmarks() {
 //   forward       y [R, out] = x [R, in] . w^T      (w read transposed)
 //   backward-data gx [R, in] = gy [R, out] . w
 //   backward-w    gw^T [in, out] = x^T . gy          (x read transposed)
-// Names give the product as M x K x N.
+// Names give the product as M x K x N. Each product also runs on oneDNN's
+// matmul (its brgemm kernels; "_onednn"), which heed's float32 products
+// take where heed's kernels are capped below AVX2: the same operands and
+// layouts, to compare heed's GEMM with the library's at the models' own
+// shapes (float32; with --precision bf16 both take bf16 operands).
 void matmul_benchmarks() {
   struct Model {
     const char* name;
@@ -165,28 +169,44 @@ void matmul_benchmarks() {
         {"fc2", 4 * m.D, m.D},
         {"lm head", m.D, vocab},
     };
-    for (const Layer& l : layers) {
-      const int64_t R = m.R, in = l.in, out = l.out;
-      const double flops = 2.0 * R * in * out;
-      const std::string label = fmt::format("{} {} [{},{}]->[{},{}]", m.name, l.what, R, in, R, out);
-      add(fmt::format("matmul_forward_xwT/M{}_K{}_N{}", R, in, out), label, [=](benchmark::State& st) {
-        Tensor x = rnd({R, in}, 1), w = rnd({out, in}, 2);
-        Tensor wt = k::transpose(w, 0, 1);
-        for (auto _ : st) benchmark::DoNotOptimize(k::matmul(x, wt));
-        count_flops(st, flops);
-      });
-      add(fmt::format("matmul_backward_data/M{}_K{}_N{}", R, out, in), label, [=](benchmark::State& st) {
-        Tensor gy = rnd({R, out}, 1), w = rnd({out, in}, 2);
-        for (auto _ : st) benchmark::DoNotOptimize(k::matmul(gy, w));
-        count_flops(st, flops);
-      });
-      add(fmt::format("matmul_backward_weight_xTgy/M{}_K{}_N{}", in, R, out), label, [=](benchmark::State& st) {
-        Tensor x = rnd({R, in}, 1), gy = rnd({R, out}, 2);
-        Tensor xt = k::transpose(x, 0, 1);
-        for (auto _ : st) benchmark::DoNotOptimize(k::matmul(xt, gy));
-        count_flops(st, flops);
-      });
-    }
+    for (const Layer& l : layers)
+      for (bool onednn : {false, true}) {
+        const int64_t R = m.R, in = l.in, out = l.out;
+        const double flops = 2.0 * R * in * out;
+        const std::string label = fmt::format("{} {} [{},{}]->[{},{}]", m.name, l.what, R, in, R, out);
+        const std::string lib = onednn ? "_onednn" : "";
+        // heed's kernels capped to baseline for the oneDNN rows, while they run.
+        auto on = [onednn](auto&& body) {
+          const heed::CpuIsa before = heed::cpu_isa();
+          if (onednn) k::set_kernel_isa(heed::CpuIsa::baseline);
+          body();
+          k::set_kernel_isa(before);
+        };
+        add(fmt::format("matmul_forward_xwT{}/M{}_K{}_N{}", lib, R, in, out), label, [=](benchmark::State& st) {
+          Tensor x = rnd({R, in}, 1), w = rnd({out, in}, 2);
+          Tensor wt = k::transpose(w, 0, 1);
+          on([&] {
+            for (auto _ : st) benchmark::DoNotOptimize(k::matmul(x, wt));
+          });
+          count_flops(st, flops);
+        });
+        add(fmt::format("matmul_backward_data{}/M{}_K{}_N{}", lib, R, out, in), label, [=](benchmark::State& st) {
+          Tensor gy = rnd({R, out}, 1), w = rnd({out, in}, 2);
+          on([&] {
+            for (auto _ : st) benchmark::DoNotOptimize(k::matmul(gy, w));
+          });
+          count_flops(st, flops);
+        });
+        add(fmt::format("matmul_backward_weight_xTgy{}/M{}_K{}_N{}", lib, in, R, out), label,
+            [=](benchmark::State& st) {
+              Tensor x = rnd({R, in}, 1), gy = rnd({R, out}, 2);
+              Tensor xt = k::transpose(x, 0, 1);
+              on([&] {
+                for (auto _ : st) benchmark::DoNotOptimize(k::matmul(xt, gy));
+              });
+              count_flops(st, flops);
+            });
+      }
   }
 }
 
