@@ -27,6 +27,7 @@
 #include "layers/positional.h"
 #include "layers/attention.h"
 #include "layers/transformer.h"
+#include "layers/attention_maps.h"
 #include "optim/optimizer.h"
 #include "optim/sgd.h"
 #include "optim/adam.h"

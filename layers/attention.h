@@ -92,6 +92,7 @@ class MultiHeadAttention : public Module {
   // before dropout) for logging. Off by default: then nothing is kept.
   void keep_attention(bool on) { keep_ = on; if (!on) last_attention_ = Tensor(); }
   const Tensor& last_attention() const { return last_attention_; }
+  bool keeps_attention() const { return keep_; }
 
   std::shared_ptr<Linear> q_proj;    // D -> H K
   std::shared_ptr<Linear> k_proj;    // kdim -> G K

@@ -35,6 +35,7 @@ class SelfAttention : public Module {
   // and the fused kernel runs.
   void keep_attention(bool on) { keep_ = on; if (!on) last_attention_ = Tensor(); }
   const Tensor& last_attention() const { return last_attention_; }
+  bool keeps_attention() const { return keep_; }
 
   std::shared_ptr<Conv1d> conv_q, conv_k, conv_v;
   SelfAttentionOptions options;

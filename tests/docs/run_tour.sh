@@ -37,4 +37,20 @@ read -r mse zero reloaded < <(sed -E 's/^test mse ([0-9.e+-]+) \(predicting 0 ev
 awk -v m="$mse" -v z="$zero" 'BEGIN { exit !(m < 0.1 * z) }' || fail "test mse $mse is not below a tenth of $zero: the delay line was not learnt"
 [[ $mse == "$reloaded" ]] || fail "the reloaded model gives $reloaded, the trained one $mse"
 [[ -s $work/tour.safetensors ]] || fail "no exported weights"
+# The attention maps logged through nn::KeepAttention: one [1, 2, 16, 16]
+# map a logged step, rows summing to 1, and a head that looks two back.
+/usr/bin/python3 - "$work/tour.h5" <<'PY' || fail "the log's attention maps are not what the page says"
+import sys
+import h5py
+import numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    v, s = f["series/attention/attn/values"][()], f["series/attention/attn/step"][()]
+assert v.shape == (8, 1, 2, 16, 16), v.shape
+assert list(s) == list(range(50, 401, 50)), list(s)
+assert np.allclose(v.sum(-1), 1, atol=1e-5)
+last = v[-1, 0]                                    # [heads, query, key]
+two_back = np.array([[last[h, t, t - 2] for t in range(2, 16)] for h in range(2)]).mean(1)
+assert two_back.max() > 0.5, two_back              # one head puts most weight on t - 2
+print(f"attention maps: {v.shape}, weight on t-2 by head {np.round(two_back, 3)}")
+PY
 echo "cpp-api tour: OK (test mse $mse against $zero for zeros)"

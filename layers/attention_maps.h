@@ -1,0 +1,57 @@
+// layers/attention_maps.h: the attention maps of every attention layer in a
+// model, for logging and plotting, in a few lines of a training program.
+//
+//   {
+//     nn::KeepAttention keep(model);   // every attention layer keeps its maps
+//     autograd::NoGradGuard no_grad;
+//     model(probe);
+//     for (const auto& [name, map] : keep.maps())
+//       run.log().series("attention/" + name, run.step(), map);
+//   }                                  // keeping off again, the maps freed
+//
+// (heed plot draws a log's series named like attention maps.)
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layers/module.h"
+
+namespace heed::nn {
+
+// While it lives, every MultiHeadAttention and SelfAttention in root (root
+// itself included; found through the registered children, at any depth)
+// keeps the maps of each forward: [N, H, T, S] for MultiHeadAttention,
+// [N, T, T] for SelfAttention, detached. Keeping takes each layer's plain
+// path (the probabilities themselves), the same values as the fused one up
+// to rounding and the same dropout masks. The destructor turns keeping off
+// again for the layers that were not keeping before, which frees their maps.
+class KeepAttention {
+ public:
+  explicit KeepAttention(Module& root);
+  ~KeepAttention();
+  KeepAttention(const KeepAttention&) = delete;
+  KeepAttention& operator=(const KeepAttention&) = delete;
+
+  // (name, map) of every attention layer, in the order of root's children:
+  // names as in root's state_dict ("blocks.0.attn"; "" for root itself). A
+  // layer that has not run since keeping began has an undefined map.
+  std::vector<std::pair<std::string, Tensor>> maps() const;
+  // How many attention layers root holds (0: none, and maps() is empty).
+  size_t size() const { return layers_.size(); }
+
+ private:
+  struct Layer {
+    std::string name;
+    std::function<void(bool)> keep;
+    std::function<Tensor()> map;
+    bool was_keeping;
+  };
+  template <class A>
+  static Layer layer_of(A* a, const std::string& name);
+  std::vector<Layer> layers_;
+};
+
+}  // namespace heed::nn
