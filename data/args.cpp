@@ -52,6 +52,8 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
                      *v = x;
                    },
                    [v] { return fmt::format("{}", *v); }});
+  if (min > -1e300 && max < 1e300)
+    limits_[name] = fmt::format("{}{}, {}{}", min_exclusive ? "(" : "[", min, max, max_exclusive ? ")" : "]");
   return *this;
 }
 
@@ -184,7 +186,9 @@ std::string Args::help() const {
       if (long_name == o.name) lhs = short_name + ", " + lhs;
     s += fmt::format("  {:<28} {}", lhs, o.help);
     const auto lim = limits_.find(o.name);
-    if (lim != limits_.end() && o.help.find(lim->second) == std::string::npos) s += fmt::format(" [{}]", lim->second);
+    if (lim != limits_.end() && o.help.find(lim->second) == std::string::npos)
+      s += lim->second.front() == '[' || lim->second.front() == '(' ? " " + lim->second  // a real's interval
+                                                                      : fmt::format(" [{}]", lim->second);
     // The default, unless the help says it in its own words or there is none.
     const std::string shown = o.is_flag ? "" : o.show();
     if (!shown.empty() && o.help.find("(default:") == std::string::npos) s += fmt::format(" (default: {})", shown);

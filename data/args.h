@@ -73,7 +73,7 @@ class Args {
   std::string command_, summary_, program_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // "-o" -> "out"
   std::vector<Opt> opts_;
-  std::map<std::string, std::string> limits_;  // "1..1024": integers' ranges, shown in the help when bounded above
+  std::map<std::string, std::string> limits_;  // "1..1024" (integers), "[0, 1)" (reals): ranges shown in the help when bounded above
   std::vector<std::string> given_;
 };
 

@@ -442,3 +442,24 @@ TEST_CASE("Run: one module under two names, and next() after finish(), are refus
   REQUIRE(u.go({"--out", d.path + "/b.h5", "--steps", "2"}) == 0);
   test::check_error([&] { u.run.next(); }, {"Run::next: the run has finished"});
 }
+
+TEST_CASE("Args: --help shows the range of a bounded option, integer or real, and the value refused names it") {
+  Args args("tool", "a tool");
+  int64_t n = 1;
+  double p = 0, lr = 0.1, m = 0.5;
+  args.integer("layers", &n, "layers", 1, 1024)
+      .real("dropout", &p, "dropout probability", 0.0, 1.0, false, true)
+      .real("lr", &lr, "learning rate", 0.0, 1e300, true)
+      .real("mix", &m, "mixing weight, in [0, 1]", 0.0, 1.0);
+  const std::string help = args.help();
+  auto line = [&](const std::string& opt) {
+    const size_t at = help.find("--" + opt + " ");
+    REQUIRE(at != std::string::npos);
+    return help.substr(at, help.find('\n', at) - at);
+  };
+  CHECK(line("layers").find("layers [1..1024]") != std::string::npos);
+  CHECK(line("dropout").find("dropout probability [0, 1) (default: 0)") != std::string::npos);
+  CHECK(line("lr").find("[") == std::string::npos);  // bounded below only: nothing shown
+  CHECK(line("mix").find("[0, 1] [0, 1]") == std::string::npos);  // the help says it already: once
+  test::check_error([&] { args.parse({"--dropout", "1"}); }, {"--dropout expects a number in [0, 1), got '1'"});
+}
