@@ -100,10 +100,11 @@ Workload toy_workload(bool attention, int64_t batch) {
 // the batch and the gradients are averaged (optim::DataParallel); items and
 // FLOPs stay those of the whole batch.
 Workload gpt_workload(const std::string& name, int64_t width, int64_t context, int64_t batch, int64_t layers = 4,
-                      int64_t heads = 4, std::shared_ptr<optim::DataParallel>* ddp_out = nullptr) {
+                      int64_t heads = 4, std::shared_ptr<optim::DataParallel>* ddp_out = nullptr, double dropout = 0) {
   const int64_t vocab = 65;
   Generator g(1);
-  auto net = std::make_shared<nn::GPT>(nn::GPTOptions(vocab, width, layers, heads, context).generator(&g));
+  auto net = std::make_shared<nn::GPT>(
+      nn::GPTOptions(vocab, width, layers, heads, context).dropout(dropout).generator(&g));
   auto opt = std::make_shared<optim::AdamW>(net->named_parameters(), optim::AdamWOptions().lr(1e-3).weight_decay(0.1));
   auto ddp = std::make_shared<optim::DataParallel>(net->named_parameters());
   if (ddp_out) *ddp_out = ddp;
@@ -137,12 +138,15 @@ const std::vector<std::string> kWorkloads{"toy-cnn", "toy-attention", "gpt-128",
 
 // A bundled workload by name (kWorkloads). nanogpt: nanoGPT's character-level
 // baseline (shakespeare_char: 6 layers, 6 heads, width 384, context 256) at batch 8.
-Workload make_workload(const std::string& n, std::shared_ptr<optim::DataParallel>* ddp = nullptr) {
+// dropout: the GPTs' (GPT's dropout option: the attention probabilities,
+// the residual branches and the embeddings).
+Workload make_workload(const std::string& n, std::shared_ptr<optim::DataParallel>* ddp = nullptr,
+                       double dropout = 0) {
   if (n == "toy-cnn") return toy_workload(false, 100);
   if (n == "toy-attention") return toy_workload(true, 100);
-  if (n == "gpt-128") return gpt_workload(n, 128, 64, 12, 4, 4, ddp);
-  if (n == "gpt-256") return gpt_workload(n, 256, 256, 12, 4, 4, ddp);
-  if (n == "nanogpt") return gpt_workload(n, 384, 256, 8, 6, 6, ddp);
+  if (n == "gpt-128") return gpt_workload(n, 128, 64, 12, 4, 4, ddp, dropout);
+  if (n == "gpt-256") return gpt_workload(n, 256, 256, 12, 4, 4, ddp, dropout);
+  if (n == "nanogpt") return gpt_workload(n, 384, 256, 8, 6, 6, ddp, dropout);
   fail("bench: --only expects one of toy-cnn|toy-attention|gpt-128|gpt-256|nanogpt, got '{}'", n);
 }
 
@@ -307,7 +311,7 @@ Profiled print_profile(const Workload& w, int64_t steps, double peak) {
 
 // Runs the PyTorch peer and returns its median ms per workload.
 std::map<std::string, double> run_torch(int64_t threads, int64_t steps, int64_t warmup, const std::string& only,
-                                        const std::string& precision = "f32") {
+                                        const std::string& precision = "f32", double dropout = 0) {
   std::string script = std::string(HEED_SOURCE_DIR) + "/experiments/bench/torch_peer.py";
   // On heed's capped instruction set, PyTorch is capped alike: its own
   // kernels (ATen), its oneDNN and OpenBLAS (which both read the cap when
@@ -324,8 +328,9 @@ std::map<std::string, double> run_torch(int64_t threads, int64_t steps, int64_t 
   // GPT-128 at 96-105 ms a step with it and at 155-174 ms at libgomp's
   // default (2026-11-29, alternating), so the comparison is the one that
   // favours PyTorch, not the one that flatters heed.
-  std::string cmd = fmt::format("{}/usr/bin/python3 '{}' --threads {} --steps {} --warmup {} --precision {}{} 2>&1", env,
-                                script, threads, steps, warmup, precision, only.empty() ? "" : " --only " + only);
+  std::string cmd = fmt::format("{}/usr/bin/python3 '{}' --threads {} --steps {} --warmup {} --precision {}{}{} 2>&1",
+                                env, script, threads, steps, warmup, precision, only.empty() ? "" : " --only " + only,
+                                dropout > 0 ? fmt::format(" --dropout {}", dropout) : "");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) fail("bench: cannot run {}", cmd);
   std::map<std::string, double> out;
@@ -773,12 +778,14 @@ int run_bench(const std::vector<std::string>& args) {
   bool compare = false, attention_memory = false, micro = false, profile = false, data_parallel = false, load = false,
        avx2_pass_off = false;
   int64_t sample_chars = 300;
+  double dropout = 0;
   std::string only, conv = "winograd", isa, dp_worker, prec = "both", load_worker;
   Args a("bench",
          "Times one training step (forward, backward, optimiser) of each bundled workload after warm-up:\n"
          "toy-cnn and toy-attention (batch 100), gpt-128 (4 layers, 4 heads, width 128, context 64,\n"
          "batch 12), gpt-256 (width 256, context 256, batch 12) and nanogpt (the shape of nanoGPT's\n"
-         "character-level baseline: 6 layers, 6 heads, width 384, context 256; batch 8; no dropout), in\n"
+         "character-level baseline: 6 layers, 6 heads, width 384, context 256; batch 8; no dropout unless\n"
+         "--dropout), in\n"
          "float32 and in bf16. GFLOP/s counts what a step computes (causal attention: (T + 1) / 2 keys a\n"
          "query); max RSS MB is the process's peak so far (the GEMM peak's products included);\n"
          "allocs/step, the tensor allocator's requests to the system (misses of its cache) per step.\n"
@@ -803,6 +810,10 @@ int run_bench(const std::vector<std::string>& args) {
       .flag("profile", &profile,
             "also print where each workload's step time goes, per op (forward, backward), and the share of the "
             "GEMM peak its matrix products reach, with the limit that sets")
+      .real("dropout", &dropout,
+            "dropout probability of the GPT workloads, as GPT applies it (the attention probabilities, the "
+            "residual branches, the embeddings) and PyTorch's peer alike; nanoGPT's baseline trains with 0.2",
+            0.0, 1.0, false, true)
       .text("conv", &conv,
             "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (products on heed's GEMM, or oneDNN without AVX2), to compare the two")
       .text("isa", &isa,
@@ -845,7 +856,7 @@ int run_bench(const std::vector<std::string>& args) {
   // An option the chosen mode does not read is refused, not ignored.
   auto only_these = [&](const std::string& mode, const std::set<std::string>& uses) {
     for (const char* o : {"threads", "steps", "warmup", "only", "no-avx2-pass", "precision", "compare", "rounds",
-                          "profile", "conv", "max-t", "plain-max-t", "sample-chars"})
+                          "profile", "conv", "dropout", "max-t", "plain-max-t", "sample-chars"})
       if (a.given(o) && !uses.count(o))
         throw UsageError(fmt::format("bench: {} does not use --{}",
                                      mode.empty() ? "the training-step benchmark (no --load, --data-parallel or "
@@ -866,7 +877,7 @@ int run_bench(const std::vector<std::string>& args) {
       if (a.given("no-avx2-pass") && !compare)
         throw UsageError("bench: --no-avx2-pass is for --compare, which is not given");
       only_these("", {"threads", "steps", "warmup", "only", "no-avx2-pass", "precision", "compare", "rounds", "profile",
-                      "conv"});
+                      "conv", "dropout"});
     }
   }
   if (load) {
@@ -920,6 +931,9 @@ int run_bench(const std::vector<std::string>& args) {
              threads, cpu_model(), heed::cpu_isa_name(), kernel::onednn_isa_name(),
              first.skipped_big ? "" : "2048^3 and ", peak,
              no_bf16.empty() ? fmt::format("bf16 {:.1f} GFLOP/s", peak_bf16) : "no bf16 rows: " + no_bf16);
+  if (dropout > 0)
+    fmt::print("GPT workloads with dropout {} (the attention probabilities, the residual branches, the embeddings){}\n\n",
+               dropout, compare ? "; PyTorch's alike" : "");
   if (first.skipped_big)
     fmt::print("(2048^3 skipped: {}, whose figures are not speeds)\n\n",
                kSanitized ? std::string("a sanitized build")
@@ -948,7 +962,7 @@ int run_bench(const std::vector<std::string>& args) {
   std::map<std::string, std::vector<double>> bf16_speedup;  // per workload, per round: float32 ms / bf16 ms
   for (const auto& n : kWorkloads) {
     if (!chosen(n)) continue;
-    Workload w = make_workload(n);
+    Workload w = make_workload(n, nullptr, dropout);
     if (w.flops_palm > 0) palm_factor[n] = w.flops_palm / w.flops;
     std::vector<Precision> here;
     for (Precision p : precisions)
@@ -988,7 +1002,7 @@ int run_bench(const std::vector<std::string>& args) {
                    r.items_per_s, w.unit, r.gflops, 100 * r.gflops / pk, pk, r.rss_mb, r.allocs_per_step);
         std::fflush(stdout);
         if (compare) {
-          auto t = run_torch(threads, steps, warmup, n, precision_name(p));  // a fresh process: cold each round
+          auto t = run_torch(threads, steps, warmup, n, precision_name(p), dropout);  // a fresh process: cold each round
           if (t.count(n)) {
             torch_ms[row].push_back(t[n]);
             ratios[row].push_back(t[n] / r.median_ms);
@@ -1086,11 +1100,11 @@ int run_bench(const std::vector<std::string>& args) {
       // run on it), as PyTorch's is.
       const std::string cmd = fmt::format(
           "OPENBLAS_CORETYPE=Haswell '{}' bench --compare --isa avx2 --precision f32 --threads {} --steps {} --warmup {} --rounds {} "
-          "--conv {} --only {} 2>&1",
+          "--conv {} --dropout {} --only {} 2>&1",
           // This very program, also when its file was replaced meanwhile (a
           // rebuild during a long run: the link's target then ends in
           // " (deleted)", and the pass failed).
-          fmt::format("/proc/{}/exe", getpid()), threads, steps, warmup, rounds, conv,
+          fmt::format("/proc/{}/exe", getpid()), threads, steps, warmup, rounds, conv, dropout,
           fmt::join(want, ","));
       fmt::print("\n---- the AVX2 path (an AVX2-only CPU's code on this one): heed bench --compare --isa avx2 ----\n");
       std::fflush(stdout);
@@ -1125,23 +1139,32 @@ int run_bench(const std::vector<std::string>& args) {
       std::string why_unknown = "not measured in this run";  // printed when !known
     };
     std::vector<Target> targets;
+    // The GPT targets are of the workloads without dropout.
+    const std::string with_dropout = "not measured: the targets are without dropout (this run has --dropout)";
     auto pct = [&](const std::string& r, double goal) {
-      targets.push_back({r + " float32, % of the float32 GEMM peak", pct_peak.count(r) > 0,
-                         pct_peak.count(r) ? median(pct_peak[r]) : 0, goal, true, "%"});
+      const bool k = pct_peak.count(r) > 0 && dropout == 0;
+      targets.push_back({r + " float32, % of the float32 GEMM peak", k, k ? median(pct_peak[r]) : 0, goal, true, "%",
+                         dropout > 0 ? with_dropout : "not measured in this run"});
     };
     auto speedup = [&](const std::string& n, double goal) {
-      const bool k = bf16_speedup.count(n) > 0;
+      const bool k = bf16_speedup.count(n) > 0 && dropout == 0;
       targets.push_back({n + " bf16 against float32", k, k ? median(bf16_speedup[n]) : 0, goal, true, "x",
-                         no_bf16.empty() ? "not measured in this run" : "not measured: no bf16 on this CPU"});
+                         dropout > 0              ? with_dropout
+                         : no_bf16.empty() ? "not measured in this run"
+                                           : "not measured: no bf16 on this CPU"});
     };
     pct("gpt-128", 80);
     pct("gpt-256", 85);
     speedup("gpt-128", 1.5);
     speedup("gpt-256", 1.8);
-    for (const char* n : {"toy-cnn", "toy-attention", "gpt-128"})
-      targets.push_back({fmt::format("{} AVX2 path against PyTorch", n), avx2_ratio.count(n) > 0,
+    for (const std::string n : {"toy-cnn", "toy-attention", "gpt-128"}) {
+      const bool gpt_dropout = n == "gpt-128" && dropout > 0;
+      targets.push_back({fmt::format("{} AVX2 path against PyTorch", n), avx2_ratio.count(n) > 0 && !gpt_dropout,
                          avx2_ratio.count(n) ? avx2_ratio[n] : 0, 3.0, true, "x",
-                         avx2_pass_off ? "not measured: --no-avx2-pass" : "not measured in this run"});
+                         gpt_dropout      ? with_dropout
+                         : avx2_pass_off ? "not measured: --no-avx2-pass"
+                                         : "not measured in this run"});
+    }
     fmt::print("\ntargets (medians of this run):\n");
     for (const auto& t : targets) {
       if (!t.known) {  // listed with the reason, not dropped silently

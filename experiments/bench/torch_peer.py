@@ -45,6 +45,7 @@ class Block(nn.Module):
     def __init__(self, d, h):
         super().__init__()
         self.h = h
+        self.drop = nn.Dropout(DROPOUT)  # as heed's GPT: probabilities, both residual branches
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
@@ -56,9 +57,9 @@ class Block(nn.Module):
         q, k, v = (z.view(n, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.h)
         att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(n, t, d)
-        x = x + self.proj(y)
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        y = (self.drop(att) @ v).transpose(1, 2).reshape(n, t, d)
+        x = x + self.drop(self.proj(y))
+        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
 
 class GPT(nn.Module):
@@ -68,15 +69,17 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
+        self.drop = nn.Dropout(DROPOUT)
 
     def forward(self, ids):
-        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+        x = self.drop(self.wte(ids) + self.wpe(torch.arange(ids.shape[1])))
         for b in self.blocks:
             x = b(x)
         return self.head(self.ln_f(x))
 
 
 BF16 = False
+DROPOUT = 0.0  # the GPTs' (heed bench --dropout)
 
 
 def workloads():
@@ -121,11 +124,13 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=15.0,
                     help="per workload: stop measuring after this much time (at least 3 steps)")
     ap.add_argument("--precision", choices=("f32", "bf16"), default="f32")
+    ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability of the GPT workloads")
     a = ap.parse_args()
-    global BF16
+    global BF16, DROPOUT
     BF16 = a.precision == "bf16"
+    DROPOUT = a.dropout
     torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {a.precision}", flush=True)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {a.precision}, dropout {DROPOUT}", flush=True)
     for name, step in workloads():
         if a.only and name != a.only:
             continue

@@ -140,6 +140,21 @@ TEST_CASE("heed bench: a GPT workload's profile and its limit, and a bf16 row af
   }
 }
 
+TEST_CASE("heed bench --dropout: the GPT workloads train with dropout, attention still on the fused kernel") {
+  BenchRun r = run_cli("bench --only gpt-128 --steps 1 --warmup 0 --precision f32 --dropout 0.2 --profile");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(has(r.out, "GPT workloads with dropout 0.2"));
+  CHECK(has(r.out, "dropout [12, 64, 128]"));                   // the residual branches and the embeddings
+  CHECK(has(r.out, "scaled_dot_product_attention [12, 64, 4, 32]"));  // the probabilities' dropout inside it
+  CHECK_FALSE(has(r.out, "softmax ["));                         // not the plain path
+  BenchRun none = run_cli("bench --only gpt-128 --steps 1 --warmup 0 --precision f32 --profile");
+  INFO(none.out);
+  REQUIRE(none.status == 0);
+  CHECK_FALSE(has(none.out, "dropout ["));
+  CHECK_FALSE(has(none.out, "GPT workloads with dropout"));
+}
+
 TEST_CASE("heed bench --conv direct: the toy CNN on oneDNN's direct convolutions") {
   BenchRun r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --conv direct");
   INFO(r.out);
