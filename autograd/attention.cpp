@@ -29,7 +29,8 @@ k::AttentionOut forward_dropping(double dropout_p, Generator* gen, int64_t N, in
   if (dropout_p == 0.0) return forward();
   Generator& g = gen ? *gen : default_generator();
   const std::vector<uint64_t> before = g.state();
-  drop = {dropout_p, g.seed(), g.reserve(static_cast<uint64_t>(N * H * T * S))};
+  // p = 1 drops everything and draws nothing, as dropout() does.
+  drop = {dropout_p, g.seed(), dropout_p < 1.0 ? g.reserve(static_cast<uint64_t>(N * H * T * S)) : 0};
   try {
     return forward();
   } catch (...) {

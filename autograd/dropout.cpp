@@ -19,8 +19,8 @@ Tensor dropout(const Tensor& t, double p, bool training, Generator* gen) {
   if (p == 1.0) {
     k::fill_(mask, 0.0);
   } else {
-    k::bernoulli_(mask, 1.0 - p, gen ? *gen : default_generator());
-    k::scale_(mask, 1.0 / (1.0 - p));
+    // bernoulli_(1 - p) scaled by 1 / (1 - p), in one pass.
+    k::dropout_mask_(mask, p, gen ? *gen : default_generator());
   }
   Tensor y = k::binary(k::Binary::mul, t, mask);
   return autograd::record("dropout", y, {t}, [mask](const Tensor& g, autograd::Grads& gi) {

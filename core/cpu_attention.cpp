@@ -286,8 +286,9 @@ void drop_masks(const Problem<T>& P, int64_t n, int64_t h, int64_t i0, int64_t b
   for (int64_t i = 0; i < bq; ++i) {
     const int64_t vis = visible_keys(P, i0 + i, j0, nb);
     const uint64_t at = static_cast<uint64_t>(((n * P.H + h) * P.T_ + i0 + i) * P.S + j0);
-    P.gen.keep_mask(P.first + at, vis, P.keep, P.kept, z + i * nb);
-    std::fill(z + i * nb + vis, z + (i + 1) * nb, T(0));
+    const int64_t drawn = P.keep > 0 ? vis : 0;  // p = 1: nothing kept, nothing drawn
+    P.gen.keep_mask(P.first + at, drawn, P.keep, P.kept, z + i * nb);
+    std::fill(z + i * nb + drawn, z + (i + 1) * nb, T(0));
   }
 }
 // x_j *= z_j over n elements.

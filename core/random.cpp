@@ -410,6 +410,32 @@ void normal_(const Tensor& t, double mean, double std, Generator& g) {
   }
 }
 
+void dropout_mask_(const Tensor& t, double p, Generator& g) {
+  check_writable(t, "dropout_mask_");
+  if (!(p >= 0.0 && p < 1.0)) fail("dropout_mask_: expected 0 <= p < 1, got {}", p);
+  if (!t.is_contiguous()) fail("dropout_mask_: expected a contiguous tensor, got strides {}", shape_str(t.strides()));
+  auto run = [&]<class T>(T) {
+    const int64_t n = t.numel();
+    const uint64_t first = g.reserve(static_cast<uint64_t>(n));
+    if (n == 0) return;
+    t.bump_version();
+    T* z = t.data<T>();
+    const T kept = static_cast<T>(1.0 / (1.0 - p));
+    constexpr int64_t kChunk = 4096;  // a multiple of Generator::kBatch
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t at = c * kChunk;
+      g.keep_mask<T>(first + static_cast<uint64_t>(at), std::min(kChunk, n - at), 1.0 - p, kept, z + at);
+    }
+  };
+  switch (t.dtype()) {
+    case DType::f32: run(float{}); break;
+    case DType::f64: run(double{}); break;
+    case DType::i64: fail("dropout_mask_: expected a float32 or float64 tensor, got int64");
+  }
+}
+
 void bernoulli_(const Tensor& t, double p, Generator& g) {
   check_writable(t, "bernoulli_");
   if (!(p >= 0.0 && p <= 1.0)) fail("bernoulli_: expected 0 <= p <= 1, got {}", p);

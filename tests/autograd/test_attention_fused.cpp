@@ -413,7 +413,7 @@ TEST_CASE("fused attention with dropout: the plain path's masks and values for e
         CHECK(max_diff(got.out, none.out) > 0.01);
         CHECK(max_diff(got.dq, none.dq) > 0.01);
       }
-  // Every probability dropped: zero output and gradients, as dropout(1).
+  // Every probability dropped: zero output and gradients, and nothing drawn, as dropout(1).
   const Case c{2, 9, 9, 2, 2, 4, 4, true};
   for (DType dt : {DType::f64, DType::f32}) {
     Generator g(3);
@@ -421,6 +421,9 @@ TEST_CASE("fused attention with dropout: the plain path's masks and values for e
       return scaled_dot_product_attention(q, k, v, true, 0.5, 0, 0, 1.0, &g);
     });
     for (const Tensor& t : {all.out, all.dq, all.dk, all.dv}) CHECK(test::max_abs(t) == 0.0);
+    CHECK(g.offset() == 0);
+    dropout(Tensor::ones({3}), 1.0, true, &g);
+    CHECK(g.offset() == 0);
   }
 }
 

@@ -418,3 +418,32 @@ TEST_CASE("keep_mask draws bernoulli_'s values for any run of its elements, scal
     if (keep == 0.7) CHECK(std::abs(kept - 700) < 60);
   }
 }
+
+TEST_CASE("dropout_mask_ is bernoulli_(1 - p) scaled by 1 / (1 - p), bit for bit, on 1 and 2 threads; a bad p is refused") {
+  const int before = heed::num_threads();
+  for (DType dt : {DType::f32, DType::f64})
+    for (int64_t n : {int64_t{1}, int64_t{4097}, int64_t{300000}})  // a chunk and one, several chunks in parallel
+      for (double p : {0.2, 0.5}) {
+        CAPTURE(n);
+        CAPTURE(p);
+        Generator a(17), b(17);
+        a.reserve(5);
+        b.reserve(5);
+        Tensor ref = Tensor::empty({n}, dt);
+        kernel::bernoulli_(ref, 1.0 - p, a);
+        kernel::scale_(ref, 1.0 / (1.0 - p));
+        for (int threads : {1, 2}) {
+          heed::set_num_threads(threads);
+          Generator c = b;
+          Tensor m = Tensor::empty({n}, dt);
+          kernel::dropout_mask_(m, p, c);
+          CHECK(c.offset() == a.offset());
+          CHECK(test::same_bits(m, ref));
+        }
+      }
+  heed::set_num_threads(before);
+  Generator g(1);
+  Tensor t = Tensor::empty({4});
+  test::check_error([&] { kernel::dropout_mask_(t, 1.0, g); }, {"dropout_mask_", "0 <= p < 1", "1"});
+  CHECK(g.offset() == 0);
+}
