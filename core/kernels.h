@@ -229,7 +229,8 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& g, int64_t dim);
 // `first` of generator `seed` would draw 1 (Generator::keep_mask), so the
 // masks are those of the plain path given the same generator state. The
 // caller reserves the N H T S blocks; backward, given the same drop,
-// draws the masks again instead of keeping them.
+// draws the masks again instead of keeping them (probs, where kept, are
+// the probabilities before dropout).
 struct AttentionDrop {
   double p = 0.0;
   uint64_t seed = 0, first = 0;
