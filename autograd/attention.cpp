@@ -22,10 +22,9 @@ namespace {
 // generator when null): given back if the kernel refuses the call, so a
 // refused call leaves the generator as it was.
 template <class F>
-k::AttentionOut forward_dropping(double dropout_p, Generator* gen, int64_t N, int64_t H, int64_t T, int64_t S,
-                                 k::AttentionDrop& drop, F&& forward) {
-  if (!(dropout_p >= 0.0 && dropout_p <= 1.0))
-    fail("scaled_dot_product_attention: dropout_p {} out of range (expected 0 <= p <= 1)", dropout_p);
+k::AttentionOut forward_dropping(const char* op, double dropout_p, Generator* gen, int64_t N, int64_t H, int64_t T,
+                                 int64_t S, k::AttentionDrop& drop, F&& forward) {
+  if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) fail("{}: dropout_p {} out of range (expected 0 <= p <= 1)", op, dropout_p);
   if (dropout_p == 0.0) return forward();
   Generator& g = gen ? *gen : default_generator();
   const std::vector<uint64_t> before = g.state();
@@ -48,7 +47,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& key, const Te
   const bool grad = autograd::is_grad_enabled() && (q.requires_grad() || key.requires_grad() || v.requires_grad());
   k::AttentionDrop drop;
   k::AttentionOut f = forward_dropping(
-      dropout_p, gen, size_or_0(q, 0), size_or_0(q, 2), size_or_0(q, 1), size_or_0(key, 1), drop,
+      "scaled_dot_product_attention", dropout_p, gen, size_or_0(q, 0), size_or_0(q, 2), size_or_0(q, 1), size_or_0(key, 1), drop,
       [&] { return k::attention_forward(q, key, v, causal, scale, block_q, block_k, grad, drop); });
   return autograd::record(
       "scaled_dot_product_attention", f.out, {q, key, v},
@@ -83,7 +82,8 @@ Tensor scaled_dot_product_attention_qkv(const Tensor& qkv, int64_t heads, int64_
   const int64_t H = heads, G = kv_heads, K = qkv.size(2) / parts;
   const bool grad = autograd::is_grad_enabled() && qkv.requires_grad();
   k::AttentionDrop drop;
-  k::AttentionOut f = forward_dropping(dropout_p, gen, qkv.size(0), H, qkv.size(1), qkv.size(1), drop, [&] {
+  k::AttentionOut f = forward_dropping("scaled_dot_product_attention_qkv", dropout_p, gen, qkv.size(0), H, qkv.size(1),
+                                       qkv.size(1), drop, [&] {
     return k::attention_forward(heads_of(qkv, 0, H, K), heads_of(qkv, H, G, K), heads_of(qkv, H + G, G, K), causal,
                                 scale, 0, 0, grad, drop);
   });

@@ -8,7 +8,8 @@ namespace heed::nn {
 
 template <class A>
 KeepAttention::Layer KeepAttention::layer_of(A* a, const std::string& name) {
-  return {name, [a](bool on) { a->keep_attention(on); }, [a] { return a->last_attention(); }, a->keeps_attention()};
+  return {name, [a](bool on) { a->keep_attention(on); }, [a] { return a->last_attention(); }, a->keeps_attention(),
+          a->last_attention()};
 }
 
 KeepAttention::KeepAttention(Module& root) {
@@ -29,7 +30,10 @@ KeepAttention::~KeepAttention() {
 std::vector<std::pair<std::string, Tensor>> KeepAttention::maps() const {
   std::vector<std::pair<std::string, Tensor>> r;
   r.reserve(layers_.size());
-  for (const Layer& l : layers_) r.emplace_back(l.name, l.map());
+  for (const Layer& l : layers_) {
+    Tensor m = l.map();
+    r.emplace_back(l.name, m.defined() && m.impl() == l.before.impl() ? Tensor() : m);
+  }
   return r;
 }
 

@@ -4,7 +4,9 @@
 //   {
 //     nn::KeepAttention keep(model);   // every attention layer keeps its maps
 //     autograd::NoGradGuard no_grad;
-//     model(probe);
+//     model.eval();                    // no dropout: logging draws nothing from
+//     model(probe);                    // the generator, so it cannot change training
+//     model.train();
 //     for (const auto& [name, map] : keep.maps())
 //       run.log().series("attention/" + name, run.step(), map);
 //   }                                  // keeping off again, the maps freed
@@ -28,6 +30,7 @@ namespace heed::nn {
 // path (the probabilities themselves), the same values as the fused one up
 // to rounding and the same dropout masks. The destructor turns keeping off
 // again for the layers that were not keeping before, which frees their maps.
+// It holds the layers by address: the model must outlive it.
 class KeepAttention {
  public:
   explicit KeepAttention(Module& root);
@@ -37,7 +40,8 @@ class KeepAttention {
 
   // (name, map) of every attention layer, in the order of root's children:
   // names as in root's state_dict ("blocks.0.attn"; "" for root itself). A
-  // layer that has not run since keeping began has an undefined map.
+  // layer that has not run since this object began (also one that was
+  // keeping already, with an older map) has an undefined map.
   std::vector<std::pair<std::string, Tensor>> maps() const;
   // How many attention layers root holds (0: none, and maps() is empty).
   size_t size() const { return layers_.size(); }
@@ -48,6 +52,7 @@ class KeepAttention {
     std::function<void(bool)> keep;
     std::function<Tensor()> map;
     bool was_keeping;
+    Tensor before;  // the map it held when this object began (an older forward's), not handed back
   };
   template <class A>
   static Layer layer_of(A* a, const std::string& name);

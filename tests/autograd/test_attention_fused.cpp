@@ -530,6 +530,8 @@ TEST_CASE("fused attention refuses a dropout probability out of range naming it;
   }
   CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k, v, false, 1.0, 0, 0, 1.5, &g), doctest::Contains("1.5"),
                        Error);
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention_qkv(Tensor::zeros({1, 4, 24}), 1, 1, false, 1.0, 2.0, &g),
+                       doctest::Contains("scaled_dot_product_attention_qkv: dropout_p 2 out of range"), Error);
   Tensor k2 = Tensor::zeros({1, 3, 2, 8}), v2 = Tensor::zeros({1, 3, 2, 8});
   CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k2, v2, true, 1.0, 0, 0, 0.2, &g), doctest::Contains("S=3"),
                        Error);

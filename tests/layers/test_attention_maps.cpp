@@ -71,6 +71,21 @@ TEST_CASE("layers: KeepAttention hands back every attention layer's maps by name
   CHECK_FALSE(m.mix->keeps_attention());
   CHECK(attn(1)->keeps_attention());  // as it was
   CHECK(attn(1)->last_attention().defined());
+  // Nested: the inner object hands back only the maps of forwards since it
+  // began, never the outer's older ones; leaving, it keeps the outer's going.
+  {
+    KeepAttention outer(m);
+    m.forward(x);
+    {
+      KeepAttention inner(m);
+      for (const auto& [name, map] : inner.maps()) CHECK_FALSE(map.defined());
+      m.forward(x);
+      for (const auto& [name, map] : inner.maps()) CHECK(map.defined());
+    }
+    CHECK(attn(0)->keeps_attention());
+    for (const auto& [name, map] : outer.maps()) CHECK(map.defined());
+  }
+  CHECK_FALSE(attn(0)->keeps_attention());
   // A model without attention: nothing to keep.
   Linear plain(LinearOptions(3, 2).generator(&g));
   KeepAttention none(plain);
