@@ -633,9 +633,10 @@ void Run::track(const std::string& name, Stateful& s) {
   entries_.push_back(std::move(e));
 }
 
-void Run::track(const std::string& name, int64_t& counter) {
+void Run::track(const std::string& name, int64_t& counter, bool required) {
   check_name(name);
   counters_[name] = &counter;
+  if (!required) optional_counters_.insert(name);
 }
 
 void Run::track(const std::string& name, double& value) {
@@ -683,7 +684,7 @@ void Run::restore_state() {
     used.insert(name);
   }
   for (const auto& [name, p] : counters_)
-    if (!ck.counters.count(name)) missing.push_back("counter " + name);
+    if (!ck.counters.count(name) && !optional_counters_.count(name)) missing.push_back("counter " + name);
   std::vector<std::string> unexpected;
   for (const auto& [k, t] : ck.tensors)
     if (!used.count(k)) unexpected.push_back(k);
@@ -719,7 +720,8 @@ void Run::restore_state() {
       fail("{}: '{}' does not fit this run: {}", where, e.name, err.what());
     }
   }
-  for (const auto& [name, p] : counters_) *p = ck.counters.at(name);
+  for (const auto& [name, p] : counters_)
+    if (auto it = ck.counters.find(name); it != ck.counters.end()) *p = it->second;
   saved_step_ = step_;
   saved_path_ = resume_;
 }
@@ -958,6 +960,17 @@ bool Run::next() {
   ++step_;
   in_step_ = true;
   return true;
+}
+
+bool Run::stop_requested() {
+  if (!begun_ || finished_) return false;
+  bool stop = ctrl_c_->request.requested();
+  if (dist::size() > 1) {
+    Tensor flag = Tensor::from_f64({stop ? 1.0 : 0.0}, {1});
+    dist::sum_(flag);
+    stop = flag.to_vector<double>()[0] > 0;
+  }
+  return stop;
 }
 
 void Run::show(const std::string& name, double value) {

@@ -103,7 +103,10 @@ class Run {
 
   // ---- the state a checkpoint holds, each registered once by name ----
   void track(const std::string& name, Stateful& s);  // name/<key> for each key of its state dict
-  void track(const std::string& name, int64_t& counter);
+  // A counter is required in the checkpoint unless `required` is false: one
+  // a program added later (a checkpoint from before it resumes with the
+  // counter's value as the program set it).
+  void track(const std::string& name, int64_t& counter, bool required = true);
   void track(const std::string& name, double& value);  // bit for bit
   // Anything with Tensor state_tensor() and set_state_tensor(const Tensor&):
   // Generator, data::BatchSampler.
@@ -134,6 +137,15 @@ class Run {
   bool next();
   int64_t step() const { return step_; }  // the step in progress, 1-based (0 before the first)
   bool stopped() const { return stopped_; }
+  // Whether Ctrl-C or SIGTERM has asked the run to stop; it then stops at the
+  // end of the step in progress, as next() does. A program may poll this
+  // inside a step's long work (an evaluation over many batches) to cut that
+  // work short, and redo what it cut when the run resumes (heed run charlm:
+  // the evaluation, first thing): a batch system's SIGTERM is followed by
+  // SIGKILL after a grace period. Under mpirun, whether any process of the
+  // job was asked: a collective call that every process makes at the same
+  // points. False before begin().
+  bool stop_requested();
   // A value for the progress line ("loss 1.2345"), kept until replaced.
   void show(const std::string& name, double value);
   // A training loss for the progress line. A loss that is not finite (NaN
@@ -191,6 +203,7 @@ class Run {
   std::map<std::string, int64_t*> counters_;
   std::map<std::string, Tensor> constants_;
   std::set<std::string> optional_constants_;
+  std::set<std::string> optional_counters_;
   std::unique_ptr<RunLog> log_;
   int log_lock_ = -1;  // the descriptor holding the log's lock while the run goes (data/run.cpp)
   void release_log();

@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/kernels.h"
 #include "data/text.h"
@@ -41,12 +43,19 @@ std::shared_ptr<nn::GPT> make_model(const CharLMConfig& c, int64_t vocab, Genera
 
 // Mean loss over fixed batches (drawn from a generator seeded the same way at
 // every evaluation, so the numbers are comparable across the run).
-double eval_loss(nn::GPT& m, const Tensor& stream, const CharLMConfig& c, uint64_t seed) {
+// The mean loss over c.eval_batches fixed windows of stream; nothing when
+// stop (asked before each batch) says to stop first.
+std::optional<double> eval_loss(nn::GPT& m, const Tensor& stream, const CharLMConfig& c, uint64_t seed,
+                                const std::function<bool()>& stop = {}) {
   autograd::NoGradGuard ng;
   m.eval();
   Generator g(seed);
   double sum = 0;
   for (int64_t i = 0; i < c.eval_batches; ++i) {
+    if (stop && stop()) {
+      m.train();
+      return std::nullopt;
+    }
     Tensor x, y;
     data::random_windows(stream, c.batch, c.context, g, x, y);
     sum += cross_entropy(m.forward(x), y).item();
@@ -97,7 +106,7 @@ class CharLMModels : public TrainedModels {
   std::vector<std::string> names() const override { return {""}; }
   nn::Module& model(const std::string&) override { return *model_; }
   std::vector<std::pair<std::string, double>> evaluate(const std::string&) override {
-    return {{"val_loss", eval_loss(*model_, val_, c_, 12345)}};
+    return {{"val_loss", *eval_loss(*model_, val_, c_, 12345)}};
   }
 
  private:
@@ -269,6 +278,13 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   run.track("rng/batches", batches);
   run.track("result/val_loss", last_val);
   run.track("result/train_loss", last_train);
+  // Ctrl-C or SIGTERM during an evaluation cuts it short (a big --eval-batches
+  // takes minutes; a batch system's SIGKILL follows SIGTERM after a grace
+  // period): the checkpoint the stop writes records the step, and the
+  // resumed run evaluates it first, so the log is the one an uninterrupted
+  // run writes. (Not required: older checkpoints lack it.)
+  int64_t eval_pending = 0;
+  run.track("eval/pending", eval_pending, false);
   run.track_constant("tokenizer/codepoints", tok.to_tensor());  // `heed sample` reads it; a changed corpus is refused
   // The text itself: a resume on another one with the same characters would
   // train on other windows (not required: older checkpoints lack it).
@@ -299,9 +315,20 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   });
   fmt::print("{}\n", model->summary());
 
-  auto evaluate_and_log = [&](int64_t step) {
-    last_val = eval_loss(*model, split.val, c, 12345);
-    last_train = eval_loss(*model, split.train, c, 54321);
+  // False when a stop cut the evaluation short (may_stop: the run's last
+  // step is evaluated whole, as its result): nothing logged or kept.
+  auto evaluate_and_log = [&](int64_t step, bool may_stop) {
+    std::function<bool()> stop;
+    if (may_stop) stop = [&run] { return run.stop_requested(); };
+    const std::optional<double> val = eval_loss(*model, split.val, c, 12345, stop);
+    const std::optional<double> train = val ? eval_loss(*model, split.train, c, 54321, stop) : std::nullopt;
+    if (!train) {
+      fmt::print("step {}/{}: evaluation cut short by the stop; a resumed run evaluates step {} first\n", step, c.steps,
+                 step);
+      return false;
+    }
+    last_val = *val;
+    last_train = *train;
     run.log().scalar("val_loss", step, last_val);
     run.log().scalar("train_eval_loss", step, last_train);
     autograd::NoGradGuard ng;
@@ -331,7 +358,12 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     model->keep_attention(false);
     model->train();
     fmt::print("step {}/{}: train loss {:.4f} val loss {:.4f}\n", step, c.steps, last_train, last_val);
+    return true;
   };
+  if (eval_pending > 0) {  // the evaluation a stop cut short
+    evaluate_and_log(eval_pending, false);
+    eval_pending = 0;
+  }
 
   const double tokens = static_cast<double>(c.batch * c.context);
   while (run.next()) {
@@ -355,7 +387,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     run.log().scalar("tokens_per_second", step, tokens / st.seconds());
     run.show_loss("loss", l);
     run.show("grad norm", gn);
-    if (step % c.eval_every == 0 || step == c.steps) evaluate_and_log(step);
+    if ((step % c.eval_every == 0 || step == c.steps) && !evaluate_and_log(step, step < c.steps)) eval_pending = step;
   }
   if (int rc = run.finish()) return rc;
   fmt::print("\nfinal: train loss {:.4f}, validation loss {:.4f}, {}\nlog: {}\ncheckpoint: {}\n"

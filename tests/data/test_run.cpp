@@ -29,6 +29,10 @@ struct Toy {
   int64_t inf_at = 0;  // the step after which the weights are infinite (0: never)
   bool show_losses = true;
   nn::Module* extra = nullptr;  // tracked as "extra" when given
+  int64_t raise_at = 0;         // the step during which SIGINT is raised (0: never)
+  bool asked_before = false, asked_after = false;  // stop_requested() then, just before and after it
+  int64_t later = 7;            // a counter added after the checkpoints were written, when track_later
+  bool track_later = false, later_required = false;
   Run run;
   explicit Toy(int64_t width = 3)
       : model(nn::LinearOptions(width, 2).generator(&init)),
@@ -43,6 +47,7 @@ struct Toy {
     run.track("counter", counter);
     run.track("last", last);
     if (extra) run.track("extra", *extra);
+    if (track_later) run.track("later", later, later_required);
     run.begin([](RunLog& log) { log.declare_scalar("loss"); });
     Tensor x = test::det_tensor({4, model.weight.size(1)}, 5), y = test::det_tensor({4, 2}, 6);
     while (run.next()) {
@@ -54,6 +59,11 @@ struct Toy {
       counter += 2;
       if (run.step() == nan_at) last = std::numeric_limits<double>::quiet_NaN();
       if (run.step() == inf_at) kernel::fill_(model.weight, INFINITY);
+      if (run.step() == raise_at) {
+        asked_before = run.stop_requested();
+        std::raise(SIGINT);  // Ctrl-C within the step (the Run's handler only sets its flag)
+        asked_after = run.stop_requested();
+      }
       run.log().scalar("loss", run.step(), last);
       if (show_losses) run.show_loss("loss", last);
     }
@@ -462,4 +472,31 @@ TEST_CASE("Args: --help shows the range of a bounded option, integer or real, an
   CHECK(line("lr").find("[") == std::string::npos);  // bounded below only: nothing shown
   CHECK(line("mix").find("[0, 1] [0, 1]") == std::string::npos);  // the help says it already: once
   test::check_error([&] { args.parse({"--dropout", "1"}); }, {"--dropout expects a number in [0, 1), got '1'"});
+}
+
+TEST_CASE("Run: stop_requested() tells a step's long work that Ctrl-C came; a counter added later is optional") {
+  test::TempDir d("heed-run-");
+  const std::string ck = d.path + "/s.ckpt.h5";
+  Toy t;
+  CHECK_FALSE(t.run.stop_requested());  // before begin(): no run to stop
+  t.raise_at = 4;
+  REQUIRE(t.go({"--out", d.path + "/s.h5"}) == 130);
+  CHECK_FALSE(t.asked_before);
+  CHECK(t.asked_after);
+  CHECK(t.run.step() == 4);  // the step in progress ended, then the run stopped
+  CHECK(load_checkpoint(ck, "toy").counters.at("step") == 4);
+  CHECK_FALSE(t.run.stop_requested());  // after finish()
+  // A program that tracks one more counter resumes the checkpoint without it
+  // when it is optional, keeping its own value; a required one is refused.
+  Toy opt;
+  opt.track_later = true;
+  REQUIRE(opt.go({"--resume", ck}) == 0);
+  CHECK(opt.later == 7);
+  CHECK(load_checkpoint(ck, "toy").counters.at("later") == 7);  // and saved from then on
+  Toy req;
+  req.track_later = req.later_required = true;
+  Toy again;
+  again.raise_at = 2;
+  REQUIRE(again.go({"--out", d.path + "/r.h5"}) == 130);
+  test::check_error([&] { req.go({"--resume", d.path + "/r.ckpt.h5"}); }, {"does not fit", "missing [counter later]"});
 }

@@ -288,3 +288,43 @@ TEST_CASE("fault matrix: every refused resume names the problem and leaves log a
     }
   }
 }
+
+TEST_CASE("a stop during a long evaluation cuts it short; the resumed run evaluates that step first, as if unstopped") {
+  test::TempDir d("heed-evalstop-");
+  const std::string& p = d.path;
+  // Evaluations at steps 2 and 3 that take about a second each (the steps
+  // themselves milliseconds): a SIGTERM soon after the run begins comes
+  // during the first. (Under AddressSanitizer everything is ~5x slower.)
+#ifdef __SANITIZE_ADDRESS__
+  const std::string batches = "1000";
+#else
+  const std::string batches = "5000";
+#endif
+  const std::vector<std::string> args = {"run", "charlm", "--text", corpus_path(), "--layers", "1", "--heads", "2",
+                                         "--width", "16", "--context", "16", "--batch", "4", "--steps", "3",
+                                         "--eval-every", "2", "--eval-batches", batches};
+  Result ref = run(cat(cat({HEED_CLI_PATH}, args), {"--out", p + "/ref.h5"}), p);
+  INFO("reference: " << ref.out << ref.err);
+  REQUIRE(ref.status == 0);
+
+  const std::string out = p + "/f.out";
+  pid_t pid = start(cat(cat({HEED_CLI_PATH}, args), {"--out", p + "/f.h5"}), out, p + "/f.err");
+  for (int i = 0; i < 5000 && slurp(out).find("logging to") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // steps 1 and 2, into step 2's evaluation
+  kill(pid, SIGTERM);
+  Result stopped{wait_status(pid), slurp(out), slurp(p + "/f.err")};
+  INFO("stopped: " << stopped.out << stopped.err);
+  REQUIRE(stopped.status == 143);
+  CHECK(stopped.out.find("step 2/3: evaluation cut short by the stop; a resumed run evaluates step 2 first") !=
+        std::string::npos);
+  CHECK(stopped.out.find("val loss") == std::string::npos);  // no evaluation was finished
+  CHECK(checkpoint_step(p + "/f.ckpt.h5") == 2);
+
+  Result resumed = run(printed_resume(stopped), p);
+  INFO("resumed: " << resumed.out << resumed.err);
+  REQUIRE(resumed.status == 0);
+  CHECK(resumed.out.find("step 2/3: train loss") != std::string::npos);
+  test::check_same_log(p + "/ref.h5", p + "/f.h5");
+  test::check_same_checkpoint(p + "/ref.ckpt.h5", p + "/f.ckpt.h5", "charlm");
+}
