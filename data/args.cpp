@@ -163,6 +163,8 @@ bool Args::given(const std::string& name) const {
   return false;
 }
 
+void Args::forget_given(const std::string& name) { std::erase(given_, name); }
+
 void Args::assign(const std::string& name, const std::string& value) {
   const Opt* o = find(name);
   if (!o) fail("{}: unknown option '--{}'", command_, name);

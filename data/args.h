@@ -50,6 +50,10 @@ class Args {
   void set_program(std::string program) { program_ = std::move(program); }
   // Whether the option appeared on the command line (not just its default).
   bool given(const std::string& name) const;
+  // Counts the option as not given after all: its value on the command line
+  // stood for one restored from elsewhere (Run: a placeholder given on
+  // resume, data/run.h).
+  void forget_given(const std::string& name);
   // Sets an option from its saved text (a checkpoint's configuration, as
   // values() wrote it; a text option may be empty there); throws naming the
   // option and the value when it does not fit.

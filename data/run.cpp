@@ -289,6 +289,9 @@ void Run::release_log() {
 }
 
 void Run::may_change_on_resume(const std::string& option) { changeable_.insert(option); }
+void Run::resolved_default(const std::string& option, const std::string& placeholder) {
+  placeholders_[option] = placeholder;
+}
 
 namespace {
 // The run_id of the log heed can read at path ("" from heeds before it);
@@ -444,11 +447,19 @@ void Run::restore_config() {
       // holds is the experiment's to check (charlm's corpus fingerprint).
       std::error_code ec;
       if (is_input(k) && (same_file(now[k], v) || !fs::exists(v, ec))) continue;
-      if (!changeable.count(k) && now[k] != (k == "precision" ? canonical_precision(v) : v))
-        throw UsageError(fmt::format("{}: --{} {} contradicts the checkpoint's {} (a resumed run keeps its "
-                                     "configuration; only --{} may change)",
-                                     args_.command(), k, now[k], v, fmt::join(listed, ", --")));
-      continue;
+      // A placeholder stands for the value the run worked out when it began
+      // (the command line it began with, repeated): restored below, as when
+      // the option is left out.
+      const auto placeholder = placeholders_.find(k);
+      if (placeholder != placeholders_.end() && now[k] == placeholder->second) {
+        args_.forget_given(k);
+      } else {
+        if (!changeable.count(k) && now[k] != (k == "precision" ? canonical_precision(v) : v))
+          throw UsageError(fmt::format("{}: --{} {} contradicts the checkpoint's {} (a resumed run keeps its "
+                                       "configuration; only --{} may change)",
+                                       args_.command(), k, now[k], v, fmt::join(listed, ", --")));
+        continue;
+      }
     }
     if (k == "checkpoint") continue;  // the resumed file, unless --checkpoint says otherwise
     try {

@@ -77,6 +77,14 @@ class Run {
   // resumed (like --steps: training for longer). Every other option is
   // restored from the checkpoint, and one given with another value is refused.
   void may_change_on_resume(const std::string& option);
+  // An option of the program's whose value `placeholder` (as args().value()
+  // shows it, e.g. "-1") stands for a default the program works out after
+  // parse() and saves worked out (charlm's --warmup -1: 100 steps, at most a
+  // tenth of --steps). Given on resume, the placeholder means the value the
+  // run began with: it is accepted, the checkpoint's value is restored, and
+  // args().given(option) is false, as when the option is left out. Any other
+  // value is refused unless it is the checkpoint's, as for every option.
+  void resolved_default(const std::string& option, const std::string& placeholder);
   // An option of the program's that names a file it reads (e.g. --text):
   // --out and --checkpoint may not be that file (--init-from is one already).
   // It is recorded by its absolute path, so a resume from another directory
@@ -190,6 +198,7 @@ class Run {
   RunOptions defaults_;
   Args args_;
   std::set<std::string> changeable_;
+  std::map<std::string, std::string> placeholders_;  // resolved_default(): option -> placeholder
   std::vector<std::string> input_options_;  // reads_file()
   bool is_input(const std::string& option) const;
   void check_same_job() const;  // under mpirun: every process's options, data and state shapes are rank 0's

@@ -193,7 +193,8 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
       .integer("batch", &c.batch, "sequences per step", 1, kMaxBatch)
       .real("lr", &c.lr, "peak learning rate", 0.0, 1e300, true)
       .real("min-lr", &c.min_lr, "final learning rate of the cosine schedule", 0.0)
-      .integer("warmup", &c.warmup, "linear warm-up steps (-1: 100, at most a tenth of --steps)", -1)
+      .integer("warmup", &c.warmup,
+               "linear warm-up steps (-1: 100, at most a tenth of --steps; resumed, the run's own)", -1)
       .choice("schedule", &c.schedule, {"cosine", "constant"},
               "learning-rate schedule after warm-up (cosine decays to --min-lr at --steps, which a resumed run may raise)")
       .choice("init", &c.init, {"gpt2", "torch"},
@@ -206,6 +207,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
       .integer("seed", &c.seed, "seed", 0)
       .text("text", &c.text, "UTF-8 text file to train on (default: the King James Bible)");
   run.reads_file("text");
+  run.resolved_default("warmup", "-1");  // resumed, the warm-up the run began with
   if (!run.parse(args, command_line)) return 0;
   c.steps = run.steps();
   if (c.warmup < 0) c.warmup = std::min<int64_t>(100, c.steps / 10);  // saved resolved: a resumed run keeps it

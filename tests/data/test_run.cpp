@@ -6,6 +6,7 @@
 #include <limits>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <vector>
 
 #include "../experiments/resume_check.h"
@@ -33,6 +34,7 @@ struct Toy {
   bool asked_before = false, asked_after = false;  // stop_requested() then, just before and after it
   int64_t later = 7;            // a counter added after the checkpoints were written, when track_later
   bool track_later = false, later_required = false;
+  std::function<void()> after_parse;  // the program's own work between parse() and begin(), when given
   Run run;
   explicit Toy(int64_t width = 3)
       : model(nn::LinearOptions(width, 2).generator(&init)),
@@ -41,6 +43,7 @@ struct Toy {
   // Runs the program with argv; returns finish()'s status.
   int go(const std::vector<std::string>& argv) {
     if (!run.parse(argv)) return 0;
+    if (after_parse) after_parse();
     run.track("model", model);
     run.track("optim", opt);
     run.track("rng/noise", noise);
@@ -121,6 +124,42 @@ TEST_CASE("Run: resume restores the whole configuration; only the run's length a
                     {"--checkpoint", "is the log --out", "two files"});
   test::check_error([&] { Toy().run.parse({"--resume", d.path + "/r.h5"}); }, {"r.h5", "not a heed checkpoint"});
   CHECK_FALSE(fs::exists(d.path + "/x.h5"));
+}
+
+TEST_CASE("Run: a placeholder option given on resume means the value the run began with; another value is refused") {
+  test::TempDir d("heed-run-");
+  const std::string ck = d.path + "/p.ckpt.h5";
+  int64_t warm = -1;
+  // A program whose --warm -1 is worked out from --steps after parse(), as charlm's --warmup.
+  auto program = [&warm](Toy& t) {
+    warm = -1;
+    t.run.args().integer("warm", &warm, "warm-up steps (-1: a fifth of --steps)", -1);
+    t.run.resolved_default("warm", "-1");
+    t.after_parse = [&warm, &t] {
+      if (warm < 0) warm = t.run.steps() / 5;
+    };
+  };
+  Toy first;
+  program(first);
+  REQUIRE(first.go({"--out", d.path + "/p.h5", "--warm", "-1", "--stop-after", "4"}) == 130);
+  CHECK(load_checkpoint(ck, "toy").config.at("warm") == "2");
+  test::check_error([&] {
+    Toy other;
+    program(other);
+    other.run.parse({"--resume", ck, "--warm", "3"});
+  }, {"--warm 3 contradicts the checkpoint's 2"});
+  {
+    Toy same;  // the saved value itself is accepted, and counts as given
+    program(same);
+    REQUIRE(same.run.parse({"--resume", ck, "--warm", "2"}));
+    CHECK(same.run.args().given("warm"));
+  }
+  Toy rest;
+  program(rest);
+  REQUIRE(rest.go({"--resume", ck, "--warm", "-1", "--steps", "20"}) == 0);
+  CHECK(warm == 2);  // the run's own, not a fifth of the new --steps
+  CHECK_FALSE(rest.run.args().given("warm"));
+  CHECK(load_checkpoint(ck, "toy").config.at("warm") == "2");
 }
 
 TEST_CASE("Run: a finished run continues for more steps, and the log has every step once") {

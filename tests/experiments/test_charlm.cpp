@@ -139,10 +139,12 @@ TEST_CASE("charlm: a run on a relative --text resumes from another directory") {
   CHECK(load_checkpoint("a/old.ckpt.h5", "charlm").counter("step") == 30);
 }
 
-TEST_CASE("charlm: a resume shorter than the warm-up the run began with names it, not --warmup") {
+TEST_CASE("charlm: a resume keeps the warm-up the run began with: --warmup -1 given again means it, a shorter "
+          "--steps names it, another --warmup is refused") {
   test::TempDir scratch("heed-charlm-warm-");
   const std::filesystem::path dir = scratch.path;
   const std::string text = (dir / "t.txt").string(), out = (dir / "lm.h5").string();
+  const std::string ck = (dir / "lm.ckpt.h5").string();
   {
     std::ofstream f(text);
     for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog. ";
@@ -152,10 +154,25 @@ TEST_CASE("charlm: a resume shorter than the warm-up the run began with names it
                                    "--batch", "4", "--steps", "200", "--eval-every", "100", "--eval-batches", "1",
                                    "--stop-after", "2", "--out", out},
                                   {"heed"}) == 130);
-  CHECK(load_checkpoint((dir / "lm.ckpt.h5").string(), "charlm").config.at("warmup") == "20");
+  CHECK(load_checkpoint(ck, "charlm").config.at("warmup") == "20");
   const std::string before = test::slurp(out);
-  test::check_error([&] { experiments::run_charlm({"--resume", (dir / "lm.ckpt.h5").string(), "--steps", "10"}, {"heed"}); },
+  test::check_error([&] { experiments::run_charlm({"--resume", ck, "--steps", "10"}, {"heed"}); },
                     {"--steps 10 ends within this run's warm-up of 20 steps", "at least 20"});
+  // --warmup -1 given again means the same warm-up, so the message is the same.
+  test::check_error([&] { experiments::run_charlm({"--resume", ck, "--warmup", "-1", "--steps", "10"}, {"heed"}); },
+                    {"--steps 10 ends within this run's warm-up of 20 steps", "at least 20"});
+  // Any other warm-up contradicts the checkpoint.
+  test::check_error([&] { experiments::run_charlm({"--resume", ck, "--warmup", "5"}, {"heed"}); },
+                    {"--warmup 5 contradicts the checkpoint's 20"});
   CHECK(test::slurp(out) == before);
-  CHECK(experiments::run_charlm({"--resume", (dir / "lm.ckpt.h5").string(), "--steps", "20"}, {"heed"}) == 0);
+  // The command line the run began with, --warmup -1 included, repeated with --resume.
+  REQUIRE(experiments::run_charlm({"--resume", ck, "--text", text, "--layers", "1", "--heads", "2", "--width", "16",
+                                   "--context", "16", "--batch", "4", "--steps", "200", "--warmup", "-1",
+                                   "--eval-every", "100", "--eval-batches", "1", "--stop-after", "4", "--out", out},
+                                  {"heed"}) == 130);
+  Checkpoint at4 = load_checkpoint(ck, "charlm");
+  CHECK(at4.counter("step") == 4);
+  CHECK(at4.config.at("warmup") == "20");
+  CHECK(experiments::run_charlm({"--resume", ck, "--steps", "20", "--warmup=-1"}, {"heed"}) == 0);
+  CHECK(load_checkpoint(ck, "charlm").config.at("warmup") == "20");
 }
