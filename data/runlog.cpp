@@ -21,6 +21,27 @@ double unix_now() {
   gettimeofday(&tv, nullptr);
   return static_cast<double>(tv.tv_sec) + 1e-6 * static_cast<double>(tv.tv_usec);
 }
+
+// A metric's or series' name is an HDF5 path under metrics/ or series/. HDF5
+// reads "a//b", "a/./b" and a trailing '/' as "a/b" (the root's attention
+// layer's "attention/" + "" would be stored as "attention"), and a '\0' ends
+// the name: such a name would be stored under another one, so it is refused.
+void check_name(const std::string& log, const char* kind, const std::string& name) {
+  std::string problem;
+  if (name.empty()) problem = "is empty";
+  else if (name.find('\0') != std::string::npos) problem = "holds a NUL character";
+  else if (name.front() == '/') problem = "starts with '/'";
+  else if (name.back() == '/') problem = "ends with '/'";
+  else if (name.find("//") != std::string::npos) problem = "holds '//'";
+  else if (name == "." || name.starts_with("./") || name.ends_with("/.") || name.find("/./") != std::string::npos)
+    problem = "has a part '.'";
+  if (problem.empty()) return;
+  std::string shown;  // the name as written in C++, a NUL as \0 (a message ends at a NUL)
+  for (char c : name) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
+  fail("RunLog{}: {} name '{}' {}; expected parts joined by single '/', none of them empty or '.' (e.g. "
+       "'train_loss', 'attention/blocks.0.attn')",
+       log.empty() ? "" : " '" + log + "'", kind, shown, problem);
+}
 }  // namespace
 
 struct RunLog::Impl {
@@ -241,6 +262,7 @@ void RunLog::set_attr(const std::string& name, const h5::Attr& value, const std:
 }
 
 void RunLog::declare_scalar(const std::string& name) {
+  check_name(path(), "metric", name);  // on every process of a job alike, a discarding log's too
   if (!impl_) return;  // a discarding log
   impl_->require(false, "declare_scalar");
   Impl::Ds d;
@@ -250,6 +272,7 @@ void RunLog::declare_scalar(const std::string& name) {
 }
 
 void RunLog::declare_series(const std::string& name, const Shape& item) {
+  check_name(path(), "series", name);  // on every process of a job alike, a discarding log's too
   if (!impl_) return;  // a discarding log
   impl_->require(false, "declare_series");
   Impl::Ds d;

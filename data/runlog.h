@@ -49,6 +49,10 @@ class RunLog {
 
   // ---- schema: before begin() ----
   void set_attr(const std::string& name, const h5::Attr& value, const std::string& object = "/");
+  // A metric's or series' name is a path of parts joined by single '/'
+  // ("train_loss", "attention/blocks.0.attn"); a name that is empty, starts
+  // or ends with '/', holds "//" or a part "." is refused (HDF5 would store
+  // it under another name).
   void declare_scalar(const std::string& name);
   void declare_series(const std::string& name, const Shape& item_shape);
   void write_tensor(const std::string& path, const Tensor& t);

@@ -37,4 +37,11 @@ std::vector<std::pair<std::string, Tensor>> KeepAttention::maps() const {
   return r;
 }
 
+std::vector<std::pair<std::string, Tensor>> KeepAttention::maps(const std::string& prefix) const {
+  std::vector<std::pair<std::string, Tensor>> r = maps();
+  if (prefix.empty()) return r;
+  for (auto& named : r) named.first = named.first.empty() ? prefix : prefix + "/" + named.first;
+  return r;
+}
+
 }  // namespace heed::nn

@@ -7,8 +7,8 @@
 //     model.eval();                    // no dropout: logging draws nothing from
 //     model(probe);                    // the generator, so it cannot change training
 //     model.train();
-//     for (const auto& [name, map] : keep.maps())
-//       run.log().series("attention/" + name, run.step(), map);
+//     for (const auto& [name, map] : keep.maps("attention"))
+//       run.log().series(name, run.step(), map);  // "attention/blocks.0.attn", ...
 //   }                                  // keeping off again, the maps freed
 //
 // (heed plot draws a log's series named like attention maps.)
@@ -39,10 +39,16 @@ class KeepAttention {
   KeepAttention& operator=(const KeepAttention&) = delete;
 
   // (name, map) of every attention layer, in the order of root's children:
-  // names as in root's state_dict ("blocks.0.attn"; "" for root itself). A
-  // layer that has not run since this object began (also one that was
-  // keeping already, with an older map) has an undefined map.
+  // names as in root's state_dict ("blocks.0.attn"; "" for root itself, when
+  // root is an attention layer). A layer that has not run since this object
+  // began (also one that was keeping already, with an older map) has an
+  // undefined map.
   std::vector<std::pair<std::string, Tensor>> maps() const;
+  // The same with each name under prefix, as a log's series are named:
+  // prefix + "/" + name ("attention/blocks.0.attn"), and prefix itself for
+  // root ("attention": the maps of a model that is one attention layer;
+  // "attention/" is no name RunLog takes). An empty prefix gives maps().
+  std::vector<std::pair<std::string, Tensor>> maps(const std::string& prefix) const;
   // How many attention layers root holds (0: none, and maps() is empty).
   size_t size() const { return layers_.size(); }
 

@@ -71,6 +71,46 @@ TEST_CASE("runlog: misuse is refused with a message naming the problem") {
   test::check_error([] { h5::File("/nonexistent.h5", h5::File::Mode::read); }, {"cannot open", "/nonexistent.h5"});
 }
 
+TEST_CASE("runlog: a metric or series name HDF5 would store under another name is refused, naming it") {
+  std::string path = temp_path("names.h5");
+  RunLog log = RunLog::create(path);
+  RunLog discard = RunLog::discard();  // another process of a job refuses the same names
+  for (RunLog* l : {&log, &discard}) {
+    for (const char* kind : {"metric", "series"}) {
+      auto declare = [&](const std::string& name) {
+        if (std::string(kind) == "metric") l->declare_scalar(name);
+        else l->declare_series(name, {2});
+      };
+      for (const auto& [name, problem] : std::vector<std::pair<std::string, std::string>>{
+               {"", "is empty"},
+               {"attention/", "ends with '/'"},
+               {"/attention", "starts with '/'"},
+               {"attention//maps", "holds '//'"},
+               {"attention/./maps", "has a part '.'"},
+               {".", "has a part '.'"},
+               {std::string("a\0b", 3), "holds a NUL character"}}) {
+        const std::string shown = name.size() == 3 && name[1] == '\0' ? "a\\0b" : name;
+        INFO(kind << " '" << shown << "'");
+        test::check_error([&] { declare(name); },
+                          {std::string(kind) + " name '" + shown + "' " + problem, "expected parts joined by single '/'"});
+      }
+    }
+  }
+  // Every name the bundled experiments log is taken.
+  for (const char* name : {"train_loss", "attention/pair_score", "cnn/test_mse", "charlm/uniform/bits_per_weight",
+                           "attention/layer0/same_phase_best_head", "tokens_per_second"})
+    log.declare_scalar(name);
+  for (const char* name : {"attention/layer0/maps", "heads/entropy", "attention/output", "attention/maps",
+                           "prev_token_attention", "attention/blocks.0.attn", "attention", "a..b/.c/d."})
+    log.declare_series(name, {2});
+  log.begin();
+  log.series("attention", 1, Tensor::zeros({2}));
+  log.close();
+  h5::File f(path, h5::File::Mode::read);
+  CHECK(f.dataset_shape("series/attention/values") == Shape{1, 2});
+  CHECK(f.dataset_shape("series/a..b/.c/d./values") == Shape{0, 2});
+}
+
 TEST_CASE("runlog: a reader sees flushed rows while the writer runs, and they survive kill -9") {
   std::string path = temp_path("live.h5");
   int ready[2], go[2];

@@ -1,8 +1,13 @@
 // tests/layers/test_attention_maps.cpp: nn::KeepAttention finds every
 // attention layer of a user's own stack, names them as the state dict does,
-// hands back each forward's maps, and restores what it changed.
+// hands back each forward's maps, and restores what it changed; the
+// recipe that logs them names every series as it is stored.
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "data/h5.h"
+#include "data/runlog.h"
 #include "layers/module_check.h"
 
 using namespace heed;
@@ -103,4 +108,49 @@ TEST_CASE("layers: KeepAttention hands back every attention layer's maps by name
     CHECK(maps[i].first == fmt::format("blocks.{}.attn", i));
     CHECK(test::max_diff(maps[i].second, own[i]) == 0.0);
   }
+}
+
+TEST_CASE("layers: KeepAttention's maps under a prefix name a bare attention layer by the prefix, its log series too") {
+  Generator g(5);
+  Stack stack(g);
+  MultiHeadAttention bare(MultiHeadAttentionOptions(8, 2).causal(true).generator(&g));
+  Tensor x = test::det_tensor({2, 4, 8}, 2);
+  KeepAttention keep_stack(stack), keep_bare(bare);
+  stack.forward(test::det_tensor({2, 4, 3}, 1));
+  bare.forward(x);
+  // The state dict's path of root is "": under a prefix, the prefix alone.
+  REQUIRE(keep_bare.maps().size() == 1);
+  CHECK(keep_bare.maps()[0].first == "");
+  const auto bare_maps = keep_bare.maps("attention");
+  REQUIRE(bare_maps.size() == 1);
+  CHECK(bare_maps[0].first == "attention");
+  CHECK(bare_maps[0].second.shape() == Shape{2, 2, 4, 4});
+  std::vector<std::string> names;
+  for (const auto& [name, map] : keep_stack.maps("attention")) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"attention/blocks.0.attn", "attention/blocks.1.attn", "attention/mix"});
+  CHECK(keep_stack.maps("")[0].first == "blocks.0.attn");
+  // The recipe of layers/attention_maps.h, for both models: every series is
+  // stored under the name it was logged by.
+  const std::string path = test::temp_path("keep_attention_recipe.h5");
+  {
+    RunLog log = RunLog::create(path);
+    for (const auto& [name, map] : bare_maps) log.declare_series(name, map.shape());
+    for (const auto& [name, map] : keep_stack.maps("stack")) log.declare_series(name, map.shape());
+    // The recipe before maps(prefix), "attention/" + name, names root "attention/".
+    test::check_error([&] { log.declare_series("attention/" + keep_bare.maps()[0].first, {2}); },
+                      {"series name 'attention/'", "ends with '/'"});
+    log.begin();
+    for (const auto& [name, map] : bare_maps) log.series(name, 7, map);
+    for (const auto& [name, map] : keep_stack.maps("stack")) log.series(name, 7, map);
+    log.close();
+  }
+  {
+    h5::File f(path, h5::File::Mode::read);
+    CHECK(f.dataset_shape("series/attention/values") == Shape{1, 2, 2, 4, 4});
+    CHECK(f.dataset_shape("series/stack/blocks.1.attn/values") == Shape{1, 2, 4, 4, 4});
+  }
+  RunLog again = RunLog::resume(path, 7);  // reads its series back by the names they were logged by
+  again.series("attention", 8, bare_maps[0].second);
+  again.series("stack/mix", 8, keep_stack.maps("stack")[2].second);
+  again.close();
 }
