@@ -28,7 +28,11 @@ What is drawn depends on the log's `experiment` attribute:
            float32 model dashed
   timeseries, crossattn   see heed_plot_signals.py
   other    metrics.png, every metric of the log
-A dataset that is missing (a CNN-only run has no attention maps) is skipped.
+A dataset that is missing (a CNN-only run has no attention maps) is skipped,
+as is one whose shape is not the experiment's. Then, for every log, each
+series named like attention maps that no figure above drew (a user's own
+program's, whatever its experiment is called) gets a figure of its own,
+named after the series (see plot_series_maps).
 
 Figures are saved at a fixed size (FIG_DPI times the sizes below, no tight
 cropping) so the tests know each PNG's pixel size.
@@ -201,6 +205,16 @@ def fixed(f, path):
 
 
 # ---- drawing helpers -----------------------------------------------------------
+
+class Written(list):
+    """The files written, in order, and in .series the names of the series
+    drawn into them (or known not to be maps): plot_series_maps draws the
+    log's other attention series after the experiment's figures."""
+
+    def __init__(self):
+        super().__init__()
+        self.series = set()
+
 
 def new_figure(size):
     import matplotlib.pyplot as plt
@@ -416,6 +430,7 @@ def shapes_sample(f, i, models, out_dir, written):
         ax.plot(x, out[i, 0], color=model_colour(m, j), lw=1.6, label=f"{m} output")
         curves.append(out[i, 0])
         steps.append(step)
+        written.series.add(f"{m}/output")
     top = max(float(np.max(c)) for c in curves)
     unit = 0.07 * max(top, 1.0)
     bottom = Shapes(f, i).draw_on_signal(ax, -unit, unit, length)
@@ -435,7 +450,7 @@ def shapes_attention(f, i, out_dir, written):
     import numpy as np
     from matplotlib.lines import Line2D
     last = series_last(f, "attention/maps")
-    if last is None or len(last[1]) <= i:
+    if last is None or last[1].ndim != 3 or len(last[1]) <= i:  # [samples, T, T]
         return
     step, maps = last
     a = np.asarray(maps[i], dtype=np.float64)  # [T, T]: row = query, column = key
@@ -485,6 +500,7 @@ def shapes_attention(f, i, out_dir, written):
     ax_in.legend(handles=kind_legend_handles([partner_cell]), loc="upper left", fontsize=8, ncol=3,
                  framealpha=0.85)
     save(fig, out_dir, f"attention_{i}.png", written)
+    written.series.add("attention/maps")
 
 
 def plot_shapes(f, out_dir, written):
@@ -583,7 +599,7 @@ def heatmap_grid(maps, panels, vmax, title):
 def lm_attention(f, layer, out_dir, written):
     import numpy as np
     last = series_last(f, f"attention/layer{layer}/maps")
-    if last is None:
+    if last is None or last[1].ndim != 3:  # [H, T, T]
         return
     step, maps = last
     maps = np.asarray(maps, dtype=np.float64)  # [H, T, T]
@@ -607,6 +623,7 @@ def lm_attention(f, layer, out_dir, written):
     shown = probe if len(probe) <= 60 else probe[:57] + "..."
     fig.suptitle(f"layer {layer} attention at step {step}" + (f": {shown!r}" if probe else ""))
     save(fig, out_dir, f"attention_layer{layer}.png", written)
+    written.series.add(f"attention/layer{layer}/maps")
 
 
 def series_all(f, name):
@@ -657,6 +674,7 @@ def lm_heads(f, out_dir, written):
         ax.axis("off")
     fig.suptitle(f"what each head does, on fixed validation windows, at step {rows[0][2]}")
     save(fig, out_dir, "heads.png", written)
+    written.series.update(f"heads/{name}" for _, name, _, _ in rows)
 
 
 def plot_attend(f, out_dir, written):
@@ -720,9 +738,13 @@ def plot_scaling(f, out_dir, written):
         axes[0].legend()
         fig.suptitle("q, k with N(0, 1) entries: what the softmax sees as d_k grows")
         save(fig, out_dir, "saturation.png", written)
+    # prev_token_attention ([2, seeds]: per variant and seed, the attention
+    # mass on the previous token) is a score, not a map: no figure draws it.
+    written.series.add("prev_token_attention")
     loss, acc = series_all(f, "losses"), series_all(f, "accuracy")
     if loss is None:
         return
+    written.series.update(("losses", "accuracy"))
     fig = new_figure((12, 4.5))
     ax1, ax2 = fig.subplots(1, 2)
     steps, values = loss
@@ -853,10 +875,25 @@ def plot_metrics(f, out_dir, written):
     save(fig, out_dir, "metrics.png", written)
 
 
+def map_panel_title(name, lead, k):
+    """The title of panel k of a series' maps whose leading dimensions (those
+    before [T, S]) are lead: [N, H] as KeepAttention gives a
+    MultiHeadAttention's maps is "batch b, head h"."""
+    import numpy as np
+    if not lead or int(np.prod(lead)) == 1:
+        return name
+    index = [int(i) for i in np.unravel_index(k, lead)]
+    if len(lead) == 2:
+        return f"batch {index[0]}, head {index[1]}"
+    return str(index[0]) if len(lead) == 1 else "[" + ", ".join(map(str, index)) + "]"
+
+
 def plot_series_maps(f, out_dir, written):
-    """Any other log: every series named like attention maps (a name with
-    "attention" or ending in "maps", values [..., T, S] per row) drawn at its
-    last logged step, one panel per leading index (head)."""
+    """Every series named like attention maps (a name with "attention" or
+    ending in "maps", values [..., T, S] per row) that no figure drew yet
+    (written.series), drawn at its last logged step, one panel per leading
+    index: a user's own program's maps, also in a log whose experiment is
+    called like a bundled one."""
     import h5py
     import numpy as np
     g = f.get("series")
@@ -866,7 +903,7 @@ def plot_series_maps(f, out_dir, written):
     g.visit(lambda n: names.append(n[:-len("/values")]) if n.endswith("/values") and isinstance(g[n], h5py.Dataset)
             else None)
     for name in sorted(names):
-        if "attention" not in name and not name.endswith("maps"):
+        if ("attention" not in name and not name.endswith("maps")) or name in written.series:
             continue
         last = series_last(f, name)
         if last is None:
@@ -875,17 +912,27 @@ def plot_series_maps(f, out_dir, written):
         maps = np.asarray(maps, dtype=np.float64)
         if maps.ndim < 2 or min(maps.shape[-2:]) < 2:
             continue
+        lead = maps.shape[:-2]
         maps = maps.reshape(-1, maps.shape[-2], maps.shape[-1])
         panels = min(maps.shape[0], 16)
         vmax = max(float(np.nanmax(maps[:panels])), 1e-12)
-        fig, axes, im, _, _ = heatmap_grid(maps, panels, vmax, lambda h: f"{h}" if panels > 1 else name)
+        fig, axes, im, _, _ = heatmap_grid(maps, panels, vmax, lambda k: map_panel_title(name, lead, k))
         for ax in axes[:panels]:
             ax.set_xlabel("key (column)")
             ax.set_ylabel("query (row)")
         fig.colorbar(im, ax=list(axes), shrink=0.9, label="attention weight")
         more = f" (the first 16 of {maps.shape[0]})" if maps.shape[0] > 16 else ""
         fig.suptitle(f"{name} at step {step}{more}")
-        save(fig, out_dir, re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".png", written)
+        # A name of its own beside the experiment's figures (a series
+        # attention/layer0 beside charlm's attention_layer0.png).
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+        taken = {os.path.basename(p) for p in written}
+        file, k = stem + ".png", 1
+        while file in taken:
+            k += 1
+            file = f"{stem}_{k}.png"
+        save(fig, out_dir, file, written)
+        written.series.add(name)
 
 
 # ---- main --------------------------------------------------------------------------
@@ -906,7 +953,7 @@ def plot(path, out_dir=None):
             os.makedirs(out_dir, exist_ok=True)
         except OSError as e:
             die(f"plot: cannot create the directory '{out_dir}': {e.strerror}")
-        written = []
+        written = Written()
         experiment = text_attr(f, "experiment", "")
         if experiment == "shapes":
             plot_shapes(f, out_dir, written)
@@ -921,9 +968,10 @@ def plot(path, out_dir=None):
         elif experiment in ("timeseries", "crossattn"):
             import heed_plot_signals
             heed_plot_signals.PLOTTERS[experiment](f, out_dir, written)
-        else:  # a user's own program: its metrics, and its attention maps by their names
+        else:  # a user's own program: its metrics
             plot_metrics(f, out_dir, written)
-            plot_series_maps(f, out_dir, written)
+        # Attention maps by their names: every log's that no figure above drew.
+        plot_series_maps(f, out_dir, written)
         if not written:
             print(f"plot: '{path}' holds nothing to draw yet", file=sys.stderr)
         return written

@@ -146,6 +146,7 @@ def ts_forecast(f, i, models, out_dir, written):
         steps.append(last[0])
         # Position t forecasts t + 1: drawn where it lands.
         ax.plot(np.arange(1, length + 1), last[1][i], color=model_colour(m, j), lw=1.5, label=f"{m} forecast")
+        written.series.add(f"{m}/output")
     first = text_attr(f, "first_scored_position")
     if first is not None:
         ax.axvline(int(first) + 0.5, color="0.3", lw=0.8, ls=":", label="scored from here")
@@ -163,7 +164,7 @@ def ts_attention_signal(f, i, out_dir, written):
     import numpy as np
     last = series_last(f, "attention/maps")
     x = fixed(f, "samples/input")
-    if last is None or x is None or len(last[1]) <= i:
+    if last is None or last[1].ndim != 5 or x is None or len(last[1]) <= i:  # [signals, layers, H, T, T]
         return
     step, maps = last
     maps = np.asarray(maps[i], dtype=np.float64)  # [layers, H, T, T]
@@ -206,12 +207,13 @@ def ts_attention_signal(f, i, out_dir, written):
         axl.grid(True, alpha=0.3)
     axes[-1].set_xlabel("key position")
     save(fig, out_dir, f"attention_signal_{i}.png", written)
+    written.series.add("attention/maps")
 
 
 def ts_attention_maps(f, out_dir, written):
     import numpy as np
     last = series_last(f, "attention/maps")
-    if last is None or len(last[1]) == 0:
+    if last is None or last[1].ndim != 5 or len(last[1]) == 0:  # [signals, layers, H, T, T]
         return
     step, maps = last
     maps = np.asarray(maps[0], dtype=np.float64)  # [layers, H, T, T]
@@ -235,6 +237,7 @@ def ts_attention_maps(f, out_dir, written):
     fig.suptitle(f"test signal 0" + (f" (period {float(period[0]):.2f})" if period is not None else "") +
                  f": attention at step {step}")
     save(fig, out_dir, "attention_maps.png", written)
+    written.series.add("attention/maps")
 
 
 def plot_timeseries(f, out_dir, written):
@@ -277,8 +280,9 @@ def ca_sample(f, i, vocabulary, out_dir, written):
         return
     length = signal.shape[-1]
     half = int(text_attr(f, "half_width", "4"))
-    last_maps = series_last(f, "attention/maps")
-    maps = np.asarray(last_maps[1][i], dtype=np.float64) if last_maps and len(last_maps[1]) > i else None
+    last_maps = series_last(f, "attention/maps")  # [samples, layers, H, T, S]
+    maps = (np.asarray(last_maps[1][i], dtype=np.float64)
+            if last_maps and last_maps[1].ndim == 5 and len(last_maps[1]) > i else None)
     layers, heads = (maps.shape[0], maps.shape[1]) if maps is not None else (0, 0)
     tokens = fixed(f, "samples/tokens")
     s = tokens.shape[-1] if tokens is not None else 0
@@ -318,6 +322,10 @@ def ca_sample(f, i, vocabulary, out_dir, written):
             axm.set_ylabel(f"layer {layer}\nhead {h}")
     axes[-1].set_xlabel("signal position (query); colour: attention weight on each token, 0 (dark) to 1 (yellow)")
     save(fig, out_dir, f"sample_{i}.png", written)
+    if out is not None and len(out[1]) > i:
+        written.series.add("output")
+    if maps is not None:
+        written.series.add("attention/maps")
 
 
 def plot_crossattn(f, out_dir, written):

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """plot.renders: `heed plot` draws every figure of a real shapes log, of a
 CNN-only log, of a language-model log and of a quantization sweep's log
-(`heed run compression`) that follow docs/log-format.md, and of small
-timeseries and crossattn runs, and each PNG decodes with the size
-heed_plot.py gives it.
+(`heed run compression`) that follow docs/log-format.md, of small
+timeseries, crossattn and scaling runs, and of a user's own program's logs
+(also ones whose experiment is called like a bundled one: the user's
+attention series are drawn too, their panels named by batch and head), and
+each PNG decodes with the size heed_plot.py gives it.
 
     /usr/bin/python3 tests/experiments/test_plot_renders.py path/to/heed
 
@@ -140,6 +142,37 @@ try:
                {"metrics.png": (1200, 350), "blocks_0_attention.png": (800, 450),
                 "blocks_1_attention.png": (800, 450)})
 
+    # ---- a user's own program whose heed::Run is called like a bundled
+    # experiment: that experiment's figures, then every attention series of
+    # the user's they did not draw (panel titles: checked below) ----
+    def user_log(path, experiment, series):
+        """A log with one metric and two rows of each series (name -> shape of a row's maps)."""
+        with h5py.File(path, "w", libver="latest") as f:
+            f.attrs["experiment"] = experiment
+            f.attrs["heed_log_format"] = 1
+            steps = np.arange(1, 21, dtype=np.float64)
+            f["metrics/train_loss"] = np.stack([steps, 2.0 / steps, steps * 0.1], axis=1)
+            for name, shape in series.items():
+                scores = rng.standard_normal((2,) + shape)
+                maps = np.exp(scores - scores.max(-1, keepdims=True))
+                f[f"series/{name}/values"] = (maps / maps.sum(-1, keepdims=True)).astype(np.float32)
+                f[f"series/{name}/step"] = np.array([10, 20], dtype=np.int64)
+
+    named_charlm, named_shapes = os.path.join(TMP, "named_charlm.h5"), os.path.join(TMP, "named_shapes.h5")
+    user_log(named_charlm, "charlm", {
+        "attention/blocks.0.attn": (2, 2, 8, 8),  # nn::KeepAttention's [N, H, T, S]: 4 panels
+        "attention/layer0/maps": (2, 6, 6),       # charlm's own [H, T, T]: its attention_layer0.png
+        "attention/layer1/maps": (1, 3, 6, 6),    # charlm's name, not its shape: drawn as the user's
+        "attention/layer0": (2, 5, 5)})           # a file name charlm's figures took already
+    check_pngs(os.path.join(TMP, "named_charlm_plots"), plot(named_charlm),
+               {"losses.png": (1200, 800), "attention_layer0.png": (800, 450),
+                "attention_blocks.0.attn.png": (1600, 450), "attention_layer1_maps.png": (1200, 450),
+                "attention_layer0_2.png": (800, 450)})
+    # A model that is one attention layer: KeepAttention::maps("attention") names its series "attention".
+    user_log(named_shapes, "shapes", {"attention": (1, 2, 6, 6)})
+    check_pngs(os.path.join(TMP, "named_shapes_plots"), plot(named_shapes),
+               {"losses.png": (1200, 450), "attention.png": (800, 450)})
+
     # ---- a quantization sweep's log in the documented schema (heed run compression) ----
     comp = os.path.join(TMP, "comp.h5")
     methods, bits = ["uniform", "hadamard", "gaussian", "e8", "lplr"], [2, 3, 4, 8]
@@ -189,6 +222,7 @@ try:
     import matplotlib.figure
 
     drawn = []
+    titles = {}  # figure -> its panels' titles
     real_savefig = matplotlib.figure.Figure.savefig
 
     def inspecting_savefig(fig, path, *args, **kwargs):
@@ -205,6 +239,7 @@ try:
                     check(line.get_marker() not in (None, "", " ", "None", "none"),
                           f"{name}, panel {k} ({ax.get_title()!r}): a line through one point without a marker")
         drawn.append(name)
+        titles[name] = [ax.get_title() for ax in fig.axes if ax.get_title()]
         return real_savefig(fig, path, *args, **kwargs)
 
     one_row = []
@@ -221,9 +256,13 @@ try:
     r = run(["run", "scaling", "--dk-max", "16", "--queries", "8", "--keys", "8", "--seeds", "2", "--dim", "16",
              "--steps", "20", "--eval-every", "10", "--out", scaling])
     check(r.returncode == 0, f"heed run scaling exited {r.returncode}: {r.stderr}")
+    # Its series prev_token_attention ([2, seeds]) is a score, not a map: no figure of its own.
+    check_pngs(os.path.join(TMP, "scaling_plots"), plot(scaling),
+               {"saturation.png": (1200, 800), "training.png": (1200, 450)})
     matplotlib.figure.Figure.savefig = inspecting_savefig
     try:
-        for source in [log, cnn, lm, comp, scaling] + [os.path.join(TMP, n + ".h5") for n in ("timeseries", "crossattn")] + one_row:
+        for source in ([log, cnn, lm, comp, scaling, named_charlm, named_shapes] +
+                       [os.path.join(TMP, n + ".h5") for n in ("timeseries", "crossattn")] + one_row):
             try:
                 heed_plot.plot(source, os.path.join(TMP, "inspected", os.path.basename(source)))
             except SystemExit as e:  # heed_plot.die
@@ -231,6 +270,15 @@ try:
     finally:
         matplotlib.figure.Figure.savefig = real_savefig
     check(len(drawn) >= 40, f"only {len(drawn)} figures inspected")
+    # A map with batch and head dimensions says which panel is which.
+    for figure, expected in (
+            ("named_charlm.h5/attention_blocks.0.attn.png",
+             ["batch 0, head 0", "batch 0, head 1", "batch 1, head 0", "batch 1, head 1"]),
+            ("named_charlm.h5/attention_layer1_maps.png", ["batch 0, head 0", "batch 0, head 1", "batch 0, head 2"]),
+            ("named_charlm.h5/attention_layer0_2.png", ["0", "1"]),
+            ("named_shapes.h5/attention.png", ["batch 0, head 0", "batch 0, head 1"])):
+        got = titles.get(os.path.join("inspected", figure))
+        check(got == expected, f"{figure}: panel titles {got}, expected {expected}")
     with h5py.File(sine, "r", libver="latest", swmr=True) as f:
         check(len(f["metrics/final_mse"]) == 1, "the sine log's final_mse does not have one row: the case is not tested")
 
