@@ -54,6 +54,18 @@ def run(args, np_=2, timeout=300, program=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=TMP)
 
 
+def rank_pid(name, rank, mpirun_pid):
+    """The pid of the process of that rank whose command line holds name, or None."""
+    for x in subprocess.run(["pgrep", "-f", name], capture_output=True, text=True).stdout.split():
+        try:
+            with open(f"/proc/{x}/environ", "rb") as f:
+                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0") and int(x) != mpirun_pid:
+                    return int(x)
+        except OSError:
+            pass
+    return None
+
+
 def metric(log, name):
     with h5py.File(log, "r") as f:
         return f["metrics/" + name][:, :2]
@@ -220,13 +232,7 @@ try:
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=TMP)
     rank0 = None
     for _ in range(3000):
-        for x in subprocess.run(["pgrep", "-f", "term.h5"], capture_output=True, text=True).stdout.split():
-            try:
-                with open(f"/proc/{x}/environ", "rb") as f:
-                    if b"OMPI_COMM_WORLD_RANK=0" in f.read().split(b"\0") and int(x) != p.pid:
-                        rank0 = int(x)
-            except OSError:
-                pass
+        rank0 = rank0 or rank_pid("term.h5", 0, p.pid)
         if rank0 and os.path.exists(os.path.join(TMP, "term.h5")):
             break
         time.sleep(0.01)
@@ -242,6 +248,43 @@ try:
     except subprocess.TimeoutExpired:
         p.kill()
         check(False, "the job hung after SIGTERM to rank 0")
+
+    # ---- SIGTERM during an evaluation: every process cuts it at the same batch -------------
+    # (Run::stop_requested sums the flag over the processes); the resumed job
+    # evaluates that step first, and its log is the unstopped job's.
+    # Evaluations of ~2 s each (the sanitized build's are slower per batch).
+    batches = "6000" if "ASAN_OPTIONS" in ENV else "24000"
+    EV = ["run", "charlm", "--text", corpus, "--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
+          "--batch", "4", "--steps", "3", "--eval-every", "2", "--eval-batches", batches, "--threads", "1"]
+    ref = run(EV + ["--out", os.path.join(TMP, "evref.h5")])
+    check(ref.returncode == 0, f"charlm with long evaluations, 2 processes: exit {ref.returncode} {ref.stderr[-300:]}")
+    p = subprocess.Popen(MPIRUN + [HEED] + EV + ["--out", os.path.join(TMP, "evcut.h5")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ENV, cwd=TMP)
+    rank1 = None
+    for _ in range(3000):
+        rank1 = rank1 or rank_pid("evcut.h5", 1, p.pid)
+        if rank1 and os.path.exists(os.path.join(TMP, "evcut.h5")):
+            break
+        time.sleep(0.01)
+    time.sleep(0.5)  # steps 1 and 2 take milliseconds: into step 2's evaluation
+    check(rank1 is not None, "found the rank-1 process")
+    if rank1:
+        os.kill(rank1, signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=120)
+        check(p.returncode == 128 + signal.SIGTERM and "step 2/3: evaluation cut short" in out
+              and "stopped at step 2/3" in out,
+              f"SIGTERM to rank 1 during an evaluation cuts it short on both and stops the job at step 2: "
+              f"{p.returncode} {out.strip()[-300:]} {err.strip()[-300:]}")
+        again = run(["run", "charlm", "--resume", os.path.join(TMP, "evcut.ckpt.h5")])
+        check(again.returncode == 0 and "step 2/3: train loss" in again.stdout,
+              f"the resumed job evaluates step 2 first: exit {again.returncode} {again.stderr.strip()[-300:]}")
+        same = all(np.array_equal(metric(os.path.join(TMP, "evref.h5"), m), metric(os.path.join(TMP, "evcut.h5"), m))
+                   for m in ("train_loss", "val_loss", "train_eval_loss"))
+        check(same, "the stopped and resumed job's losses and evaluations equal the unstopped job's")
+    except subprocess.TimeoutExpired:
+        p.kill()
+        check(False, "the job hung after SIGTERM during an evaluation")
 
     # ---- what runs after the training: rank 0's alone --------------------------------------
     comp = run(["run", "compression", "--charlm", os.path.join(TMP, "ref.ckpt.h5"), "--methods", "uniform",

@@ -296,9 +296,9 @@ TEST_CASE("a stop during a long evaluation cuts it short; the resumed run evalua
   // themselves milliseconds): a SIGTERM soon after the run begins comes
   // during the first. (Under AddressSanitizer everything is ~5x slower.)
 #ifdef __SANITIZE_ADDRESS__
-  const std::string batches = "1000";
+  const std::string batches = "2000";
 #else
-  const std::string batches = "5000";
+  const std::string batches = "10000";
 #endif
   const std::vector<std::string> args = {"run", "charlm", "--text", corpus_path(), "--layers", "1", "--heads", "2",
                                          "--width", "16", "--context", "16", "--batch", "4", "--steps", "3",
