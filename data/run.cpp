@@ -399,6 +399,13 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
                                               : fmt::format("with mpirun -np {}", procs)));
     run_id_ = resume_ck_->run_id;
     restore_config();
+    // Before the program checks its own options against --steps (charlm's
+    // warm-up): a --steps short of the checkpoint is this.
+    const int64_t at = ck.counter("step");
+    if (at < 0 || at > steps_)
+      throw UsageError(fmt::format("{}: checkpoint '{}' is at step {}, beyond this run's {} steps (the length may "
+                                   "only grow on resume)",
+                                   args_.command(), resume_, at, steps_));
   }
   check_paths();
   if (resuming()) check_resumed_log();
@@ -668,10 +675,7 @@ void Run::track_constant(const std::string& name, const Tensor& value, bool requ
 void Run::restore_state() {
   const Checkpoint& ck = *resume_ck_;
   const std::string where = fmt::format("{}: checkpoint '{}'", args_.command(), resume_);
-  step_ = ck.counter("step");
-  if (step_ < 0 || step_ > steps_)
-    throw UsageError(fmt::format("{} is at step {}, beyond this run's {} steps (the length may only grow on resume)",
-                                 where, step_, steps_));
+  step_ = ck.counter("step");  // within the run's length (parse())
   std::set<std::string> used;
   std::vector<std::string> missing;
   for (const Entry& e : entries_) {
@@ -775,6 +779,8 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     fail("Run::begin: call parse() first (parse(argc, argv), or parse({{}}) for a program without options): it sets "
          "the log and checkpoint paths and checks them");
   if (steps_ < 1 && !resuming()) fail("{}: the run has no steps (RunOptions::steps or set_steps)", args_.command());
+  for (const auto& [pending, datasets] : owed_)
+    if (!counters_.count(pending)) fail("Run::owed_work: '{}' is not a counter the run tracks", pending);
   check_same_job();
   // State that is not finite in the program's own model before any step
   // (a mask buffer of -inf, say) is the model's, not a divergence.
@@ -813,10 +819,14 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     make_directories();
     if (new_log_) {
       start_log(fmt::format("the run of checkpoint '{}' from step {}", resume_, step_));
-      fmt::print("resumed from {} at step {}/{} into a new log, {} (it holds the steps after {})\n", resume_, step_,
+      fmt::print("resumed from {} at step {}/{} into a new log, {} (it continues the run after step {})\n", resume_, step_,
                  steps_, out_, step_);
     } else {
-      log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_) : RunLog::discard());
+      // Owed work is done again: its rows at this step go (owed_work()).
+      std::set<std::string> redo;
+      for (const auto& [pending, datasets] : owed_)
+        if (*counters_.at(pending) != 0) redo.insert(datasets.begin(), datasets.end());
+      log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_, redo) : RunLog::discard());
       fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
     }
   } else {
@@ -971,6 +981,11 @@ bool Run::next() {
   ++step_;
   in_step_ = true;
   return true;
+}
+
+void Run::owed_work(const std::string& pending, std::vector<std::string> datasets) {
+  if (begun_) fail("Run::owed_work: '{}' after begin(); declare owed work before", pending);
+  owed_[pending] = std::move(datasets);
 }
 
 bool Run::stop_requested() {

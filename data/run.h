@@ -154,6 +154,14 @@ class Run {
   // job was asked: a collective call that every process makes at the same
   // points. False before begin().
   bool stop_requested();
+  // Work of a step that such a stop cuts short: `pending`, a counter the
+  // program tracks, holds the step whose work is owed (0: none), and
+  // `datasets` names the metrics and series that work logs. A run resumed
+  // from a checkpoint where pending is not 0 drops those datasets' rows at
+  // the checkpoint's step from the log (an earlier resume of the same
+  // checkpoint may have logged them), and the program does the work first
+  // and sets pending to 0. Before begin().
+  void owed_work(const std::string& pending, std::vector<std::string> datasets);
   // A value for the progress line ("loss 1.2345"), kept until replaced.
   void show(const std::string& name, double value);
   // A training loss for the progress line. A loss that is not finite (NaN
@@ -213,6 +221,7 @@ class Run {
   std::map<std::string, Tensor> constants_;
   std::set<std::string> optional_constants_;
   std::set<std::string> optional_counters_;
+  std::map<std::string, std::vector<std::string>> owed_;  // owed_work(): pending counter -> its datasets
   std::unique_ptr<RunLog> log_;
   int log_lock_ = -1;  // the descriptor holding the log's lock while the run goes (data/run.cpp)
   void release_log();

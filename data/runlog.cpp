@@ -206,7 +206,8 @@ RunLog RunLog::create(const std::string& path, const Options& opt) {
   return RunLog(std::move(impl));
 }
 
-RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options& opt) {
+RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options& opt,
+                      const std::set<std::string>& redo) {
   auto impl = std::make_unique<Impl>(h5::File(path, h5::File::Mode::append), opt);
   h5::File& f = impl->file;
   if (!f.has_attr("/", "heed_log_format")) fail("'{}' is not a heed run log (no heed_log_format attribute)", path);
@@ -222,9 +223,10 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
       Impl::Ds d;
       d.id = impl->open_ds(p);
       Tensor rows = f.read_tensor(p);  // [n, 3]
+      const int64_t last = redo.count(p.substr(8)) ? after_step - 1 : after_step;  // the last step kept
       int64_t keep = 0;
       const double* r = rows.data<double>();
-      while (keep < rows.size(0) && r[keep * 3] <= static_cast<double>(after_step)) ++keep;
+      while (keep < rows.size(0) && r[keep * 3] <= static_cast<double>(last)) ++keep;
       hsize_t dims[2] = {static_cast<hsize_t>(keep), 3};
       H5Dset_extent(d.id, dims);
       d.rows = keep;
@@ -238,9 +240,10 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
       Shape s = f.dataset_shape(p);
       d.item = Shape(s.begin() + 1, s.end());
       Tensor steps = f.read_tensor("series/" + name + "/step");
+      const int64_t last = redo.count(name) ? after_step - 1 : after_step;
       int64_t keep = 0;
       const int64_t* st = steps.data<int64_t>();
-      while (keep < steps.numel() && st[keep] <= after_step) ++keep;
+      while (keep < steps.numel() && st[keep] <= last) ++keep;
       std::vector<hsize_t> dims{static_cast<hsize_t>(keep)};
       for (int64_t x : d.item) dims.push_back(static_cast<hsize_t>(x));
       H5Dset_extent(d.id, dims.data());

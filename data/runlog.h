@@ -16,6 +16,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "core/tensor.h"
@@ -36,8 +37,14 @@ class RunLog {
   // Reopens a log to continue a resumed run: rows whose step is greater than
   // after_step (written after the checkpoint the run resumes from) are
   // dropped, so the continued log is exactly what an uninterrupted run writes.
-  static RunLog resume(const std::string& path, int64_t after_step, const Options& opt);
-  static RunLog resume(const std::string& path, int64_t after_step) { return resume(path, after_step, Options()); }
+  // The metrics and series named in `redo` lose their rows at after_step
+  // too: work of that step the run does again (an evaluation a stop cut
+  // short, which an earlier resume of the same checkpoint may have logged).
+  static RunLog resume(const std::string& path, int64_t after_step, const Options& opt,
+                       const std::set<std::string>& redo = {});
+  static RunLog resume(const std::string& path, int64_t after_step, const std::set<std::string>& redo = {}) {
+    return resume(path, after_step, Options(), redo);
+  }
 
   // A log that writes nothing (the processes of a data-parallel job other
   // than rank 0 log through one of these: path() is empty).

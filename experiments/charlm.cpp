@@ -287,6 +287,10 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   // run writes. (Not required: older checkpoints lack it.)
   int64_t eval_pending = 0;
   run.track("eval/pending", eval_pending, false);
+  std::vector<std::string> eval_logs = {"val_loss", "train_eval_loss"};  // what evaluate_and_log writes
+  for (int64_t l = 0; l < c.layers; ++l) eval_logs.push_back(fmt::format("attention/layer{}/maps", l));
+  for (const std::string& name : head_stat_names()) eval_logs.push_back("heads/" + name);
+  run.owed_work("eval/pending", eval_logs);
   run.track_constant("tokenizer/codepoints", tok.to_tensor());  // `heed sample` reads it; a changed corpus is refused
   // The text itself: a resume on another one with the same characters would
   // train on other windows (not required: older checkpoints lack it).

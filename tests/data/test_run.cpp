@@ -539,3 +539,20 @@ TEST_CASE("Run: stop_requested() tells a step's long work that Ctrl-C came; a co
   REQUIRE(again.go({"--out", d.path + "/r.h5"}) == 130);
   test::check_error([&] { req.go({"--resume", d.path + "/r.ckpt.h5"}); }, {"does not fit", "missing [counter later]"});
 }
+
+TEST_CASE("Run: owed work names a tracked counter, before begin()") {
+  test::TempDir d("heed-run-");
+  {
+    Toy t;
+    REQUIRE(t.run.parse({"--out", d.path + "/o.h5"}));
+    t.run.owed_work("eval/pending", {"loss"});  // never tracked
+    test::check_error([&] { t.run.begin(); }, {"'eval/pending'", "not a counter the run tracks"});
+  }
+  Toy t;
+  REQUIRE(t.run.parse({"--out", d.path + "/p.h5"}));
+  t.run.track("counter", t.counter);
+  t.run.owed_work("counter", {"loss"});
+  t.run.begin();
+  test::check_error([&] { t.run.owed_work("counter", {"loss"}); }, {"'counter'", "after begin"});
+  t.run.finish();
+}

@@ -158,6 +158,9 @@ TEST_CASE("charlm: a resume keeps the warm-up the run began with: --warmup -1 gi
   const std::string before = test::slurp(out);
   test::check_error([&] { experiments::run_charlm({"--resume", ck, "--steps", "10"}, {"heed"}); },
                     {"--steps 10 ends within this run's warm-up of 20 steps", "at least 20"});
+  // Short of the checkpoint's own step: that is what is wrong, whatever the warm-up.
+  test::check_error([&] { experiments::run_charlm({"--resume", ck, "--steps", "1"}, {"heed"}); },
+                    {"is at step 2, beyond this run's 1 steps"});
   // --warmup -1 given again means the same warm-up, so the message is the same.
   test::check_error([&] { experiments::run_charlm({"--resume", ck, "--warmup", "-1", "--steps", "10"}, {"heed"}); },
                     {"--steps 10 ends within this run's warm-up of 20 steps", "at least 20"});

@@ -320,11 +320,24 @@ TEST_CASE("a stop during a long evaluation cuts it short; the resumed run evalua
         std::string::npos);
   CHECK(stopped.out.find("val loss") == std::string::npos);  // no evaluation was finished
   CHECK(checkpoint_step(p + "/f.ckpt.h5") == 2);
+  fs::copy_file(p + "/f.ckpt.h5", p + "/keep.ckpt.h5");
 
+  // Resumed as far as the owed step only: it evaluates step 2 and ends
+  // (no step runs, so the checkpoint still owes it).
+  Result owed = run(cat(printed_resume(stopped), {"--steps", "2"}), p);
+  INFO("resumed to step 2: " << owed.out << owed.err);
+  REQUIRE(owed.status == 0);
+  CHECK(owed.out.find("step 2/2: train loss") != std::string::npos);
+  // Then to the end: step 2's evaluation again, logged once.
   Result resumed = run(printed_resume(stopped), p);
   INFO("resumed: " << resumed.out << resumed.err);
   REQUIRE(resumed.status == 0);
   CHECK(resumed.out.find("step 2/3: train loss") != std::string::npos);
   test::check_same_log(p + "/ref.h5", p + "/f.h5");
   test::check_same_checkpoint(p + "/ref.ckpt.h5", p + "/f.ckpt.h5", "charlm");
+  // Back to the stop's checkpoint, into the same log: still every step once.
+  Result back = run({HEED_CLI_PATH, "run", "charlm", "--resume", p + "/keep.ckpt.h5", "--out", p + "/f.h5"}, p);
+  INFO("from the stop's checkpoint again: " << back.out << back.err);
+  REQUIRE(back.status == 0);
+  test::check_same_log(p + "/ref.h5", p + "/f.h5");
 }
