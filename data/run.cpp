@@ -941,6 +941,24 @@ std::string Run::save() const {
 bool Run::next() {
   if (!begun_) fail("Run::next: call begin() first");
   if (finished_) fail("Run::next: the run has finished (finish() was called)");
+  if (!in_step_ && !stopped_ && resuming() && step_ == start_step_) {
+    // A stop asked before a resumed run's first step (during work it owed
+    // first, an evaluation a stop cut short): the checkpoint it resumed
+    // still holds this state, so it stops here, writing nothing new.
+    if (stop_requested()) {
+      log_->flush();
+      stopped_ = stopped_unchanged_ = true;
+      const bool term = ctrl_c_->request.signal() == SIGTERM;
+      bool job_term = term;
+      if (dist::size() > 1) {
+        Tensor flag = Tensor::from_f64({term ? 1.0 : 0.0}, {1});
+        dist::sum_(flag);
+        job_term = flag.to_vector<double>()[0] > 0;
+      }
+      stop_signal_ = job_term ? SIGTERM : SIGINT;
+      return false;
+    }
+  }
   if (in_step_) {
     in_step_ = false;
     bool stop = ctrl_c_->request.requested();
@@ -1044,8 +1062,13 @@ int Run::finish() {
   ctrl_c_.reset();
   if (stopped_) {
     const std::string launcher = dist::size() > 1 ? fmt::format("mpirun -np {} [mpirun options] ", dist::size()) : "";
-    fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {}{} --resume {}\n", step_,
-               steps_, launcher, defaults_.program_, checkpoint_);
+    if (stopped_unchanged_)
+      fmt::print("\nstopped at step {}/{} before its next step; the checkpoint '{}' holds it, as it was, and the log is "
+                 "flushed.\nresume with: {}{} --resume {}\n",
+                 step_, steps_, saved_path_, launcher, defaults_.program_, saved_path_);
+    else
+      fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {}{} --resume {}\n",
+                 step_, steps_, launcher, defaults_.program_, checkpoint_);
     std::fflush(stdout);
     return stop_signal_ == SIGTERM ? 128 + SIGTERM : 130;
   }

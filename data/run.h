@@ -229,6 +229,7 @@ class Run {
   std::unique_ptr<StopGuard> ctrl_c_;
   int64_t step_ = 0, start_step_ = 0;
   bool in_step_ = false, stopped_ = false, begun_ = false, parsed_ = false;
+  bool stopped_unchanged_ = false;  // stopped before a resumed run's first step: its checkpoint stands
   bool new_log_ = false;  // resuming into a new log (--out naming no file): the old one is gone
   std::pair<uint64_t, uint64_t> log_file_{0, 0};  // the log's device and inode, from begin() on (rank 0)
   int stop_signal_ = 0;  // the signal that stopped the run (SIGINT, SIGTERM), or 0

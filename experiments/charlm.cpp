@@ -322,7 +322,8 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   fmt::print("{}\n", model->summary());
 
   // False when a stop cut the evaluation short (may_stop: the run's last
-  // step is evaluated whole, as its result): nothing logged or kept.
+  // step is evaluated whole, as its result, unless it is owed): nothing
+  // logged or kept.
   auto evaluate_and_log = [&](int64_t step, bool may_stop) {
     std::function<bool()> stop;
     if (may_stop) stop = [&run] { return run.stop_requested(); };
@@ -366,10 +367,9 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     fmt::print("step {}/{}: train loss {:.4f} val loss {:.4f}\n", step, c.steps, last_train, last_val);
     return true;
   };
-  if (eval_pending > 0) {  // the evaluation a stop cut short
-    evaluate_and_log(eval_pending, false);
-    eval_pending = 0;
-  }
+  // The evaluation a stop cut short. Cut again, it stays owed: the run then
+  // stops before its next step (Run::next), the checkpoint as it was.
+  if (eval_pending > 0 && evaluate_and_log(eval_pending, true)) eval_pending = 0;
 
   const double tokens = static_cast<double>(c.batch * c.context);
   while (run.next()) {

@@ -322,6 +322,24 @@ TEST_CASE("a stop during a long evaluation cuts it short; the resumed run evalua
   CHECK(checkpoint_step(p + "/f.ckpt.h5") == 2);
   fs::copy_file(p + "/f.ckpt.h5", p + "/keep.ckpt.h5");
 
+  // Stopped again during the redone evaluation: cut too, and the run ends
+  // before its next step, the checkpoint as it was.
+  {
+    const std::string checkpoint_before = slurp(p + "/f.ckpt.h5");
+    pid_t again = start(printed_resume(stopped), out, p + "/f.err");
+    for (int i = 0; i < 5000 && slurp(out).find("resumed from") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    kill(again, SIGINT);
+    Result twice{wait_status(again), slurp(out), slurp(p + "/f.err")};
+    INFO("stopped during the redone evaluation: " << twice.out << twice.err);
+    CHECK(twice.status == 130);
+    CHECK(twice.out.find("step 2/3: evaluation cut short") != std::string::npos);
+    CHECK(twice.out.find("stopped at step 2/3 before its next step") != std::string::npos);
+    CHECK(printed_resume(twice) == printed_resume(stopped));
+    CHECK(slurp(p + "/f.ckpt.h5") == checkpoint_before);
+  }
+
   // Resumed as far as the owed step only: it evaluates step 2 and ends
   // (no step runs, so the checkpoint still owes it).
   Result owed = run(cat(printed_resume(stopped), {"--steps", "2"}), p);
