@@ -400,12 +400,9 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
     run_id_ = resume_ck_->run_id;
     restore_config();
     // Before the program checks its own options against --steps (charlm's
-    // warm-up): a --steps short of the checkpoint is this.
-    const int64_t at = ck.counter("step");
-    if (at < 0 || at > steps_)
-      throw UsageError(fmt::format("{}: checkpoint '{}' is at step {}, beyond this run's {} steps (the length may "
-                                   "only grow on resume)",
-                                   args_.command(), resume_, at, steps_));
+    // warm-up): a --steps short of the checkpoint is this. (A program that
+    // works out its length after parse(), set_steps(), is checked in begin().)
+    if (defaults_.steps_ > 0) check_resumed_step(ck.counter("step"));
   }
   check_paths();
   if (resuming()) check_resumed_log();
@@ -675,7 +672,8 @@ void Run::track_constant(const std::string& name, const Tensor& value, bool requ
 void Run::restore_state() {
   const Checkpoint& ck = *resume_ck_;
   const std::string where = fmt::format("{}: checkpoint '{}'", args_.command(), resume_);
-  step_ = ck.counter("step");  // within the run's length (parse())
+  step_ = ck.counter("step");
+  check_resumed_step(step_);  // (a program with --steps: already in parse())
   std::set<std::string> used;
   std::vector<std::string> missing;
   for (const Entry& e : entries_) {
@@ -999,6 +997,13 @@ bool Run::next() {
   ++step_;
   in_step_ = true;
   return true;
+}
+
+void Run::check_resumed_step(int64_t at) const {
+  if (at < 0 || at > steps_)
+    throw UsageError(fmt::format("{}: checkpoint '{}' is at step {}, beyond this run's {} steps (the length may only "
+                                 "grow on resume)",
+                                 args_.command(), resume_, at, steps_));
 }
 
 void Run::owed_work(const std::string& pending, std::vector<std::string> datasets) {

@@ -193,6 +193,7 @@ class Run {
                  std::function<void(const Tensor&)> load);
   void check_name(const std::string& name) const;
   void restore_config();
+  void check_resumed_step(int64_t at) const;  // refuses a checkpoint's step beyond the run's length
   void check_paths();
   void check_resumed_log();
   void restore_state();

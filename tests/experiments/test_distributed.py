@@ -66,6 +66,20 @@ def rank_pid(name, rank, mpirun_pid):
     return None
 
 
+def start_job(args, log, rank):
+    """mpirun of heed with args, started; once its log (a name in TMP) exists: the
+    Popen and the pid of the process of that rank (None if not found)."""
+    p = subprocess.Popen(MPIRUN + [HEED] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                         cwd=TMP)
+    pid = None
+    for _ in range(3000):
+        pid = pid or rank_pid(log, rank, p.pid)
+        if pid and os.path.exists(os.path.join(TMP, log)):
+            break
+        time.sleep(0.01)
+    return p, pid
+
+
 def metric(log, name):
     with h5py.File(log, "r") as f:
         return f["metrics/" + name][:, :2]
@@ -228,14 +242,7 @@ try:
           f"{text.returncode} {text.stderr.strip()[-300:]}")
 
     # ---- SIGTERM to rank 0: the job's status is SIGTERM's, whichever process got it ------------
-    cmd = MPIRUN + [HEED] + lm("term.h5", "--steps", "100000")
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=TMP)
-    rank0 = None
-    for _ in range(3000):
-        rank0 = rank0 or rank_pid("term.h5", 0, p.pid)
-        if rank0 and os.path.exists(os.path.join(TMP, "term.h5")):
-            break
-        time.sleep(0.01)
+    p, rank0 = start_job(lm("term.h5", "--steps", "100000"), "term.h5", 0)
     time.sleep(1)
     check(rank0 is not None, "found the rank-0 process")
     if rank0:
@@ -258,14 +265,7 @@ try:
           "--batch", "4", "--steps", "3", "--eval-every", "2", "--eval-batches", batches, "--threads", "1"]
     ref = run(EV + ["--out", os.path.join(TMP, "evref.h5")])
     check(ref.returncode == 0, f"charlm with long evaluations, 2 processes: exit {ref.returncode} {ref.stderr[-300:]}")
-    p = subprocess.Popen(MPIRUN + [HEED] + EV + ["--out", os.path.join(TMP, "evcut.h5")], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=ENV, cwd=TMP)
-    rank1 = None
-    for _ in range(3000):
-        rank1 = rank1 or rank_pid("evcut.h5", 1, p.pid)
-        if rank1 and os.path.exists(os.path.join(TMP, "evcut.h5")):
-            break
-        time.sleep(0.01)
+    p, rank1 = start_job(EV + ["--out", os.path.join(TMP, "evcut.h5")], "evcut.h5", 1)
     time.sleep(0.5)  # steps 1 and 2 take milliseconds: into step 2's evaluation
     check(rank1 is not None, "found the rank-1 process")
     if rank1:
