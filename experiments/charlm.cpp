@@ -41,10 +41,10 @@ std::shared_ptr<nn::GPT> make_model(const CharLMConfig& c, int64_t vocab, Genera
                                        .generator(g));
 }
 
-// Mean loss over fixed batches (drawn from a generator seeded the same way at
-// every evaluation, so the numbers are comparable across the run).
-// The mean loss over c.eval_batches fixed windows of stream; nothing when
-// stop (asked before each batch) says to stop first.
+// The mean loss over c.eval_batches fixed windows of stream (drawn from a
+// generator seeded the same way at every evaluation, so the numbers are
+// comparable across the run); nothing when stop, asked before each batch,
+// says to stop first.
 std::optional<double> eval_loss(nn::GPT& m, const Tensor& stream, const CharLMConfig& c, uint64_t seed,
                                 const std::function<bool()>& stop = {}) {
   autograd::NoGradGuard ng;
