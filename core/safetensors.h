@@ -24,15 +24,21 @@ struct File {
 // Writes F32, F64 and I64 tensors (any layout; stored contiguous), in name
 // order, atomically (a temporary file beside path, renamed over it; through
 // a symbolic link, beside and over the file it leads to). A directory,
-// device, FIFO or socket at path is refused (files::replace_target).
+// device, FIFO or socket at path is refused (files::replace_target), and so
+// is an existing file that is not a safetensors file (a run's log, say); a
+// tensor name that is not UTF-8 text is refused.
 void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
           const std::map<std::string, std::string>& metadata = {});
 
-// Reads and validates everything: the header length lies inside the file,
-// the header is a JSON object, every dtype is known (F32, F64, I64; F16 and
-// BF16 are widened to float32), shapes are non-negative and their byte
-// counts equal the offsets' span, offsets lie inside the data and do not
-// overlap. An error names the file and the tensor.
+// Reads and validates everything, the header before any tensor's bytes: the
+// header length lies inside the file, the header starts with '{' and is a
+// JSON object with no key twice in an object, every dtype is known (F32,
+// F64, I64; F16 and BF16 are widened to float32), shapes are non-negative
+// with at most 12 dimensions and their byte counts equal the offsets' span,
+// and the tensors' bytes tile the data exactly (no overlap, no gap, nothing
+// after the last). A directory, device, FIFO or socket is refused. Each
+// tensor is read straight into its storage. An error names the file and the
+// tensor.
 File load(const std::string& path);
 
 }  // namespace heed::safetensors

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <random>
 #include <thread>
@@ -762,8 +763,17 @@ void Run::init_model() {
   try {
     const std::map<std::string, Tensor> weights = safetensors::load(init_from_).tensors;
     // A diverged run's weights would train on NaN and end with status 0.
-    for (const auto& [name, t] : weights)
+    for (const auto& [name, t] : weights) {
       if (t.is_floating() && !kernel::all_finite(t)) fail("'{}' holds NaN or infinite values", name);
+      // float64 values beyond float32's range would load as infinities.
+      if (t.dtype() == DType::f64) {
+        const double* p = t.data<double>();
+        for (int64_t i = 0; i < t.numel(); ++i)
+          if (std::abs(p[i]) > static_cast<double>(std::numeric_limits<float>::max()))
+            fail("'{}' holds {:g}, outside float32's range (largest magnitude {:g}): the model's weights are float32",
+                 name, p[i], static_cast<double>(std::numeric_limits<float>::max()));
+      }
+    }
     model->load_dict(weights);
   } catch (const Error& e) {
     fail("{}: --init-from '{}': {}", args_.command(), init_from_, e.what());

@@ -1,6 +1,8 @@
 // tests/core/test_safetensors.cpp: weights in and out as safetensors files
 // (core/safetensors.h), Module::save/load, and load_state_dict's conversions
 // and errors.
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -134,6 +136,64 @@ TEST_CASE("safetensors: a damaged or malformed file is refused, naming the file 
     std::filesystem::create_directory(d.path + "/dir.safetensors");
     test::check_error([&] { safetensors::load(d.path + "/dir.safetensors"); }, {"dir.safetensors", "is a directory"});
   }
+  SUBCASE("a key twice in one object (JSON's parser keeps the last: two readers could see two files)") {
+    write_raw(p,
+              R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+              f32_bytes({1, 2}));
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "key 'w' more than once"});
+    write_raw(p, R"({"w":{"dtype":"F32","shape":[2],"dtype":"F64","data_offsets":[0,8]}})", f32_bytes({1, 2}));
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "key 'dtype' more than once"});
+  }
+  SUBCASE("a header that does not start with '{' (a byte-order mark, blanks)") {
+    write_raw(p, "\xef\xbb\xbf" + std::string(ok), f32_bytes({1, 2}));
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "does not start with '{'", "0xef"});
+    write_raw(p, "  " + std::string(ok), f32_bytes({1, 2}));
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "0x20"});
+    write_raw(p, "", "");
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "it is empty"});
+    write_raw(p, std::string(ok) + "   ", f32_bytes({1, 2}));  // blanks after the object pad it, as the format allows
+    CHECK(safetensors::load(p).tensors.at("w").to_floats() == std::vector<float>{1, 2});
+  }
+  SUBCASE("bytes that belong to no tensor: a gap, or bytes after the last") {
+    write_raw(p,
+              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+              f32_bytes({1, 2, 3}));
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "bytes 4..8", "no tensor", "before 'b'"});
+    write_raw(p, ok, f32_bytes({1, 2, 3}));
+    test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "4 bytes after the last tensor"});
+  }
+  SUBCASE("more dimensions than heed's tensors have, named with the tensor, not found later by a kernel") {
+    write_raw(p, R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})", f32_bytes({1}));
+    test::check_error([&] { safetensors::load(p); }, {"tensor 'w'", "13 dimensions", "limit of 12"});
+    // Sizes whose product is 0 but whose other sizes multiply past 64 bits.
+    write_raw(p, R"({"w":{"dtype":"F32","shape":[1099511627776,0,1099511627776],"data_offsets":[0,0]}})", "");
+    test::check_error([&] { safetensors::load(p); }, {"tensor 'w'", "too large"});
+  }
+  SUBCASE("a name that is not UTF-8 is shown escaped, not written raw to the terminal") {
+    write_raw(p, "{\"w\xff\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", f32_bytes({1, 2}));
+    std::string what;
+    try {
+      safetensors::load(p);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    REQUIRE(!what.empty());
+    CHECK(what.find('\xff') == std::string::npos);
+    CHECK(what.find("\\xff") != std::string::npos);
+  }
+  SUBCASE("a FIFO (it would wait for a writer forever)") {
+    const std::string fifo = d.path + "/pipe.safetensors";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    test::check_error([&] { safetensors::load(fifo); }, {"pipe.safetensors", "is a FIFO"});
+  }
+  SUBCASE("a large file that is not safetensors is refused from its first bytes, without reading it") {
+    const std::string big = d.path + "/zeros.safetensors";
+    { std::ofstream(big, std::ios::binary) << std::string(8, '\0'); }
+    std::filesystem::resize_file(big, uint64_t{1} << 40);  // sparse: 1 TiB of zeros, no disk
+    test::check_error([&] { safetensors::load(big); }, {"zeros.safetensors", "it is empty"});
+    std::ofstream(big, std::ios::binary | std::ios::in) << std::string("\x10\0\0\0\0\0\0\0", 8) << "not json!";
+    test::check_error([&] { safetensors::load(big); }, {"zeros.safetensors", "0x6e"});
+  }
   SUBCASE("an HDF5 file (a checkpoint given where weights were expected)") {
     const std::string p = d.path + "/run.ckpt.h5";
     std::ofstream(p, std::ios::binary) << std::string("\x89HDF\r\n\x1a\n\0\0\0\0\0\x08\x08\0", 16);  // its signature
@@ -155,6 +215,31 @@ TEST_CASE("safetensors: the writer replaces a link at its temporary name, not th
   // Metadata that is not UTF-8 (a Latin-1 file name) is written, the byte as U+FFFD.
   safetensors::save(out, {{"w", Tensor::ones({2})}}, {{"text", "caf\xe9.txt"}});
   CHECK(safetensors::load(out).metadata.at("text") == "caf\xef\xbf\xbd.txt");
+}
+
+TEST_CASE("safetensors: the writer refuses what it would lose: a name that is not UTF-8, a file that is not safetensors") {
+  test::TempDir d("heed-st-w-");
+  const std::string out = d.path + "/w.safetensors";
+  // Written with U+FFFD for the bad byte, the two names became one key.
+  test::check_error([&] { safetensors::save(out, {{"a\xff", Tensor::ones({1})}, {"a\xfe", Tensor::ones({2})}}); },
+                    {"w.safetensors", "a\\xf", "not UTF-8"});
+  CHECK_FALSE(std::filesystem::exists(out));
+  // A run's log (HDF5) or any other file at the name stays as it was.
+  for (const std::string& content :
+       {std::string("\x89HDF\r\n\x1a\n\0\0\0\0", 12), std::string("my notes, not weights\n")}) {
+    std::ofstream(out, std::ios::binary) << content;
+    test::check_error([&] { safetensors::save(out, {{"w", Tensor::ones({2})}}); }, {"will not write", "w.safetensors"});
+    std::ifstream in(out, std::ios::binary);
+    CHECK(std::string((std::istreambuf_iterator<char>(in)), {}) == content);
+  }
+  // An earlier safetensors file, or an empty one, is replaced.
+  std::filesystem::remove(out);
+  safetensors::save(out, {{"w", Tensor::ones({2})}});
+  safetensors::save(out, {{"v", Tensor::zeros({1})}});
+  CHECK(safetensors::load(out).tensors.count("v") == 1);
+  std::ofstream(out, std::ios::trunc).close();
+  safetensors::save(out, {{"w", Tensor::ones({2})}});
+  CHECK(safetensors::load(out).tensors.count("w") == 1);
 }
 
 TEST_CASE("Module::save and load go through safetensors; load_state_dict converts float64 and names every problem") {

@@ -71,6 +71,11 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     w = Tensor::full(w.shape(), std::numeric_limits<double>::quiet_NaN(), w.dtype());
     save_checkpoint(p + "/nan.ckpt.h5", c);
     safetensors::save(p + "/nanw.safetensors", c.get("model"));  // as a diverged run's weights from elsewhere
+    // float64 weights, finite, one of them beyond float32's range.
+    std::map<std::string, Tensor> big = load_checkpoint(ckpt, "charlm").get("model");
+    for (auto& [k, t] : big) t = kernel::to_dtype(t, DType::f64);
+    big.at("lm_head.weight").data<double>()[3] = -1e300;
+    safetensors::save(p + "/bigw.safetensors", big);
   }
   {
     Checkpoint c = load_checkpoint(ckpt, "charlm");  // a tokenizer that is no text (valid checksums)
@@ -184,6 +189,11 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
             p + "/fromnan.h5"},
            kTinyLM),
        1, {"--init-from", "nanw.safetensors", "lm_head.weight", "NaN or infinite"}},
+      {"--init-from float64 weights beyond float32's range (they loaded as infinities)",
+       cat({"run", "charlm", "--text", text, "--steps", "2", "--init-from", p + "/bigw.safetensors", "--out",
+            p + "/frombig.h5"},
+           kTinyLM),
+       1, {"--init-from", "bigw.safetensors", "'lm_head.weight' holds -1e+300, outside float32's range"}},
       {"sample: a tokenizer that is no text", {"sample", p + "/badtok.ckpt.h5"}, 1,
        {"badtok.ckpt.h5", "tokenizer/codepoints", "-5 is not a Unicode code point"}},
       {"export: NaN weights", {"export", p + "/nan.ckpt.h5", "-o", p + "/nan.safetensors"}, 1,
