@@ -372,6 +372,10 @@ Tensor conv1d_backward_data(const Tensor& gy_in, const Tensor& w0, const Shape& 
 
 Tensor conv1d_backward_weights(const Tensor& gy_in, const Tensor& x0, const Shape& ws, const Conv1dGeom& g, Tensor* gb,
                                const Tensor& relu_out) {
+  if (gy_in.numel() == 0 || x0.numel() == 0) {  // an empty batch: a sum of no terms, which the kernels never write
+    if (gb) *gb = Tensor::zeros({ws[0]}, gy_in.dtype());
+    return Tensor::zeros(ws, gy_in.dtype());
+  }
   if (relu_out.defined() && conv1d_backward_fuses_relu(gy_in, ws, g, conv1d_channels_last(x0)))
     return winograd_conv1d_backward_weights(gy_in, relu_out, x0, g.padding, gb);
   const Tensor gy0 = relu_out.defined() ? unary_backward(Unary::relu, relu_out, gy_in) : gy_in;

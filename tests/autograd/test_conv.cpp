@@ -135,6 +135,26 @@ TEST_CASE("conv1d and conv1d_relu on channels-last 5-tap layers (Winograd, ReLU 
   }
 }
 
+TEST_CASE("conv1d on an empty batch: the weight and bias gradients are zeros, on every path") {
+  // The kernels accumulate over the batch into memory they never wrote when
+  // it is empty: the allocator's cache is filled with 42s first, so a
+  // gradient that reads it shows.
+  for (int64_t n : {16, 96, 512, 1536}) Tensor::full({n}, 42.0f);
+  for (bool cl : {false, true}) {
+    compare({0, 2, 8, 3, 3, 1, 0, 1, true}, cl);     // heed's GEMM (or oneDNN)
+    compare({0, 16, 23, 32, 5, 1, 2, 1, true}, cl);  // Winograd where it applies
+    compare({0, 4, 9, 1, 3, 1, 1, 1, true}, cl);     // one output channel
+    compare({0, 4, 9, 6, 1, 1, 0, 1, true}, cl);     // pointwise
+    compare({0, 3, 11, 5, 3, 2, 1, 2, false}, cl);   // strided, dilated
+  }
+  Tensor x = channels_last(Tensor::zeros({0, 16, 13})), w = Tensor::full({32, 16, 5}, 0.5f), b = Tensor::ones({32});
+  for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+  sum(conv1d_relu(x, w, b, 1, 2)).backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>(static_cast<size_t>(w.numel()), 0.0));
+  CHECK(b.grad().to_vector<double>() == std::vector<double>(32, 0.0));
+  CHECK(x.grad().shape() == Shape{0, 16, 13});
+}
+
 TEST_CASE("conv1d: bad shapes are named") {
   Tensor x = Tensor::zeros({2, 3, 10}), w = Tensor::zeros({4, 5, 3});
   test::check_error([&] { conv1d(x, w); }, {"conv1d", "3 channels", "[2, 3, 10]", "expects 5", "[4, 5, 3]"});
