@@ -20,9 +20,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   k::CrossEntropyResult r = k::cross_entropy(l2, t2, ignore_index);
   return autograd::record(
       "cross_entropy", r.loss, {logits, targets},  // targets: no gradient, their version kept
-      [ls = autograd::saved(l2), ts = autograd::saved(t2), lse = r.lse, count = r.count, ignore_index, s = logits.shape()](
-          const Tensor& g, autograd::Grads& gi) {
-        Tensor d = k::cross_entropy_backward(ls, ts, lse, count, ignore_index, g.item());
+      [ls = autograd::saved(l2), ts = autograd::saved(t2), fw = r.saved, s = logits.shape()](const Tensor& g, autograd::Grads& gi) {
+        Tensor d = k::cross_entropy_backward(ls, ts, fw, g.item());
         gi.set(0, k::reshape(d, s));
       });
 }

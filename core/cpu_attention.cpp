@@ -118,16 +118,18 @@ Tensor empty_like_layout(const Tensor& t, const Shape& shape) {
 }
 
 // C = alpha op(A) op(B) + beta C on OpenBLAS, for M x K by K x N operands in
-// any Mat layout. Called from inside the tasks' parallel region, where
-// OpenBLAS runs single-threaded, so each block product is computed the same
-// way whatever the thread count.
+// any Mat layout, on the calling thread (OpenBlasOneThread: also where the
+// tasks' region has one thread, and is not an active one to OpenBLAS), so
+// each block product is computed the same way whatever the thread count.
 inline void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  OpenBlasOneThread one;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);
 }
 inline void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  OpenBlasOneThread one;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);
 }

@@ -1,5 +1,5 @@
 // core/cpu_loss.cpp: fused cross-entropy from logits. One pass computes each
-// row's log-sum-exp and the loss; backward is softmax minus one-hot, without
+// row's maximum and log-sum-exp and the loss; backward is softmax minus one-hot, without
 // ever materialising log_softmax.
 #include <cmath>
 #include <limits>
@@ -18,7 +18,8 @@ template <class T>
 void ce_forward(const Tensor& logits, const int64_t* pt, int64_t ignore_index, int64_t count, CrossEntropyResult& res) {
   const int64_t R = logits.size(0), V = logits.size(1);
   const T* px = logits.data<T>();
-  T* pl = res.lse.data<T>();
+  T* pm = res.saved.row_max.data<T>();
+  T* pz = res.saved.log_z.data<T>();
   std::vector<double> row_loss(static_cast<size_t>(R), 0.0);
 #pragma omp parallel for schedule(static) if (R * V > kParallelGrain)
   for (int64_t r = 0; r < R; ++r) {
@@ -46,9 +47,13 @@ void ce_forward(const Tensor& logits, const int64_t* pt, int64_t ignore_index, i
       cl[v - v0] += top;
     }
     const double c = static_cast<double>(lanes_sum(cl)), rest = static_cast<double>(lanes_sum(zl));
-    const double lse = static_cast<double>(m) + std::log(c) + std::log1p(rest / c);
-    pl[r] = static_cast<T>(lse);
-    if (pt[r] != ignore_index) row_loss[r] = lse - static_cast<double>(x[pt[r]]);
+    // log z apart from m: lse = m + log z rounded to T (or even to double,
+    // for logits near 1e38) would lose log z's digits to m's magnitude.
+    // m - x[target] is exact in double.
+    const double log_z = std::log(c) + std::log1p(rest / c);
+    pm[r] = m;
+    pz[r] = static_cast<T>(log_z);
+    if (pt[r] != ignore_index) row_loss[r] = (static_cast<double>(m) - static_cast<double>(x[pt[r]])) + log_z;
   }
   double total = 0;
   for (int64_t r = 0; r < R; ++r) total += row_loss[r];  // in order: deterministic
@@ -57,11 +62,12 @@ void ce_forward(const Tensor& logits, const int64_t* pt, int64_t ignore_index, i
 }
 
 template <class T>
-void ce_backward(const Tensor& logits, const int64_t* pt, const Tensor& lse, int64_t count, int64_t ignore_index,
-                 double g, const Tensor& dx) {
+void ce_backward(const Tensor& logits, const int64_t* pt, const Tensor& row_max, const Tensor& log_z, int64_t count,
+                 int64_t ignore_index, double g, const Tensor& dx) {
   const int64_t R = logits.size(0), V = logits.size(1);
   const T* px = logits.data<T>();
-  const T* pl = lse.data<T>();
+  const T* pm = row_max.data<T>();
+  const T* pz = log_z.data<T>();
   T* pd = dx.data<T>();
   const T scale = static_cast<T>(count > 0 ? g / static_cast<double>(count) : 0.0);
 #pragma omp parallel for schedule(static) if (R * V > kParallelGrain)
@@ -72,8 +78,10 @@ void ce_backward(const Tensor& logits, const int64_t* pt, const Tensor& lse, int
       continue;
     }
     const T* x = px + r * V;
-    const T l = pl[r];
-    for (int64_t v = 0; v < V; ++v) d[v] = fast::exp_softmax(x[v] - l) * scale;
+    // (x - m) - log z, as log_softmax computes it: x - m is exact near the
+    // maximum, where the probabilities are large.
+    const T m = pm[r], lz = pz[r];
+    for (int64_t v = 0; v < V; ++v) d[v] = fast::exp_softmax((x[v] - m) - lz) * scale;
     d[pt[r]] -= scale;
   }
 }
@@ -100,19 +108,22 @@ CrossEntropyResult cross_entropy(const Tensor& logits0, const Tensor& targets0, 
     ++count;
   }
   CrossEntropyResult res;
-  res.count = count;
-  res.lse = Tensor::empty({R}, logits.dtype());
+  res.saved.count = count;
+  res.saved.ignore_index = ignore_index;
+  res.saved.row_max = Tensor::empty({R}, logits.dtype());
+  res.saved.log_z = Tensor::empty({R}, logits.dtype());
   res.loss = Tensor::empty({}, logits.dtype());
   HEED_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", ce_forward<T>(logits, pt, ignore_index, count, res));
   return res;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits0, const Tensor& targets0, const Tensor& lse, int64_t count,
-                              int64_t ignore_index, double g) {
+Tensor cross_entropy_backward(const Tensor& logits0, const Tensor& targets0, const CrossEntropySaved& forward,
+                              double g) {
+  const int64_t count = forward.count, ignore_index = forward.ignore_index;
   Tensor logits = contiguous(logits0), targets = contiguous(targets0);
   Tensor dx = Tensor::empty(logits.shape(), logits.dtype());
   const int64_t* pt = targets.data<int64_t>();
-  HEED_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", ce_backward<T>(logits, pt, lse, count, ignore_index, g, dx));
+  HEED_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", ce_backward<T>(logits, pt, forward.row_max, forward.log_z, count, ignore_index, g, dx));
   return dx;
 }
 

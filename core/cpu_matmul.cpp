@@ -57,21 +57,41 @@ BlasMat blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
 
 // OpenBLAS never threads a product itself: its own split of a large product
 // changes the last bits with the thread count. heed splits products over its
-// threads instead (gemm_split). In the OpenMP build, openblas_set_num_threads
-// also sets OpenMP's thread count, which is put back.
+// threads instead (gemm_split). openblas_set_num_threads(1) is not enough in
+// the OpenMP build (Debian's openblas-openmp): outside a parallel region
+// each call takes OpenMP's thread count again, so a product called there
+// (one below 1 MFLOP, or a single slab) ran on 2 threads and its bits
+// depended on the count. Such a call runs with OpenMP's count at 1, put back
+// after it. (openblas_set_num_threads also sets OpenMP's count, which is put
+// back too.)
 void openblas_single_threaded() {
   static std::once_flag once;
   std::call_once(once, [] {
     const int n = omp_get_max_threads();
-    openblas_set_num_threads(1);
+    openblas_set_num_threads(1);  // the pthreads build's own count
     omp_set_num_threads(n);
   });
 }
 
+}  // namespace
+
+OpenBlasOneThread::OpenBlasOneThread() {
+  openblas_single_threaded();
+  if (!omp_in_parallel() && omp_get_max_threads() > 1) {
+    restore_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+  }
+}
+OpenBlasOneThread::~OpenBlasOneThread() {
+  if (restore_) omp_set_num_threads(restore_);
+}
+
+namespace {
+
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
           T* C, int64_t ldc, T beta = T(0)) {
-  openblas_single_threaded();
+  OpenBlasOneThread one;
   auto tA = ta ? CblasTrans : CblasNoTrans;
   auto tB = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)

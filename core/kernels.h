@@ -131,6 +131,19 @@ struct LinearGrads {
 LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                             const Tensor& x_sum = Tensor(), bool need_b = false, const Tensor& dx_mul = Tensor());
 
+// For its scope, OpenBLAS's products run on the calling thread, whatever
+// OpenMP's thread count (core/cpu_matmul.cpp): every call to OpenBLAS holds
+// one, so a product's bits never depend on the thread count.
+struct OpenBlasOneThread {
+  OpenBlasOneThread();
+  ~OpenBlasOneThread();
+  OpenBlasOneThread(const OpenBlasOneThread&) = delete;
+  OpenBlasOneThread& operator=(const OpenBlasOneThread&) = delete;
+
+ private:
+  int restore_ = 0;
+};
+
 // ---- 1-D convolution ----
 // x [N, C, T], w [O, C, K], b [O] (optional) -> y [N, O, T'] with
 // T' = (T + 2 padding - dilation (K - 1) - 1) / stride + 1.
@@ -286,17 +299,21 @@ Tensor concat(const std::vector<Tensor>& ts, int64_t dim);
 
 // ---- losses ----
 // Mean cross-entropy of logits [R, V] against int64 targets [R], skipping rows
-// whose target equals ignore_index. Returns the loss (shape []) and saves the
-// row log-sum-exp [R] for the backward. count = rows not ignored.
+// whose target equals ignore_index. Returns the loss (shape []) and saves, for
+// the backward, each row's maximum m and log z = log sum exp(x - m) [R]
+// apart (their sum, the log-sum-exp, would lose log z's digits to m's size
+// for large logits). count = rows not ignored.
+struct CrossEntropySaved {
+  Tensor row_max, log_z;
+  int64_t count = 0, ignore_index = 0;
+};
 struct CrossEntropyResult {
   Tensor loss;
-  Tensor lse;
-  int64_t count = 0;
+  CrossEntropySaved saved;
 };
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
 // dL/dlogits = g * (softmax(logits) - onehot(target)) / count; zero for ignored rows.
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t count,
-                              int64_t ignore_index, double g);
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const CrossEntropySaved& forward, double g);
 
 // ---- runtime: set_num_threads, num_threads, backend_info, CPU instruction sets (core/runtime.h; core/cpu_isa.cpp) ----
 // heed's own kernels only, at any time (oneDNN keeps its cap): how the tests

@@ -17,7 +17,7 @@ namespace {
 
 }  // namespace
 
-TEST_CASE("matmul and linear are bit-identical on 1, 2, 3 and 4 threads, for every GEMM path") {
+TEST_CASE("matmul and linear are bit-identical on 1, 2, 3 and 4 threads, for every GEMM path, float32 and float64") {
   test::ThreadScope restore;
   // [M, K] x [K, N]: the shapes of the GPTs' and the determinism test's
   // products (oneDNN's range), one too small for any split, one large enough
@@ -25,12 +25,16 @@ TEST_CASE("matmul and linear are bit-identical on 1, 2, 3 and 4 threads, for eve
   // rows (split by columns).
   const std::vector<std::array<int64_t, 3>> shapes = {
       {512, 512, 256}, {512, 256, 512}, {256, 512, 512}, {768, 128, 512}, {768, 512, 128}, {3072, 256, 768},
-      {37, 300, 129},  {16, 4096, 64},  {5, 64, 4000},   {24, 24, 24},    {1100, 1030, 1000}};
+      {37, 300, 129},  {16, 4096, 64},  {5, 64, 4000},   {24, 24, 24},    {1100, 1030, 1000}, {67, 129, 45}};
+  // float64 (OpenBLAS): a product below 1 MFLOP ({67, 129, 45}) is one call
+  // outside heed's threads, which OpenBLAS's OpenMP build threaded itself.
+  for (DType dt : {DType::f32, DType::f64})
   for (auto [M, K, N] : shapes) {
-    Tensor a = test::det_tensor({M, K}, 11, -1, 1);
-    Tensor b = test::det_tensor({K, N}, 12, -1, 1);
-    Tensor bt = kernel::contiguous(kernel::transpose(test::det_tensor({K, N}, 13, -1, 1), 0, 1));  // [N, K]
-    Tensor bias = test::det_tensor({N}, 14, -1, 1);
+    if (dt == DType::f64 && M * K * N > (int64_t{1} << 24)) continue;  // OpenBLAS is slow in float64 at 1100^3
+    Tensor a = test::det_tensor({M, K}, 11, -1, 1, dt);
+    Tensor b = test::det_tensor({K, N}, 12, -1, 1, dt);
+    Tensor bt = kernel::contiguous(kernel::transpose(test::det_tensor({K, N}, 13, -1, 1, dt), 0, 1));  // [N, K]
+    Tensor bias = test::det_tensor({N}, 14, -1, 1, dt);
     std::vector<Tensor> ref;
     for (int nt : {1, 2, 3, 4}) {
       heed::set_num_threads(nt);
@@ -38,7 +42,7 @@ TEST_CASE("matmul and linear are bit-identical on 1, 2, 3 and 4 threads, for eve
                                  kernel::linear(a, bt, bias)};
       if (ref.empty()) ref = got;
       for (size_t i = 0; i < got.size(); ++i) {
-        INFO("shape " << M << "x" << K << " @ " << K << "x" << N << ", product " << i << ", " << nt
+        INFO(dtype_name(dt) << " shape " << M << "x" << K << " @ " << K << "x" << N << ", product " << i << ", " << nt
                       << " threads against 1");
         CHECK(same_bits(got[i], ref[i]));
       }
