@@ -1,6 +1,8 @@
 // experiments/export.cpp: `heed export CKPT -o FILE.safetensors`.
 #include "experiments/export.h"
 
+#include <optional>
+
 #include "experiments/charlm.h"
 #include "experiments/common.h"
 #include "heed.h"
@@ -43,7 +45,8 @@ int run_export(const std::vector<std::string>& args) {
   // loaded first, as sample and --init-from will: a checkpoint they would
   // refuse (a missing or mis-shaped weight, a bad configuration, NaN
   // weights) is refused here, not exported.
-  if (ck.experiment == "charlm") charlm_from(ck, path, "export");
+  std::optional<CharModel> lm;
+  if (ck.experiment == "charlm") lm = charlm_from(ck, path, "export");
   // Models live under model/ (one) or model/<name>/ (several).
   std::map<std::string, Tensor> weights = ck.get(model.empty() ? "model" : "model/" + model);
   std::set<std::string> models;
@@ -62,9 +65,9 @@ int run_export(const std::vector<std::string>& args) {
                                  : models.empty() ? std::string("heed export reads the module a run tracked as \"model\"")
                                                   : fmt::format("its models: {}", fmt::join(models, ", "))));
   if (names == "nanogpt") {
-    if (ck.experiment != "charlm")
+    if (!lm)
       throw UsageError(fmt::format("export: --names nanogpt is for a GPT (charlm), not a {} checkpoint", ck.experiment));
-    weights = nn::gpt_to_nanogpt(weights);
+    weights = nn::gpt_to_nanogpt(weights, lm->model->options);
   }
   std::map<std::string, std::string> meta = {{"format", "pt"},
                                              {"heed_experiment", ck.experiment},

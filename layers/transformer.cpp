@@ -259,7 +259,25 @@ const std::vector<std::pair<std::string, std::string>>& top_names() {
 }
 }  // namespace
 
-std::map<std::string, Tensor> gpt_to_nanogpt(const std::map<std::string, Tensor>& state) {
+std::string nanogpt_unsupported(const GPTOptions& o) {
+  if (!o.pre_ln_) return "post-LN blocks (pre_ln(false)); nanoGPT's are pre-LN";
+  if (o.activation_ != Activation::gelu)
+    return fmt::format("activation {} (activation()); nanoGPT's MLP uses exact GELU", activation_name(o.activation_));
+  if (o.ffn_hidden_ != 0 && o.ffn_hidden_ != 4 * o.dim_)
+    return fmt::format("an FFN hidden width of {} (ffn_hidden()); nanoGPT's MLP is 4 x dim = {}", o.ffn_hidden_,
+                       4 * o.dim_);
+  if (o.kv_heads_ != 0 && o.kv_heads_ != o.heads_)
+    return fmt::format("grouped-query attention, kv_heads={} of heads={} (kv_heads()); nanoGPT's c_attn holds q, k "
+                       "and v of dim rows each",
+                       o.kv_heads_, o.heads_);
+  if (!o.learned_positions_)
+    return "fixed sinusoidal positions (learned_positions(false)); nanoGPT learns transformer.wpe.weight";
+  return "";
+}
+
+std::map<std::string, Tensor> gpt_to_nanogpt(const std::map<std::string, Tensor>& state, const GPTOptions& options) {
+  if (const std::string why = nanogpt_unsupported(options); !why.empty())
+    fail("gpt_to_nanogpt: nanoGPT's layout cannot hold this GPT: {}", why);
   std::map<std::string, Tensor> out;
   std::map<std::string, std::array<Tensor, 3>> qkv;  // "transformer.h.<i>.attn.c_attn.<w>" -> q, k, v
   for (const auto& [k, t] : state) {
@@ -291,6 +309,11 @@ std::map<std::string, Tensor> gpt_to_nanogpt(const std::map<std::string, Tensor>
   for (const auto& [name, parts] : qkv) {
     for (const Tensor& p : parts)
       if (!p.defined()) fail("gpt_to_nanogpt: '{}' needs q_proj, k_proj and v_proj alike", name);
+    // Thirds of equal rows are all that gpt_from_nanogpt, and PyTorch's
+    // split(dim), can take apart again.
+    if (parts[1].shape() != parts[0].shape() || parts[2].shape() != parts[0].shape())
+      fail("gpt_to_nanogpt: '{}' would fuse q {}, k {} and v {}; expected three equal shapes", name,
+           shape_str(parts[0].shape()), shape_str(parts[1].shape()), shape_str(parts[2].shape()));
     out[name] = kernel::concat({parts[0], parts[1], parts[2]}, 0);
   }
   return out;
@@ -340,6 +363,11 @@ std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tenso
 void GPT::load_state_dict(const std::map<std::string, Tensor>& state) {
   bool nanogpt = false;
   for (const auto& [k, t] : state) nanogpt = nanogpt || k.rfind("transformer.", 0) == 0;
+  if (nanogpt) {
+    if (const std::string why = nanogpt_unsupported(options); !why.empty())
+      fail("GPT({}): the state is under nanoGPT's names, which stand for nanoGPT's model; this GPT has {}",
+           extra_repr(), why);
+  }
   std::map<std::string, Tensor> s = nanogpt ? gpt_from_nanogpt(state) : state;
   // PyTorch's state_dict lists a tied weight under each of its names: a tied
   // nanoGPT's holds lm_head.weight beside transformer.wte.weight, the same

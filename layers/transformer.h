@@ -189,7 +189,19 @@ class GPT : public Module {
 // has no lm_head.weight, so neither has its nanoGPT state (PyTorch loads it
 // into a tied model with strict=False; Hugging Face's safetensors files drop
 // tied duplicates the same way).
-std::map<std::string, Tensor> gpt_to_nanogpt(const std::map<std::string, Tensor>& state);
+//
+// nanoGPT's names stand for nanoGPT's model: pre-LN blocks, exact GELU, an
+// MLP of 4 D, learned positions, and q, k and v of D rows each in c_attn.
+// gpt_to_nanogpt takes the options of the GPT the state is from and refuses
+// one that differs (nanogpt_unsupported), as GPT::load_state_dict refuses a
+// state under nanoGPT's names for such a GPT: the same names over another
+// computation would load into PyTorch's GPT without an error and compute
+// something else (and grouped-query attention's c_attn of D + 2 kv rows
+// splits into thirds that are not q, k and v).
+std::map<std::string, Tensor> gpt_to_nanogpt(const std::map<std::string, Tensor>& state, const GPTOptions& options);
 std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tensor>& state);
+// What of a GPT with these options nanoGPT's layout cannot hold, naming the
+// setting ("post-LN blocks (pre_ln(false)); nanoGPT's are pre-LN"), or "".
+std::string nanogpt_unsupported(const GPTOptions& options);
 
 }  // namespace heed::nn

@@ -101,7 +101,7 @@ int probe(const std::vector<std::string>& args) {
     gpt->load_state_dict(weights);  // either names
     loss = cross_entropy(gpt->forward(x), y);
     backward(loss);
-    grads = nn::gpt_to_nanogpt(gradients(*gpt));
+    grads = nn::gpt_to_nanogpt(gradients(*gpt), gpt->options);
   }
   std::map<std::string, Tensor> out{{"loss", Tensor::scalar(loss.item(), DType::f64)}};
   for (const auto& [name, g] : grads) out["grad." + name] = g;

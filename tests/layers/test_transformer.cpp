@@ -218,7 +218,7 @@ TEST_CASE("layers: transformer layers refuse bad input with their configuration 
 TEST_CASE("GPT: nanoGPT's names (fused c_attn) round-trip, and a GPT loads a state dict under either names") {
   Generator g1(1), g2(2);
   nn::GPT a(nn::GPTOptions(11, 8, 2, 2, 6).generator(&g1)), b(nn::GPTOptions(11, 8, 2, 2, 6).generator(&g2));
-  auto nano = nn::gpt_to_nanogpt(a.state_dict());
+  auto nano = nn::gpt_to_nanogpt(a.state_dict(), a.options);
   REQUIRE(nano.count("transformer.h.1.attn.c_attn.weight") == 1);
   CHECK(nano.at("transformer.h.1.attn.c_attn.weight").shape() == Shape{24, 8});  // q, k, v rows stacked
   CHECK(nano.at("transformer.h.1.attn.c_attn.bias").shape() == Shape{24});
@@ -233,7 +233,8 @@ TEST_CASE("GPT: nanoGPT's names (fused c_attn) round-trip, and a GPT loads a sta
   b.load_state_dict(nano);
   Tensor ids = Tensor::from_i64({1, 2, 3, 4, 5, 6}, {1, 6});
   CHECK(b.forward(ids).to_vector<double>() == a.forward(ids).to_vector<double>());
-  test::check_error([&] { nn::gpt_to_nanogpt({{"blocks.0.odd.weight", Tensor::zeros({1})}}); }, {"blocks.0.odd.weight"});
+  test::check_error([&] { nn::gpt_to_nanogpt({{"blocks.0.odd.weight", Tensor::zeros({1})}}, a.options); },
+                    {"blocks.0.odd.weight"});
   test::check_error([&] { nn::gpt_from_nanogpt({{"transformer.h.0.attn.c_attn.weight", Tensor::zeros({7, 2})}}); },
                     {"c_attn.weight", "[7, 2]", "multiple of 3"});
   // Layer numbers as nanoGPT writes them, and no other: "00" once gave
@@ -244,11 +245,56 @@ TEST_CASE("GPT: nanoGPT's names (fused c_attn) round-trip, and a GPT loads a sta
     test::check_error([&] { nn::gpt_from_nanogpt({{k, Tensor::zeros({2})}}); }, {k, "not a name of nanoGPT's layout"});
 }
 
+TEST_CASE("GPT: nanoGPT's names are refused for a GPT nanoGPT cannot express, naming the setting") {
+  // gpt_to_nanogpt wrote them for any GPT: grouped-query attention's c_attn
+  // of D + 2 kv rows, which no reader splits back into q, k and v (heed's
+  // own cut it into thirds), and post-LN or ReLU blocks that PyTorch's
+  // nanoGPT would load without an error and compute differently.
+  const nn::GPTOptions base(11, 8, 1, 4, 6);
+  struct Case {
+    nn::GPTOptions options;
+    std::vector<std::string> fragments;
+  };
+  const std::vector<Case> cases = {
+      {nn::GPTOptions(base).kv_heads(2), {"grouped-query attention", "kv_heads=2 of heads=4", "kv_heads()"}},
+      {nn::GPTOptions(base).pre_ln(false), {"post-LN", "pre_ln(false)"}},
+      {nn::GPTOptions(base).activation(Activation::relu), {"activation relu", "exact GELU"}},
+      {nn::GPTOptions(base).activation(Activation::gelu_tanh), {"activation gelu_tanh"}},
+      {nn::GPTOptions(base).ffn_hidden(16), {"FFN hidden width of 16", "4 x dim = 32"}},
+      {nn::GPTOptions(base).learned_positions(false), {"sinusoidal positions", "learned_positions(false)"}},
+  };
+  Generator g(3);
+  nn::GPT plain(nn::GPTOptions(base).generator(&g));
+  const auto nano = nn::gpt_to_nanogpt(plain.state_dict(), plain.options);
+  for (const Case& c : cases) {
+    nn::GPT m(nn::GPTOptions(c.options).generator(&g));
+    CAPTURE(m.summary());
+    std::vector<std::string> out = c.fragments;
+    out.push_back("gpt_to_nanogpt: nanoGPT's layout cannot hold this GPT");
+    test::check_error([&] { nn::gpt_to_nanogpt(m.state_dict(), m.options); }, out);
+    // And a nanoGPT state does not load into it (post-LN and ReLU did, the
+    // shapes being the same).
+    std::vector<std::string> in = c.fragments;
+    in.push_back("nanoGPT's names");
+    const auto before = m.state_dict().begin()->second.to_vector<double>();
+    test::check_error([&] { m.load_state_dict(nano); }, in);
+    CHECK(m.state_dict().begin()->second.to_vector<double>() == before);
+  }
+  // Options that nanoGPT has: no biases, a tied head; and an explicit 4 D.
+  for (const nn::GPTOptions& o : {nn::GPTOptions(base).bias(false), nn::GPTOptions(base).tie_weights(true),
+                                  nn::GPTOptions(base).ffn_hidden(32).kv_heads(4)}) {
+    nn::GPT a(nn::GPTOptions(o).generator(&g)), b(nn::GPTOptions(o).generator(&g));
+    b.load_state_dict(nn::gpt_to_nanogpt(a.state_dict(), a.options));
+    Tensor ids = Tensor::from_i64({1, 2, 3}, {1, 3});
+    CHECK(b.forward(ids).to_vector<double>() == a.forward(ids).to_vector<double>());
+  }
+}
+
 TEST_CASE("GPT: a tied GPT loads PyTorch's tied state dict (lm_head.weight equal to wte.weight), not another head") {
   Generator g1(1), g2(2);
   nn::GPT a(nn::GPTOptions(11, 8, 2, 2, 6).tie_weights(true).generator(&g1));
   nn::GPT b(nn::GPTOptions(11, 8, 2, 2, 6).tie_weights(true).generator(&g2));
-  auto nano = nn::gpt_to_nanogpt(a.state_dict());
+  auto nano = nn::gpt_to_nanogpt(a.state_dict(), a.options);
   CHECK(nano.count("lm_head.weight") == 0);
   nano["lm_head.weight"] = kernel::contiguous(nano.at("transformer.wte.weight"));  // as nanoGPT's state_dict has it
   b.load_state_dict(nano);
