@@ -115,11 +115,11 @@ std::map<std::string, Tensor> Module::state_dict() const {
   return out;
 }
 
-void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
-  // Every problem in one error: missing, unexpected and mis-shaped entries.
+std::string state_dict_mismatch(const std::map<std::string, Tensor>& mine,
+                                const std::map<std::string, Tensor>& state) {
+  // Every problem in one message: missing, unexpected and mis-shaped entries.
   // Floating dtypes convert, as PyTorch's does (a float64 state loads into a
   // float32 model); an integer entry must match exactly.
-  auto mine = state_dict();
   std::vector<std::string> missing, unexpected, mismatched;
   for (const auto& [name, t] : mine) {
     auto it = state.find(name);
@@ -137,13 +137,17 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
   }
   for (const auto& [name, t] : state)
     if (!mine.count(name)) unexpected.push_back(fmt::format("'{}' (shape {})", name, shape_str(t.shape())));
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
-    std::string what;
-    if (!missing.empty()) what += fmt::format("; missing entries: {}", fmt::join(missing, ", "));
-    if (!unexpected.empty()) what += fmt::format("; unexpected entries, not in the model: {}", fmt::join(unexpected, ", "));
-    if (!mismatched.empty()) what += fmt::format("; {}", fmt::join(mismatched, "; "));
+  std::string what;
+  if (!missing.empty()) what += fmt::format("; missing entries: {}", fmt::join(missing, ", "));
+  if (!unexpected.empty()) what += fmt::format("; unexpected entries, not in the model: {}", fmt::join(unexpected, ", "));
+  if (!mismatched.empty()) what += fmt::format("; {}", fmt::join(mismatched, "; "));
+  return what;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
+  auto mine = state_dict();
+  if (const std::string what = state_dict_mismatch(mine, state); !what.empty())
     fail("load_state_dict: the state does not fit {}{}", type_name(), what);
-  }
   autograd::NoGradGuard no_grad;
   for (const auto& [name, t] : mine) kernel::copy_(t, state.at(name));
 }

@@ -91,6 +91,14 @@ class Module : public Stateful {
   bool training_ = true;
 };
 
+// What keeps `state` from loading into a module whose own state dict is
+// `mine`: "; missing entries: ...; unexpected entries, ...; 'x' has shape
+// [a], the model expects [b]", each part led by "; ", or "" when it fits.
+// Module::load_state_dict's check, shared with a module that also reads a
+// state under other names (GPT: nanoGPT's), whose errors must name the keys
+// the state itself has.
+std::string state_dict_mismatch(const std::map<std::string, Tensor>& mine, const std::map<std::string, Tensor>& state);
+
 // ---- initialisation (PyTorch's defaults, so results compare with it) ----
 // U(-bound, bound) with bound = gain * sqrt(3 / fan_in), gain = sqrt(2 / (1 + a^2)).
 // With a = sqrt(5) (PyTorch's Conv1d/Linear default) bound = 1 / sqrt(fan_in).

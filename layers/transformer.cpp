@@ -367,6 +367,19 @@ void GPT::load_state_dict(const std::map<std::string, Tensor>& state) {
     if (const std::string why = nanogpt_unsupported(options); !why.empty())
       fail("GPT({}): the state is under nanoGPT's names, which stand for nanoGPT's model; this GPT has {}",
            extra_repr(), why);
+    // Checked under the state's own names and shapes (a fused c_attn as one
+    // entry), which its writer knows; after the conversion they would be
+    // heed's, and c_attn three entries of a third of its rows each.
+    std::map<std::string, Tensor> given;
+    for (const auto& [k, t] : state) {
+      int64_t layer = 0;
+      std::string rest;
+      const bool mask = block_key(k, "transformer.h.", layer, rest) && (rest == "attn.bias" || rest == "attn.masked_bias");
+      const bool tied_head = options.tie_weights_ && k == "lm_head.weight";  // checked against wte below
+      if (!mask && !tied_head) given.emplace(k, t);
+    }
+    if (const std::string what = state_dict_mismatch(gpt_to_nanogpt(state_dict(), options), given); !what.empty())
+      fail("load_state_dict: the state (nanoGPT's names) does not fit GPT({}){}", extra_repr(), what);
   }
   std::map<std::string, Tensor> s = nanogpt ? gpt_from_nanogpt(state) : state;
   // PyTorch's state_dict lists a tied weight under each of its names: a tied

@@ -245,6 +245,49 @@ TEST_CASE("GPT: nanoGPT's names (fused c_attn) round-trip, and a GPT loads a sta
     test::check_error([&] { nn::gpt_from_nanogpt({{k, Tensor::zeros({2})}}); }, {k, "not a name of nanoGPT's layout"});
 }
 
+TEST_CASE("GPT: a state under nanoGPT's names that does not fit is reported under those names and shapes") {
+  // A PyTorch GPT of vocabulary 30 without positions, for a GPT of 28: the
+  // error named heed's 'wpe.weight' and 'wte.weight', keys the file lacks.
+  Generator g1(1), g2(2);
+  nn::GPT other(nn::GPTOptions(30, 32, 1, 4, 16).generator(&g1)), m(nn::GPTOptions(28, 32, 1, 4, 16).generator(&g2));
+  auto nano = nn::gpt_to_nanogpt(other.state_dict(), other.options);
+  nano.erase("transformer.wpe.weight");
+  const auto before = m.state_dict().at("wte.weight").to_vector<double>();
+  std::string msg;
+  try {
+    m.load_state_dict(nano);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.find("missing entries: 'transformer.wpe.weight' (expected shape [16, 32])") != std::string::npos);
+  CHECK(msg.find("'transformer.wte.weight' has shape [30, 32], the model expects [28, 32]") != std::string::npos);
+  CHECK(msg.find("'lm_head.weight' has shape [30, 32], the model expects [28, 32]") != std::string::npos);
+  CHECK(msg.find("'wpe.weight'") == std::string::npos);
+  CHECK(msg.find("'wte.weight'") == std::string::npos);
+  CHECK(m.state_dict().at("wte.weight").to_vector<double>() == before);  // nothing loaded
+  // A fused c_attn of the wrong size is one entry, as the file has it, not
+  // three q_proj, k_proj, v_proj entries of a third of its rows each.
+  nano = nn::gpt_to_nanogpt(m.state_dict(), m.options);
+  nano["transformer.h.0.attn.c_attn.weight"] = Tensor::zeros({48, 32});
+  msg.clear();
+  try {
+    m.load_state_dict(nano);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.find("'transformer.h.0.attn.c_attn.weight' has shape [48, 32], the model expects [96, 32]") !=
+        std::string::npos);
+  CHECK(msg.find("q_proj") == std::string::npos);
+  // Unexpected keys under their own names; the mask buffers stay ignored.
+  nano = nn::gpt_to_nanogpt(m.state_dict(), m.options);
+  nano["transformer.h.0.attn.bias"] = Tensor::ones({1, 1, 16, 16});
+  nano["transformer.h.1.ln_1.weight"] = Tensor::ones({32});
+  test::check_error([&] { m.load_state_dict(nano); },
+                    {"unexpected entries, not in the model: 'transformer.h.1.ln_1.weight' (shape [32])"});
+}
+
 TEST_CASE("GPT: nanoGPT's names are refused for a GPT nanoGPT cannot express, naming the setting") {
   // gpt_to_nanogpt wrote them for any GPT: grouped-query attention's c_attn
   // of D + 2 kv rows, which no reader splits back into q, k and v (heed's
