@@ -193,6 +193,24 @@ void quantize_planned(TrainedModels& tm, ModelQuantization& mq, const QuantizeSe
   }
 }
 
+void refuse_quantized(const Checkpoint& ck, const std::string& who, const std::string& what) {
+  const std::map<std::string, Tensor> stored = ck.get("quantized");
+  if (stored.empty()) return;
+  std::set<std::string> methods;  // "e8 4 bits", from each matrix's meta (docs/checkpoint-format.md)
+  for (const auto& [key, t] : stored) {
+    if (key != "meta" && (key.size() < 5 || key.compare(key.size() - 5, 5, "/meta") != 0)) continue;
+    const std::vector<int64_t> m =
+        t.numel() == 6 && t.dtype() == DType::i64 ? t.to_vector<int64_t>() : std::vector<int64_t>{};
+    const bool known = !m.empty() && m[0] >= 0 && m[0] < static_cast<int64_t>(quant::method_names().size());
+    methods.insert(known ? fmt::format("{} {} bits", quant::method_name(static_cast<quant::Method>(m[0])), m[1])
+                         : std::string("an unknown method"));
+  }
+  throw UsageError(fmt::format("{}: {} is already quantized ({}; heed quantize wrote it, and its weights are the "
+                               "dequantized ones); expected the training checkpoint it was made from",
+                               who, what, methods.empty() ? std::string("tensors under quantized/")
+                                                          : fmt::format("{}", fmt::join(methods, ", "))));
+}
+
 // ---- heed quantize ----
 
 namespace {
@@ -285,6 +303,7 @@ int run_quantize(const std::vector<std::string>& args) {
   if (out.empty()) out = default_out(path, s);
 
   Checkpoint ck = load_checkpoint(path, "");
+  refuse_quantized(ck, "quantize", fmt::format("checkpoint '{}'", path));
   check_output("quantize", out, path, "checkpoint");
   Stopwatch sw;
   std::unique_ptr<TrainedModels> tm = trained_models(ck, path, "quantize");
@@ -441,6 +460,7 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
     m.label = label;
     m.path = path;
     Checkpoint ck = load_checkpoint(path, label);
+    refuse_quantized(ck, "run compression", fmt::format("--{} '{}'", label, path));
     m.tm = trained_models(ck, path, "run compression");
     if (label == "shapes") {
       std::vector<std::string> n = m.tm->names();

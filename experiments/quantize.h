@@ -61,6 +61,13 @@ struct ModelQuantization {
 // The error (UsageError) names the parameter, its shape and what was expected.
 ModelQuantization plan_quantization(TrainedModels& tm, const std::vector<std::string>& names,
                                     const QuantizeSettings& s, const std::string& who);
+// Refuses (UsageError) a checkpoint heed quantize wrote (one with tensors
+// under quantized/), naming `what` ("checkpoint 'x.ckpt.h5'") and the
+// methods it holds: its weights are already the dequantized ones, so
+// quantizing them again would measure against a quantized baseline and
+// keep the first method's codes beside the new ones.
+void refuse_quantized(const Checkpoint& ck, const std::string& who, const std::string& what);
+
 // Quantizes the planned matrices (each with its own seed, derived from s.seed
 // and its name) and writes their dequantized float32 weights into the models.
 // echo: a line per matrix as it is done.

@@ -224,6 +224,11 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
     w = Tensor::full(w.shape(), 3e38, w.dtype());
     save_checkpoint(p + "/huge.ckpt.h5", c);
   }
+  // heed quantize's own output: quantized again, it mixed the first method's
+  // stored codes into the new file and called the quantized model float32.
+  const std::string quantized = p + "/twice.e8-4bit.ckpt.h5";
+  REQUIRE(heed_cli({"quantize", t.lm, "--method", "e8", "--bits", "4", "--threads", "1", "-o", quantized}, p).status ==
+          0);
   struct Case {
     std::string what;
     std::vector<std::string> args;
@@ -255,6 +260,11 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
       {"-o a training run's checkpoint (its optimiser state lost)", {"quantize", t.lm, "-o", p + "/sine.ckpt.h5"}, 2,
        {"sine.ckpt.h5", "checkpoint of the 'sine' experiment"}},
       {"no checkpoint", {"quantize", "--bits", "4"}, 2, {"quantize: expected a checkpoint path"}},
+      {"a checkpoint quantize wrote", {"quantize", quantized, "--method", "uniform", "-o", p + "/rq.ckpt.h5"}, 2,
+       {"quantize: checkpoint '" + quantized + "' is already quantized (e8 4 bits;",
+        "expected the training checkpoint it was made from"}},
+      {"run compression on one", {"run", "compression", "--charlm", quantized, "--out", p + "/rq.h5"}, 2,
+       {"run compression: --charlm '" + quantized + "' is already quantized (e8 4 bits;"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
