@@ -20,7 +20,8 @@ int run_export(const std::vector<std::string>& args) {
           "safetensors.torch.load_file (or json + numpy); heed runs start from one with --init-from.\n\n"
           "options:\n"
           "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
-          "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention)\n"
+          "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention;\n"
+          "                     scaling: scaled/seed0, unscaled/seed0, ...)\n"
           "  --names nanogpt    charlm: a plain PyTorch GPT's names (nanoGPT: transformer.h.0.attn.c_attn.weight\n"
           "                     with q, k and v fused, ...); heed's own by default. heed loads either.\n"
           "  --help             show this help\n");
@@ -47,20 +48,37 @@ int run_export(const std::vector<std::string>& args) {
   // weights) is refused here, not exported.
   std::optional<CharModel> lm;
   if (ck.experiment == "charlm") lm = charlm_from(ck, path, "export");
-  // Models live under model/ (one) or model/<name>/ (several).
-  std::map<std::string, Tensor> weights = ck.get(model.empty() ? "model" : "model/" + model);
+  // Models live under model/ (one) or model/<name>/ (several), where a name
+  // may have parts of its own (scaling: scaled/seed0). Parameter names are
+  // dotted, so a model's name is all of a key up to its last '/'.
+  const std::map<std::string, Tensor> all = ck.get("model");
   std::set<std::string> models;
-  for (const auto& [k, t] : ck.get("model")) {
-    auto slash = k.find('/');
-    if (slash != std::string::npos) models.insert(k.substr(0, slash));
-  }
+  for (const auto& [k, t] : all)
+    if (auto slash = k.rfind('/'); slash != std::string::npos) models.insert(k.substr(0, slash));
   if (model.empty() && !models.empty())
     throw UsageError(fmt::format("export: checkpoint '{}' holds several models ({}); choose one with --model", path,
                                  fmt::join(models, ", ")));
+  std::map<std::string, Tensor> weights;
+  if (model.empty()) {
+    weights = all;
+  } else if (models.count(model)) {
+    for (const auto& [k, t] : ck.get("model/" + model))
+      if (k.find('/') == std::string::npos) weights.emplace(k, t);  // not a model under this one's name
+  } else {
+    // A group of models (scaling's unscaled: seed0, seed1, ...): their
+    // weights together, under names no model has, would load nowhere.
+    std::vector<std::string> members;
+    for (const std::string& m : models)
+      if (m.rfind(model + "/", 0) == 0) members.push_back(m);
+    if (!members.empty())
+      throw UsageError(fmt::format("export: --model {} names a group of {} models in checkpoint '{}' ({}); expected "
+                                   "one of them",
+                                   model, members.size(), path, fmt::join(members, ", ")));
+  }
   if (weights.empty())
     throw UsageError(fmt::format("export: checkpoint '{}' has no model{} ({})", path,
                                  model.empty() ? std::string() : " '" + model + "'",
-                                 !model.empty() && models.empty() && !ck.get("model").empty()
+                                 !model.empty() && models.empty() && !all.empty()
                                      ? std::string("it has one model: leave out --model")
                                  : models.empty() ? std::string("heed export reads the module a run tracked as \"model\"")
                                                   : fmt::format("its models: {}", fmt::join(models, ", "))));
