@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/kernels.h"
+#include "core/safetensors.h"
 #include "data/text.h"
 #include "experiments/common.h"
 #include "experiments/heads.h"
@@ -78,6 +79,90 @@ data::CharTokenizer tokenizer_of(const Checkpoint& ck, const std::string& path, 
   } catch (const Error& e) {
     fail("{}checkpoint '{}': tokenizer/codepoints: {}", who, path, e.what());
   }
+}
+
+// A character for a message: "'a' (U+0061)", or only "U+000A" for one that
+// does not print (a control character).
+std::string describe_char(uint32_t cp) {
+  if (cp < 0x20 || (cp >= 0x7F && cp < 0xA0)) return fmt::format("U+{:04X}", cp);
+  return fmt::format("'{}' (U+{:04X})", data::encode_utf8({cp}), cp);
+}
+
+// The code points of a heed_vocabulary value (vocabulary_metadata's JSON
+// array of integers, spaces allowed as any JSON writer puts them); an error
+// names what is wrong.
+std::vector<uint32_t> parse_vocabulary(const std::string& v) {
+  std::vector<uint32_t> cps;
+  size_t i = 0;
+  auto space = [&] {
+    while (i < v.size() && (v[i] == ' ' || v[i] == '\n' || v[i] == '\t' || v[i] == '\r')) ++i;
+  };
+  auto bad = [&](const std::string& why) -> std::vector<uint32_t> {
+    fail("its {} metadata is not a JSON array of code points ({} at character {})", kVocabularyKey, why, i);
+  };
+  space();
+  if (i >= v.size() || v[i] != '[') return bad("no '['");
+  ++i;
+  space();
+  if (i < v.size() && v[i] == ']') return bad("an empty array");
+  while (true) {
+    space();
+    const size_t start = i;
+    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+    if (i == start || i - start > 7) return bad("not an integer in 0..1114111");
+    const long cp = std::strtol(v.substr(start, i - start).c_str(), nullptr, 10);
+    if (cp > 0x10FFFF) return bad(fmt::format("{} is not a Unicode code point", cp));
+    cps.push_back(static_cast<uint32_t>(cp));
+    space();
+    if (i < v.size() && v[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (i < v.size() && v[i] == ']') {
+      ++i;
+      space();
+      if (i != v.size()) return bad("text after the array");
+      return cps;
+    }
+    return bad("expected ',' or ']'");
+  }
+}
+
+// --init-from of a charlm run: a token id of the file's weights must stand
+// for the character it stands for in this run's text. heed export records
+// the vocabulary (heed_vocabulary); a file without it (PyTorch's, an older
+// heed's) is taken to follow this text's, as its shapes alone cannot tell.
+void check_init_vocabulary(const std::string& file, const data::CharTokenizer& tok, const std::string& text) {
+  const std::string where = fmt::format("run charlm: --init-from '{}'", file);
+  std::map<std::string, std::string> meta;
+  try {
+    meta = safetensors::load(file).metadata;
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  const std::string text_name = text.empty() ? std::string("the King James Bible (the default --text)")
+                                             : fmt::format("--text '{}'", text);
+  const auto it = meta.find(kVocabularyKey);
+  if (it == meta.end()) {
+    fmt::print("note: {} records no vocabulary ({}): its token ids are taken to be those of {}, its {} characters "
+               "in code-point order\n",
+               file, kVocabularyKey, text_name, tok.vocab_size());
+    return;
+  }
+  std::vector<uint32_t> theirs;
+  try {
+    theirs = parse_vocabulary(it->second);
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  const std::vector<uint32_t>& ours = tok.chars();
+  if (theirs == ours) return;
+  size_t id = 0;
+  while (id < theirs.size() && id < ours.size() && theirs[id] == ours[id]) ++id;
+  auto at = [&](const std::vector<uint32_t>& v) { return id < v.size() ? describe_char(v[id]) : std::string("none"); };
+  fail("{} was trained on another vocabulary than {}: id {} is {} in the file and {} in the text (the file has {} "
+       "characters, the text {}); expected weights trained on text of the same characters",
+       where, text_name, id, at(theirs), at(ours), theirs.size(), ours.size());
 }
 
 class CharLMModels : public TrainedModels {
@@ -173,6 +258,10 @@ std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt
   return std::vector<int64_t>(seq.begin() + static_cast<std::ptrdiff_t>(prompt.size()), seq.end());
 }
 
+std::string vocabulary_metadata(const data::CharTokenizer& tok) {
+  return fmt::format("[{}]", fmt::join(tok.chars(), ", "));
+}
+
 std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const std::string& path) {
   return std::make_unique<CharLMModels>(ck, path);
 }
@@ -248,6 +337,8 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
          split.train.numel() + split.val.numel(), c.context + 1);
   fmt::print("text: {} characters, vocabulary {} ({})\n", split.train.numel() + split.val.numel(), tok.vocab_size(),
              format_seconds(sw.seconds()));
+  // Before any file is made: weights trained on other characters are refused.
+  if (const std::string init = run.args().value("init-from"); !init.empty()) check_init_vocabulary(init, tok, c.text);
 
   Generator init(static_cast<uint64_t>(c.seed) * 7919 + 11), batches(static_cast<uint64_t>(c.seed));
   auto model = make_model(c, tok.vocab_size(), &init);

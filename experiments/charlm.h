@@ -38,6 +38,12 @@ CharModel load_charlm(const std::string& path, const char* command);
 // The same from a checkpoint already loaded (path names it in messages).
 CharModel charlm_from(const Checkpoint& ck, const std::string& path, const char* command);
 
+// The vocabulary in the metadata of a safetensors file (heed export of a
+// charlm checkpoint writes it; charlm --init-from checks it): the code
+// points of the tokens in id order, as a JSON array ("[10, 32, 65, ...]").
+inline constexpr const char* kVocabularyKey = "heed_vocabulary";
+std::string vocabulary_metadata(const data::CharTokenizer& tok);
+
 // The GPT of a charlm checkpoint with its validation text (heed quantize):
 // evaluate("") is the validation loss as the run logged it (the mean of its
 // fixed evaluation batches).

@@ -16,8 +16,10 @@ int run_export(const std::vector<std::string>& args) {
           "usage: heed export CHECKPOINT [-o FILE.safetensors] [--model NAME] [--names heed|nanogpt]\n\n"
           "Writes the model weights of a checkpoint (any experiment's, or a program's on heed::Run) to a\n"
           "safetensors file, under the model's own parameter names (e.g. blocks.0.attn.q_proj.weight), with\n"
-          "the run's experiment, step and configuration as metadata. PyTorch reads it with\n"
-          "safetensors.torch.load_file (or json + numpy); heed runs start from one with --init-from.\n\n"
+          "the run's experiment, step and configuration as metadata (heed_experiment, heed_step,\n"
+          "heed_config.<option>) and, for charlm, the vocabulary: heed_vocabulary, the code points of\n"
+          "the token ids in order as a JSON array. PyTorch reads it with safetensors.torch.load_file\n"
+          "(or json + numpy); heed runs start from one with --init-from.\n\n"
           "options:\n"
           "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
           "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention;\n"
@@ -91,6 +93,9 @@ int run_export(const std::vector<std::string>& args) {
                                              {"heed_experiment", ck.experiment},
                                              {"heed_step", std::to_string(ck.counter("step"))}};
   for (const auto& [k, v] : ck.config) meta["heed_config." + k] = v;
+  // The token of each id, so that a reader can decode logits and --init-from
+  // refuses text whose ids mean other characters.
+  if (lm) meta[kVocabularyKey] = vocabulary_metadata(lm->tok);
   prepare_output_path(out, "export", "--out");  // its directories made, as every writer of heed's does
   safetensors::save(out, weights, meta);
   int64_t n = 0;

@@ -1,9 +1,11 @@
 // tests/experiments/test_export.cpp: `heed export` and `--init-from` as a
-// user runs them: which model of a checkpoint of several it writes, and the
-// scaling run that refuses given weights it cannot use.
+// user runs them: what the file records (a charlm's vocabulary), which model
+// of a checkpoint of several it writes, and the charlm and scaling runs that
+// refuse given weights they cannot use.
 #include <filesystem>
 #include <fstream>
 
+#include "experiments/charlm.h"
 #include "spawn.h"
 #include "test_util.h"
 
@@ -12,6 +14,120 @@ using test::heed_cli;
 using test::Result;
 using test::snapshot;
 namespace fs = std::filesystem;
+
+namespace {
+
+void write_text(const std::string& path, const std::string& line, int times) {
+  std::ofstream f(path);
+  for (int i = 0; i < times; ++i) f << line;
+}
+
+// A tiny charlm trained on `text`, in dir; its checkpoint's path.
+std::string train_charlm(const std::string& dir, const std::string& text, const std::string& name) {
+  Result r = heed_cli({"run", "charlm", "--text", text, "--steps", "4", "--layers", "1", "--heads", "2", "--width", "16",
+                       "--context", "16", "--batch", "4", "--eval-every", "4", "--eval-batches", "1", "--threads", "1",
+                       "--out", dir + "/" + name + ".h5"},
+                      dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  return dir + "/" + name + ".ckpt.h5";
+}
+
+std::vector<std::string> charlm_from(const std::string& text, const std::string& init, const std::string& out) {
+  return {"run", "charlm", "--text", text, "--steps", "2", "--layers", "1", "--heads", "2", "--width", "16",
+          "--context", "16", "--batch", "4", "--eval-every", "2", "--eval-batches", "1", "--threads", "1",
+          "--init-from", init, "--out", out};
+}
+
+}  // namespace
+
+TEST_CASE("export: a charlm's file records its vocabulary, and charlm --init-from refuses text of other characters") {
+  test::TempDir d("heed-export-");
+  const std::string p = d.path;
+  const std::string lower = p + "/lower.txt", upper = p + "/upper.txt", shuffled = p + "/shuffled.txt",
+                    wider = p + "/wider.txt";
+  write_text(lower, "in the beginning god created the heaven and the earth. ", 40);
+  write_text(upper, "IN THE BEGINNING GOD CREATED THE HEAVEN AND THE EARTH. ", 40);  // as many characters
+  write_text(shuffled, "the earth and the heaven god created in the beginning. ", 40);  // the same ones
+  write_text(wider, "in the beginning, god created the heaven and the earth. ", 40);  // one more: ','
+
+  const std::string ckpt = train_charlm(p, lower, "lm");
+  Result r = heed_cli({"export", ckpt, "-o", p + "/lm.safetensors"}, p);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  const safetensors::File f = safetensors::load(p + "/lm.safetensors");
+  // The code points in id order: sorted, as the tokenizer numbers them.
+  const data::CharTokenizer tok = data::CharTokenizer::from_text(test::slurp(lower));
+  REQUIRE(f.metadata.count("heed_vocabulary") == 1);
+  CHECK(f.metadata.at("heed_vocabulary") == "[32, 46, 97, 98, 99, 100, 101, 103, 104, 105, 110, 111, 114, 116, 118]");
+  CHECK(f.metadata.at("heed_vocabulary") == experiments::vocabulary_metadata(tok));
+  // The nanoGPT names carry it too.
+  r = heed_cli({"export", ckpt, "--names", "nanogpt", "-o", p + "/nano.safetensors"}, p);
+  REQUIRE(r.status == 0);
+  CHECK(safetensors::load(p + "/nano.safetensors").metadata.at("heed_vocabulary") ==
+        f.metadata.at("heed_vocabulary"));
+
+  SUBCASE("text of other characters, as many: refused naming the first id that differs, no file made") {
+    const auto before = snapshot(p);
+    r = heed_cli(charlm_from(upper, p + "/lm.safetensors", p + "/up.h5"), p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("--init-from '" + p + "/lm.safetensors' was trained on another vocabulary than --text") !=
+          std::string::npos);
+    CHECK(r.err.find("id 2 is 'a' (U+0061) in the file and 'A' (U+0041) in the text") != std::string::npos);
+    CHECK(r.err.find("the file has 15 characters, the text 15") != std::string::npos);
+    CHECK(snapshot(p) == before);
+    // Under nanoGPT's names alike.
+    r = heed_cli(charlm_from(upper, p + "/nano.safetensors", p + "/up.h5"), p);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("trained on another vocabulary") != std::string::npos);
+    CHECK(snapshot(p) == before);
+  }
+  SUBCASE("a vocabulary that adds a character: the id where they part, and both sizes") {
+    r = heed_cli(charlm_from(wider, p + "/lm.safetensors", p + "/w.h5"), p);
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("id 1 is '.' (U+002E) in the file and ',' (U+002C) in the text") != std::string::npos);
+    CHECK(r.err.find("the file has 15 characters, the text 16") != std::string::npos);
+    CHECK(!fs::exists(p + "/w.h5"));
+  }
+  SUBCASE("other text of the same characters starts from the weights (fine-tuning)") {
+    r = heed_cli(charlm_from(shuffled, p + "/lm.safetensors", p + "/s.h5"), p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("model initialised from") != std::string::npos);
+    CHECK(r.out.find("note:") == std::string::npos);
+  }
+  SUBCASE("a file without the vocabulary (PyTorch's) is taken as the text's, with a note") {
+    safetensors::save(p + "/bare.safetensors", f.tensors, {{"format", "pt"}});
+    r = heed_cli(charlm_from(upper, p + "/bare.safetensors", p + "/b.h5"), p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("note: " + p + "/bare.safetensors records no vocabulary (heed_vocabulary)") != std::string::npos);
+  }
+  SUBCASE("a malformed vocabulary is refused naming the key") {
+    for (const std::string bad : {"[32, 46", "32, 46", "[]", "[32, -1]", "[1114112]", "[32] x"}) {
+      CAPTURE(bad);
+      std::map<std::string, std::string> meta = f.metadata;
+      meta["heed_vocabulary"] = bad;
+      safetensors::save(p + "/bad.safetensors", f.tensors, meta);
+      r = heed_cli(charlm_from(lower, p + "/bad.safetensors", p + "/x.h5"), p);
+      INFO(r.err);
+      CHECK(r.status == 1);
+      CHECK(r.err.find("heed_vocabulary metadata is not a JSON array of code points") != std::string::npos);
+      CHECK(!fs::exists(p + "/x.h5"));
+    }
+    // As Python's json.dumps writes it (spaces, no spaces), it reads.
+    std::map<std::string, std::string> meta = f.metadata;
+    std::string compact = f.metadata.at("heed_vocabulary");
+    compact.erase(std::remove(compact.begin(), compact.end(), ' '), compact.end());
+    meta["heed_vocabulary"] = compact;
+    safetensors::save(p + "/compact.safetensors", f.tensors, meta);
+    r = heed_cli(charlm_from(lower, p + "/compact.safetensors", p + "/c.h5"), p);
+    INFO(r.err);
+    CHECK(r.status == 0);
+  }
+}
 
 TEST_CASE("export: a checkpoint of several models names them whole, and --model takes one model, not a group") {
   test::TempDir d("heed-export-");
