@@ -22,6 +22,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/dist.h"
 #include "core/error.h"
@@ -128,7 +129,10 @@ std::string ExistingFile::describe() const {
   switch (kind) {
     case Kind::none: return "no file";
     case Kind::unreadable: return "a damaged HDF5 file";
-    case Kind::not_hdf5: return safetensors ? "a safetensors file" : "a file that is not HDF5";
+    case Kind::not_hdf5:
+      if (!safetensors) return "a file that is not HDF5";
+      return experiment.empty() ? "a safetensors file heed did not write (its metadata names no heed_experiment)"
+                                : fmt::format("a safetensors file heed wrote (of the '{}' experiment)", experiment);
     case Kind::hdf5: return "an HDF5 file that is not heed's";
     case Kind::log: return fmt::format("a heed run log of the '{}' experiment", experiment);
     case Kind::checkpoint:
@@ -146,6 +150,26 @@ ExistingFile existing_file(const std::string& path) {
     char head[9] = {};
     e.kind = ExistingFile::Kind::not_hdf5;
     e.safetensors = in.read(head, 9) && head[8] == '{';
+    // Whose weights: heed export names the run's experiment in the header's
+    // metadata; a file without it (a PyTorch user's own) is no one's to
+    // replace. Only the JSON header is read (at most the format's 100 MB).
+    if (e.safetensors) {
+      uint64_t n = 0;
+      for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(head[i]);
+      const uint64_t size = fs::file_size(path, ec);
+      if (!ec && n <= 100'000'000 && n <= size - 8) {
+        std::string header(n, '\0');
+        in.seekg(8);
+        if (in.read(header.data(), static_cast<std::streamsize>(n))) {
+          const nlohmann::json j = nlohmann::json::parse(header, nullptr, false);
+          if (j.is_object() && j.contains("__metadata__") && j["__metadata__"].is_object()) {
+            const nlohmann::json& meta = j["__metadata__"];
+            if (meta.contains("heed_experiment") && meta["heed_experiment"].is_string())
+              e.experiment = meta["heed_experiment"].get<std::string>();
+          }
+        }
+      }
+    }
     return e;
   }
   std::map<std::string, h5::Attr> root;

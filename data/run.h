@@ -290,7 +290,9 @@ struct ExistingFile {
     checkpoint,   // a heed checkpoint
   };
   Kind kind = Kind::none;
-  std::string experiment;  // a log's or checkpoint's experiment ("?" if it names none)
+  // A log's or checkpoint's experiment ("?" if it names none); a safetensors
+  // file's heed_experiment metadata (heed export's), "" if it has none.
+  std::string experiment;
   bool safetensors = false;  // not_hdf5 that reads as a safetensors file (8-byte length, then '{')
   bool quantized = false;    // a checkpoint heed quantize wrote (tensors/quantized)
   // "a heed checkpoint of the 'copy' experiment", "not HDF5", ...

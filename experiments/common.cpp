@@ -29,7 +29,7 @@ void check_output(const std::string& command, const std::string& out, const std:
                            : writes == "checkpoint" ? "a quantized checkpoint"
                                                     : "a log of its own";
   refuse_replacing(command, "--out", out, what, "one " + command + " wrote before", [&](const ExistingFile& e) {
-    if (writes == "safetensors") return e.kind == ExistingFile::Kind::not_hdf5 && e.safetensors;
+    if (writes == "safetensors") return e.kind == ExistingFile::Kind::not_hdf5 && e.safetensors && !e.experiment.empty();
     if (writes == "checkpoint") return e.kind == ExistingFile::Kind::checkpoint && e.quantized;
     return e.kind == ExistingFile::Kind::log && !log_experiment.empty() && e.experiment == log_experiment;
   });

@@ -44,9 +44,10 @@ const std::vector<Experiment>& experiments();
 // export, attend, quantize) may not write over, refused with a UsageError
 // naming the file and what it is (refuse_replacing): the checkpoint being
 // read, and any existing file but one this command wrote before. `writes` is
-// what the command writes: "safetensors", a run log of experiment
-// `log_experiment`, or "checkpoint" (a quantized one: a checkpoint with
-// tensors/quantized; a training checkpoint is refused).
+// what the command writes: "safetensors" (heed export's: a safetensors file
+// whose metadata names heed_experiment; a PyTorch user's own is refused), a
+// run log of experiment `log_experiment`, or "checkpoint" (a quantized one:
+// a checkpoint with tensors/quantized; a training checkpoint is refused).
 void check_output(const std::string& command, const std::string& out, const std::string& input,
                   const std::string& writes, const std::string& log_experiment = "");
 

@@ -1,7 +1,7 @@
 // tests/experiments/test_export.cpp: `heed export` and `--init-from` as a
 // user runs them: what the file records (a charlm's vocabulary), which model
-// of a checkpoint of several it writes, and the charlm and scaling runs that
-// refuse given weights they cannot use.
+// of a checkpoint of several it writes, which existing files it may replace,
+// and the charlm and scaling runs that refuse given weights they cannot use.
 #include <filesystem>
 #include <fstream>
 
@@ -178,4 +178,34 @@ TEST_CASE("export: a checkpoint of several models names them whole, and --model 
         std::string::npos);
   CHECK(r.err.find("train one of them") == std::string::npos);
   CHECK(!fs::exists(p + "/sc2.h5"));
+}
+
+TEST_CASE("export: -o replaces only a safetensors file heed wrote, and says what else it found") {
+  test::TempDir d("heed-export-");
+  const std::string p = d.path;
+  Result r = heed_cli({"run", "sine", "--steps", "5", "--threads", "1", "--out", p + "/s.h5"}, p);
+  REQUIRE(r.status == 1);  // 5 steps do not fit sin(x) (the run says so); the checkpoint is written
+  REQUIRE(fs::exists(p + "/s.ckpt.h5"));
+  const std::string ckpt = p + "/s.ckpt.h5";
+  // A PyTorch user's own weights, with and without metadata of their own.
+  safetensors::save(p + "/mine.safetensors", {{"w", Tensor::ones({2, 2})}}, {{"format", "pt"}});
+  safetensors::save(p + "/bare.safetensors", {{"w", Tensor::ones({3})}});
+  for (const std::string name : {"mine", "bare"}) {
+    CAPTURE(name);
+    const auto before = snapshot(p);
+    r = heed_cli({"export", ckpt, "-o", p + "/" + name + ".safetensors"}, p);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("export: --out '" + p + "/" + name +
+                     ".safetensors' is a safetensors file heed did not write (its metadata names no "
+                     "heed_experiment), which this would replace with a safetensors file; expected a new file (or "
+                     "one export wrote before)") != std::string::npos);
+    CHECK(snapshot(p) == before);
+  }
+  // Its own export, written again.
+  r = heed_cli({"export", ckpt, "-o", p + "/w.safetensors"}, p);
+  REQUIRE(r.status == 0);
+  r = heed_cli({"export", ckpt, "-o", p + "/w.safetensors"}, p);
+  INFO(r.err);
+  CHECK(r.status == 0);
 }
