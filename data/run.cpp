@@ -80,7 +80,8 @@ std::string default_checkpoint_path(const std::string& out) {
   return (h5 ? out.substr(0, out.size() - 3) : out) + ".ckpt.h5";
 }
 
-void check_output_path(const std::string& path, const std::string& command, const std::string& flag) {
+void check_output_path(const std::string& path, const std::string& command, const std::string& flag,
+                       const std::string& example) {
   // "run copy: " and "--out 'x.h5'": messages read "run copy: --out 'x.h5' is ..." or "run copy: cannot write --out ...".
   const std::string in = command.empty() ? "" : command + ": ";
   const std::string target = (flag.empty() ? "" : flag + " ") + "'" + path + "'";
@@ -88,19 +89,38 @@ void check_output_path(const std::string& path, const std::string& command, cons
   fs::path p(path);
   std::error_code ec;
   if (!p.has_filename() || p.filename() == "." || p.filename() == "..")  // "out/" names a directory, not a file
-    throw UsageError(fmt::format("{} is a directory; expected a file path like run.h5", named));
+    throw UsageError(fmt::format("{} is a directory; expected a file path like {}", named, example));
   const fs::file_status st = fs::status(p, ec);
   if (ec && ec != std::errc::no_such_file_or_directory)
     throw UsageError(fmt::format("{}cannot write {}: {}", in, target, ec.message()));
-  if (fs::is_directory(st)) throw UsageError(fmt::format("{} is a directory; expected a file path like run.h5", named));
+  if (fs::is_directory(st))
+    throw UsageError(fmt::format("{} is a directory; expected a file path like {}", named, example));
   // HDF5 would wait on a FIFO forever, and cannot write a device or socket.
   if (fs::exists(st) && !fs::is_regular_file(st))
     throw UsageError(fmt::format(
-        "{} is not a regular file (a FIFO, device or socket); expected a file path like run.h5", named));
+        "{} is not a regular file (a FIFO, device or socket); expected a file path like {}", named, example));
   // The directories to be made later: the nearest one that exists must be a
   // directory, and writable (probed with a file of a unique name, so that
   // no file of the user's is ever touched).
   fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  // A symbolic link to no file yet: the file is written where the link
+  // leads (files::replace_target), and no directory is made for it there,
+  // so that directory must exist (else every writer failed with a bare "No
+  // such file or directory").
+  if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(st)) {
+    std::string to;
+    try {
+      to = files::replace_target(path, "output");
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("{}cannot write {}: {}", in, target, e.what()));
+    }
+    const fs::path to_dir = fs::path(to).has_parent_path() ? fs::path(to).parent_path() : fs::path(".");
+    if (!fs::is_directory(to_dir, ec))
+      throw UsageError(fmt::format("{} is a symbolic link to '{}', whose directory '{}' does not exist; expected a "
+                                   "link to a file in an existing directory, or another path",
+                                   named, to, to_dir.string()));
+    dir = to_dir;
+  }
   while (!fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
   if (!fs::exists(dir, ec)) dir = ".";
   if (!fs::is_directory(dir, ec))
@@ -115,8 +135,9 @@ void check_output_path(const std::string& path, const std::string& command, cons
   ::unlink(probe.c_str());
 }
 
-void prepare_output_path(const std::string& path, const std::string& command, const std::string& flag) {
-  check_output_path(path, command, flag);
+void prepare_output_path(const std::string& path, const std::string& command, const std::string& flag,
+                         const std::string& example) {
+  check_output_path(path, command, flag, example);
   fs::path p(path);
   std::error_code ec;
   if (p.has_parent_path() && !fs::exists(p.parent_path(), ec)) {

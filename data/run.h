@@ -274,10 +274,13 @@ std::string default_checkpoint_path(const std::string& out);
 // directory, and path is none, or not a directory or special file. Creates
 // nothing: a refused command leaves no directory behind. Throws UsageError
 // naming the command and the option that gave the path, when given
-// ("run copy: --out 'x' is a directory; ...").
-void check_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "");
+// ("run copy: --out 'x' is a directory; expected a file path like run.h5",
+// `example` the kind of file the command writes).
+void check_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "",
+                       const std::string& example = "run.h5");
 // The same, then creates the directories path needs; never touches path itself.
-void prepare_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "");
+void prepare_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "",
+                         const std::string& example = "run.h5");
 // What an output path holds now, so that a command replaces only a file it
 // wrote before (or nothing anyone could use) and refuses every other one.
 struct ExistingFile {

@@ -1,6 +1,7 @@
 // experiments/export.cpp: `heed export CKPT -o FILE.safetensors`.
 #include "experiments/export.h"
 
+#include <filesystem>
 #include <optional>
 
 #include "experiments/charlm.h"
@@ -17,9 +18,9 @@ int run_export(const std::vector<std::string>& args) {
           "Writes the model weights of a checkpoint (any experiment's, or a program's on heed::Run) to a\n"
           "safetensors file, under the model's own parameter names (e.g. blocks.0.attn.q_proj.weight), with\n"
           "the run's experiment, step and configuration as metadata (heed_experiment, heed_step,\n"
-          "heed_config.<option>) and, for charlm, the vocabulary: heed_vocabulary, the code points of\n"
-          "the token ids in order as a JSON array. PyTorch reads it with safetensors.torch.load_file\n"
-          "(or json + numpy); heed runs start from one with --init-from.\n"
+          "heed_config.<option>; an absolute path as its file name) and, for charlm, the vocabulary:\n"
+          "heed_vocabulary, the code points of the token ids in order as a JSON array. PyTorch reads it\n"
+          "with safetensors.torch.load_file (or json + numpy); heed runs start from one with --init-from.\n"
           "An existing FILE is replaced only if heed wrote it (its metadata names heed_experiment).\n\n"
           "options:\n"
           "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
@@ -93,11 +94,15 @@ int run_export(const std::vector<std::string>& args) {
   std::map<std::string, std::string> meta = {{"format", "pt"},
                                              {"heed_experiment", ck.experiment},
                                              {"heed_step", std::to_string(ck.counter("step"))}};
-  for (const auto& [k, v] : ck.config) meta["heed_config." + k] = v;
+  // A path the run was given absolute (its --text is recorded so, and --out
+  // may be) names a directory of the machine it trained on, often a home
+  // directory: of no use to the file's reader, who gets its name.
+  for (const auto& [k, v] : ck.config)
+    meta["heed_config." + k] = !v.empty() && v[0] == '/' ? std::filesystem::path(v).filename().string() : v;
   // The token of each id, so that a reader can decode logits and --init-from
   // refuses text whose ids mean other characters.
   if (lm) meta[kVocabularyKey] = vocabulary_metadata(lm->tok);
-  prepare_output_path(out, "export", "--out");  // its directories made, as every writer of heed's does
+  prepare_output_path(out, "export", "--out", "x.safetensors");  // its directories made, as every writer of heed's does
   safetensors::save(out, weights, meta);
   int64_t n = 0;
   for (const auto& [k, t] : weights) n += t.numel();

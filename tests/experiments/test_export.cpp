@@ -61,6 +61,9 @@ TEST_CASE("export: a charlm's file records its vocabulary, and charlm --init-fro
   REQUIRE(f.metadata.count("heed_vocabulary") == 1);
   CHECK(f.metadata.at("heed_vocabulary") == "[32, 46, 97, 98, 99, 100, 101, 103, 104, 105, 110, 111, 114, 116, 118]");
   CHECK(f.metadata.at("heed_vocabulary") == experiments::vocabulary_metadata(tok));
+  // The run's absolute --text is recorded by its file name alone: the
+  // directory is the training machine's (a home directory), not the reader's.
+  CHECK(f.metadata.at("heed_config.text") == "lower.txt");
   // The nanoGPT names carry it too.
   r = heed_cli({"export", ckpt, "--names", "nanogpt", "-o", p + "/nano.safetensors"}, p);
   REQUIRE(r.status == 0);
@@ -208,4 +211,19 @@ TEST_CASE("export: -o replaces only a safetensors file heed wrote, and says what
   r = heed_cli({"export", ckpt, "-o", p + "/w.safetensors"}, p);
   INFO(r.err);
   CHECK(r.status == 0);
+  // A directory: the example names the file it writes.
+  r = heed_cli({"export", ckpt, "-o", p}, p);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("is a directory; expected a file path like x.safetensors") != std::string::npos);
+  // A link into a directory that is not there: said so (only "No such file
+  // or directory" came from the writer), nothing made.
+  fs::create_symlink(p + "/gone/w.safetensors", p + "/dangling.safetensors");
+  const auto before = snapshot(p);
+  r = heed_cli({"export", ckpt, "-o", p + "/dangling.safetensors"}, p);
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("export: --out '" + p + "/dangling.safetensors' is a symbolic link to '" + p +
+                   "/gone/w.safetensors', whose directory '" + p + "/gone' does not exist") != std::string::npos);
+  CHECK(snapshot(p) == before);
+  CHECK(!fs::exists(p + "/gone"));
 }
