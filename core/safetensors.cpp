@@ -165,7 +165,11 @@ void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
   }
 }
 
-File load(const std::string& path) {
+namespace {
+
+// load, or with with_data false only the header: every entry checked, no
+// tensor's bytes read (metadata()).
+File read(const std::string& path, bool with_data) {
   std::error_code ec;
   const std::filesystem::file_status st = std::filesystem::status(path, ec);
   if (std::filesystem::is_directory(st)) fail("safetensors: '{}' is a directory, expected a .safetensors file", path);
@@ -322,6 +326,7 @@ File load(const std::string& path) {
          "data, the tensors {}): a damaged file?",
          path, data_size - covered, data_size, covered);
 
+  if (!with_data) return out;
   for (const Entry& e : entries) {
     const DType dt = e.code == "F64" ? DType::f64 : e.code == "I64" ? DType::i64 : DType::f32;
     Tensor t;
@@ -343,5 +348,11 @@ File load(const std::string& path) {
   }
   return out;
 }
+
+}  // namespace
+
+File load(const std::string& path) { return read(path, true); }
+
+std::map<std::string, std::string> metadata(const std::string& path) { return read(path, false).metadata; }
 
 }  // namespace heed::safetensors

@@ -41,4 +41,8 @@ void save(const std::string& path, const std::map<std::string, Tensor>& tensors,
 // tensor.
 File load(const std::string& path);
 
+// The metadata of a file, with the same checks as load but no tensor's bytes
+// read (whose file it is, what it holds, before loading it).
+std::map<std::string, std::string> metadata(const std::string& path);
+
 }  // namespace heed::safetensors

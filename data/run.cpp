@@ -22,7 +22,6 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "core/dist.h"
 #include "core/error.h"
@@ -172,23 +171,13 @@ ExistingFile existing_file(const std::string& path) {
     e.kind = ExistingFile::Kind::not_hdf5;
     e.safetensors = in.read(head, 9) && head[8] == '{';
     // Whose weights: heed export names the run's experiment in the header's
-    // metadata; a file without it (a PyTorch user's own) is no one's to
-    // replace. Only the JSON header is read (at most the format's 100 MB).
+    // metadata; a file without it (a PyTorch user's own), or not a valid
+    // safetensors file, is no one's to replace. Only the header is read.
     if (e.safetensors) {
-      uint64_t n = 0;
-      for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(head[i]);
-      const uint64_t size = fs::file_size(path, ec);
-      if (!ec && n <= 100'000'000 && n <= size - 8) {
-        std::string header(n, '\0');
-        in.seekg(8);
-        if (in.read(header.data(), static_cast<std::streamsize>(n))) {
-          const nlohmann::json j = nlohmann::json::parse(header, nullptr, false);
-          if (j.is_object() && j.contains("__metadata__") && j["__metadata__"].is_object()) {
-            const nlohmann::json& meta = j["__metadata__"];
-            if (meta.contains("heed_experiment") && meta["heed_experiment"].is_string())
-              e.experiment = meta["heed_experiment"].get<std::string>();
-          }
-        }
+      try {
+        const std::map<std::string, std::string> meta = safetensors::metadata(path);
+        if (auto it = meta.find("heed_experiment"); it != meta.end()) e.experiment = it->second;
+      } catch (const Error&) {
       }
     }
     return e;

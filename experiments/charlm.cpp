@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/kernels.h"
@@ -89,43 +90,22 @@ std::string describe_char(uint32_t cp) {
 }
 
 // The code points of a heed_vocabulary value (vocabulary_metadata's JSON
-// array of integers, spaces allowed as any JSON writer puts them); an error
-// names what is wrong.
+// array of integers); an error names what is wrong.
 std::vector<uint32_t> parse_vocabulary(const std::string& v) {
+  const nlohmann::json j = nlohmann::json::parse(v, nullptr, false);
+  auto bad = [](const std::string& why) {
+    fail("its {} metadata is not a JSON array of code points ({})", kVocabularyKey, why);
+  };
+  if (!j.is_array()) bad(j.is_discarded() ? "not valid JSON" : "not an array");
+  if (j.empty()) bad("an empty array");
   std::vector<uint32_t> cps;
-  size_t i = 0;
-  auto space = [&] {
-    while (i < v.size() && (v[i] == ' ' || v[i] == '\n' || v[i] == '\t' || v[i] == '\r')) ++i;
-  };
-  auto bad = [&](const std::string& why) -> std::vector<uint32_t> {
-    fail("its {} metadata is not a JSON array of code points ({} at character {})", kVocabularyKey, why, i);
-  };
-  space();
-  if (i >= v.size() || v[i] != '[') return bad("no '['");
-  ++i;
-  space();
-  if (i < v.size() && v[i] == ']') return bad("an empty array");
-  while (true) {
-    space();
-    const size_t start = i;
-    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
-    if (i == start || i - start > 7) return bad("not an integer in 0..1114111");
-    const long cp = std::strtol(v.substr(start, i - start).c_str(), nullptr, 10);
-    if (cp > 0x10FFFF) return bad(fmt::format("{} is not a Unicode code point", cp));
-    cps.push_back(static_cast<uint32_t>(cp));
-    space();
-    if (i < v.size() && v[i] == ',') {
-      ++i;
-      continue;
-    }
-    if (i < v.size() && v[i] == ']') {
-      ++i;
-      space();
-      if (i != v.size()) return bad("text after the array");
-      return cps;
-    }
-    return bad("expected ',' or ']'");
+  for (const nlohmann::json& e : j) {
+    if (!e.is_number_unsigned() || e.get<uint64_t>() > 0x10FFFF)
+      bad(fmt::format("item {} is {}, not an integer in 0..1114111", cps.size(),
+                      e.is_number() ? e.dump() : std::string("a JSON ") + e.type_name()));
+    cps.push_back(static_cast<uint32_t>(e.get<uint64_t>()));
   }
+  return cps;
 }
 
 // --init-from of a charlm run: a token id of the file's weights must stand
@@ -136,7 +116,7 @@ void check_init_vocabulary(const std::string& file, const data::CharTokenizer& t
   const std::string where = fmt::format("run charlm: --init-from '{}'", file);
   std::map<std::string, std::string> meta;
   try {
-    meta = safetensors::load(file).metadata;
+    meta = safetensors::metadata(file);
   } catch (const Error& e) {
     fail("{}: {}", where, e.what());
   }

@@ -39,6 +39,7 @@ TEST_CASE("safetensors: float32, float64 and int64 tensors and the metadata roun
   safetensors::save(path, in, {{"format", "pt"}, {"note", "hello"}});
   safetensors::File f = safetensors::load(path);
   CHECK(f.metadata.at("note") == "hello");
+  CHECK(safetensors::metadata(path) == f.metadata);  // the header alone
   REQUIRE(f.tensors.size() == in.size());
   for (const auto& [k, t] : in) {
     INFO(k);
@@ -161,6 +162,7 @@ TEST_CASE("safetensors: a damaged or malformed file is refused, naming the file 
     test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "bytes 4..8", "no tensor", "before 'b'"});
     write_raw(p, ok, f32_bytes({1, 2, 3}));
     test::check_error([&] { safetensors::load(p); }, {"bad.safetensors", "4 bytes after the last tensor"});
+    test::check_error([&] { safetensors::metadata(p); }, {"bad.safetensors", "4 bytes after the last tensor"});
   }
   SUBCASE("more dimensions than heed's tensors have, named with the tensor, not found later by a kernel") {
     write_raw(p, R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})", f32_bytes({1}));
