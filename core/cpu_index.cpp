@@ -98,9 +98,12 @@ Tensor concat(const std::vector<Tensor>& ts, int64_t dim) {
   os[dim] = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     const Tensor& t = ts[i];
-    if (t.dim() != first.dim() || t.dtype() != first.dtype())
-      fail("concat: tensor {} has shape {} ({}), expected rank {} ({}) like tensor 0", i, shape_str(t.shape()),
-           dtype_name(t.dtype()), first.dim(), dtype_name(first.dtype()));
+    if (t.dtype() != first.dtype())
+      fail("concat: tensor {} is {}, expected {} like tensor 0 (convert it with .to())", i, dtype_name(t.dtype()),
+           dtype_name(first.dtype()));
+    if (t.dim() != first.dim())
+      fail("concat: tensor {} has shape {}, expected rank {} like tensor 0 (shape {})", i, shape_str(t.shape()),
+           first.dim(), shape_str(first.shape()));
     for (int64_t d = 0; d < t.dim(); ++d)
       if (d != dim && t.size(d) != first.size(d))
         fail("concat: tensor {} has shape {}, which differs from tensor 0's shape {} in dim {} (only dim {} may "

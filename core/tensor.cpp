@@ -140,28 +140,36 @@ Tensor Tensor::arange(int64_t n, DType dtype) {
   return t;
 }
 
+namespace {
+// A tensor of shape filled with values; fn, the function the caller called,
+// names it in the error.
 template <class T>
-Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
+Tensor filled(const std::vector<T>& values, const Shape& shape, const char* fn) {
   if (static_cast<int64_t>(values.size()) != shape_numel(shape))
-    fail("from_vector: {} values do not fill shape {} ({} elements)", values.size(), shape_str(shape),
-         shape_numel(shape));
-  Tensor t = empty(shape, dtype_of<T>());
+    fail("{}: {} values do not fill shape {} ({} elements)", fn, values.size(), shape_str(shape), shape_numel(shape));
+  Tensor t = Tensor::empty(shape, dtype_of<T>());
   if (!values.empty()) std::memcpy(t.data<T>(), values.data(), values.size() * sizeof(T));
   return t;
+}
+}  // namespace
+
+template <class T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
+  return filled(values, shape, "Tensor::from_vector");
 }
 template Tensor Tensor::from_vector<float>(const std::vector<float>&, const Shape&);
 template Tensor Tensor::from_vector<double>(const std::vector<double>&, const Shape&);
 template Tensor Tensor::from_vector<int64_t>(const std::vector<int64_t>&, const Shape&);
 
 Tensor Tensor::from(std::initializer_list<float> values, const Shape& shape) {
-  return from_vector<float>(std::vector<float>(values), shape);
+  return filled(std::vector<float>(values), shape, "Tensor::from");
 }
-Tensor Tensor::from(const std::vector<float>& values, const Shape& shape) { return from_vector<float>(values, shape); }
+Tensor Tensor::from(const std::vector<float>& values, const Shape& shape) { return filled(values, shape, "Tensor::from"); }
 Tensor Tensor::from_f64(const std::vector<double>& values, const Shape& shape) {
-  return from_vector<double>(values, shape);
+  return filled(values, shape, "Tensor::from_f64");
 }
 Tensor Tensor::from_i64(const std::vector<int64_t>& values, const Shape& shape) {
-  return from_vector<int64_t>(values, shape);
+  return filled(values, shape, "Tensor::from_i64");
 }
 
 Tensor Tensor::view_of(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset) {

@@ -30,6 +30,9 @@ TEST_CASE("concat: a mismatched tensor is named with its shape and the dim that 
   check_error([&] { k::concat({a, b}, 1); }, {"concat", "tensor 1", "[2, 4]", "[3, 2]", "dim 0"});
   check_error([&] { k::concat({a, Tensor::zeros({3})}, 0); }, {"concat", "tensor 1", "[3]", "rank 2"});
   check_error([&] { k::concat({}, 0); }, {"concat", "at least one"});
+  // Same shapes, another dtype: it said "expected rank 1 (float32)".
+  check_error([&] { k::concat({Tensor::zeros({2}), Tensor::zeros({2}, DType::f64)}, 0); },
+              {"concat: tensor 1 is float64, expected float32 like tensor 0"});
 }
 
 TEST_CASE("a dim out of range names the value and the valid range") {

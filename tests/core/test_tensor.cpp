@@ -258,7 +258,11 @@ TEST_CASE("factories: shapes, dtypes, values and contiguous strides") {
   Tensor f = Tensor::from({1, 2, 3, 4, 5, 6}, {3, 2});
   CHECK(f.at({2, 0}) == 5.0);
   CHECK(Tensor::from_i64({-3, 7}, {2}).to_vector<int64_t>() == std::vector<int64_t>{-3, 7});
-  test::check_error([&] { Tensor::from({1, 2, 3}, {2, 2}); }, {"3 values", "[2, 2]"});
+  // Named by the function called (it said from_vector for all of them).
+  test::check_error([&] { Tensor::from({1, 2, 3}, {2, 2}); }, {"Tensor::from: 3 values", "[2, 2]"});
+  test::check_error([&] { Tensor::from_i64({1}, {2}); }, {"Tensor::from_i64: 1 values", "[2]"});
+  test::check_error([&] { Tensor::from_f64({1}, {2}); }, {"Tensor::from_f64: 1 values"});
+  test::check_error([&] { Tensor::from_vector(std::vector<float>{1}, {2}); }, {"Tensor::from_vector: 1 values"});
   test::check_error([&] { Tensor::empty({2, -1}); }, {"empty", "-1", "[2, -1]"});
   test::check_error([&] { Tensor::zeros({2, 2}).item(); }, {"item", "[2, 2]"});
   test::check_error([&] { f.at({3, 0}); }, {"at", "index 3", "0..2"});
