@@ -302,6 +302,11 @@ struct Run::StopGuard {
 
 // ---- Run ----
 
+namespace {
+// The name under which a Run tracks the default generator itself.
+const std::string kDefaultGenerator = "rng/default";
+}  // namespace
+
 Run::Run(std::string experiment, std::string summary, RunOptions defaults)
     : experiment_(std::move(experiment)),
       defaults_(std::move(defaults)),
@@ -313,7 +318,7 @@ Run::Run(std::string experiment, std::string summary, RunOptions defaults)
   precision_ = defaults_.precision_;
   steps_ = defaults_.steps_;
   // Dropout and anything else drawing from the default generator.
-  track("rng/default", default_generator());
+  track(kDefaultGenerator, default_generator());
 }
 
 Run::~Run() { release_log(); }
@@ -650,17 +655,68 @@ void Run::set_steps(int64_t total) {
   steps_ = total;
 }
 
-void Run::check_name(const std::string& name) const {
-  if (begun_) fail("Run::track: '{}' registered after begin()", name);
-  if (name.empty() || name == "step") fail("Run::track: expected a name other than '' and 'step', got '{}'", name);
-  for (const auto& e : entries_)
-    if (e.name == name) fail("Run::track: '{}' is registered twice", name);
-  if (counters_.count(name) || constants_.count(name)) fail("Run::track: '{}' is registered twice", name);
+namespace {
+// Whether the checkpoint key `key` lies under the tracked name `name`
+// ("model/fc.weight" under "model"; "modelx" is not).
+bool under(const std::string& key, const std::string& name) {
+  return key.size() > name.size() && key.compare(0, name.size(), name) == 0 && key[name.size()] == '/';
+}
+
+// What registered `name`, for a message: heed's own default generator, or the program.
+std::string tracked_by(const std::string& name) {
+  return name == kDefaultGenerator ? "tracked by heed::Run itself (the default generator, which dropout draws from)"
+                                   : "already tracked";
+}
+}  // namespace
+
+void Run::check_name(const std::string& name, bool tensor) const {
+  if (begun_) fail("Run::track: '{}' registered after begin()", shown_name(name));
+  // Every name is a path in the checkpoint (tensors/<name>, or an attribute
+  // counter.<name>): one HDF5 would store as another name resumes as
+  // "missing [g//x], unexpected [g/x]", the run lost.
+  if (const std::string problem = hdf5_name_problem(name); !problem.empty())
+    fail("Run::track: name '{}' {}; expected parts joined by single '/', none of them empty or '.' (e.g. 'model', "
+         "'rng/data')",
+         shown_name(name), problem);
+  // The counters heed writes itself.
+  if (name == "step" || (!tensor && name == "processes"))
+    fail("Run::track: '{}' is the name of a counter heed::Run keeps itself; expected another name", name);
+  // A data-parallel run keeps each process's own state under ranks/<r>/.
+  if (tensor && (name == "ranks" || name.starts_with("ranks/")))
+    fail("Run::track: '{}' is under 'ranks/', where heed::Run keeps each process's state in a data-parallel run; "
+         "expected another name",
+         name);
+  std::vector<std::string> taken;  // every name tracked so far, counters too
+  for (const Entry& e : entries_) taken.push_back(e.name);
+  for (const auto& [n, c] : constants_) taken.push_back(n);
+  for (const auto& [n, p] : counters_) taken.push_back(n);
+  for (const std::string& other : taken)
+    if (other == name)
+      fail("Run::track: '{}' is registered twice{}", name,
+           name == kDefaultGenerator ? "; heed::Run tracks the default generator as 'rng/default' itself" : "");
+  if (!tensor) return;  // a counter is an attribute: no other key lies under it
+  // A module's or optimiser's state lies under its name ("model/fc.weight"),
+  // and HDF5 cannot keep a tensor and a group of the same path: a name under
+  // another's, or over it, would overwrite its state or be read back as part
+  // of it.
+  for (const Entry& e : entries_) {
+    if (under(name, e.name))
+      fail("Run::track: '{}' lies under '{}', {}, whose checkpoint keys are '{}/...'; expected a name outside it",
+           name, e.name, tracked_by(e.name), e.name);
+    if (under(e.name, name))
+      fail("Run::track: '{}' would hold '{}', {}, among its checkpoint keys '{}/...'; expected a name not above it",
+           name, e.name, tracked_by(e.name), name);
+  }
+  for (const auto& [other, value] : constants_)
+    if (under(name, other) || under(other, name))
+      fail("Run::track: '{}' and '{}', already tracked, would share a path in the checkpoint; expected a name that is "
+           "neither under nor above another",
+           name, other);
 }
 
 void Run::add_entry(const std::string& name, bool prefix, std::function<Tensor()> save,
                     std::function<void(const Tensor&)> load) {
-  check_name(name);
+  check_name(name, true);
   Entry e;
   e.name = name;
   e.prefix = prefix;
@@ -670,7 +726,7 @@ void Run::add_entry(const std::string& name, bool prefix, std::function<Tensor()
 }
 
 void Run::track(const std::string& name, Stateful& s) {
-  check_name(name);
+  check_name(name, true);
   // One object under two names would be saved twice and restored twice.
   for (const Entry& other : entries_)
     if (other.object == &s) fail("Run::track: '{}' is already tracked as '{}'", name, other.name);
@@ -684,7 +740,7 @@ void Run::track(const std::string& name, Stateful& s) {
 }
 
 void Run::track(const std::string& name, int64_t& counter, bool required) {
-  check_name(name);
+  check_name(name, false);
   counters_[name] = &counter;
   if (!required) optional_counters_.insert(name);
 }
@@ -699,7 +755,7 @@ void Run::track(const std::string& name, double& value) {
 }
 
 void Run::track_constant(const std::string& name, const Tensor& value, bool required) {
-  check_name(name);
+  check_name(name, true);
   constants_[name] = value;
   if (!required) optional_constants_.insert(name);
 }

@@ -110,6 +110,15 @@ class Run {
   void set_steps(int64_t total);
 
   // ---- the state a checkpoint holds, each registered once by name ----
+  // A name is a path in the checkpoint (docs/checkpoint-format.md): parts
+  // joined by single '/', none of them empty or '.' (RunLog's rule for
+  // metric names: HDF5 would store "g//x" as "g/x"). A module's or
+  // optimiser's state lies under its name, so a name equal to, under or
+  // above another tracked one is refused ("model/fc.weight" beside "model"
+  // would overwrite the weight), as are names under "ranks/" and the
+  // counters "step" and "processes" (heed's own). The Run tracks the default
+  // generator (dropout draws from it) itself, as "rng/default". Refused
+  // when called, naming both names: not at the resume, the run lost.
   void track(const std::string& name, Stateful& s);  // name/<key> for each key of its state dict
   // A counter is required in the checkpoint unless `required` is false: one
   // a program added later (a checkpoint from before it resumes with the
@@ -191,7 +200,7 @@ class Run {
   };
   void add_entry(const std::string& name, bool prefix, std::function<Tensor()> save,
                  std::function<void(const Tensor&)> load);
-  void check_name(const std::string& name) const;
+  void check_name(const std::string& name, bool tensor) const;  // tensor: a key under tensors/, else a counter
   void restore_config();
   void check_resumed_step(int64_t at) const;  // refuses a checkpoint's step beyond the run's length
   void check_paths();

@@ -15,6 +15,27 @@ namespace heed {
 // docs/log-format.md: what a reader of this version finds.
 constexpr int64_t kLogFormat = 1;
 
+// A name under metrics/, series/ or a checkpoint's tensors/ is an HDF5 path.
+// HDF5 reads "a//b", "a/./b" and a trailing '/' as "a/b" (the root's
+// attention layer's "attention/" + "" would be stored as "attention"), and a
+// '\0' ends the name: such a name would be stored under another one.
+std::string hdf5_name_problem(const std::string& name) {
+  if (name.empty()) return "is empty";
+  if (name.find('\0') != std::string::npos) return "holds a NUL character";
+  if (name.front() == '/') return "starts with '/'";
+  if (name.back() == '/') return "ends with '/'";
+  if (name.find("//") != std::string::npos) return "holds '//'";
+  if (name == "." || name.starts_with("./") || name.ends_with("/.") || name.find("/./") != std::string::npos)
+    return "has a part '.'";
+  return "";
+}
+
+std::string shown_name(const std::string& name) {
+  std::string shown;  // a message ends at a NUL
+  for (char c : name) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
+  return shown;
+}
+
 namespace {
 double unix_now() {
   struct timeval tv;
@@ -22,25 +43,12 @@ double unix_now() {
   return static_cast<double>(tv.tv_sec) + 1e-6 * static_cast<double>(tv.tv_usec);
 }
 
-// A metric's or series' name is an HDF5 path under metrics/ or series/. HDF5
-// reads "a//b", "a/./b" and a trailing '/' as "a/b" (the root's attention
-// layer's "attention/" + "" would be stored as "attention"), and a '\0' ends
-// the name: such a name would be stored under another one, so it is refused.
 void check_name(const std::string& log, const char* kind, const std::string& name) {
-  std::string problem;
-  if (name.empty()) problem = "is empty";
-  else if (name.find('\0') != std::string::npos) problem = "holds a NUL character";
-  else if (name.front() == '/') problem = "starts with '/'";
-  else if (name.back() == '/') problem = "ends with '/'";
-  else if (name.find("//") != std::string::npos) problem = "holds '//'";
-  else if (name == "." || name.starts_with("./") || name.ends_with("/.") || name.find("/./") != std::string::npos)
-    problem = "has a part '.'";
+  const std::string problem = hdf5_name_problem(name);
   if (problem.empty()) return;
-  std::string shown;  // the name as written in C++, a NUL as \0 (a message ends at a NUL)
-  for (char c : name) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
   fail("RunLog{}: {} name '{}' {}; expected parts joined by single '/', none of them empty or '.' (e.g. "
        "'train_loss', 'attention/blocks.0.attn')",
-       log.empty() ? "" : " '" + log + "'", kind, shown, problem);
+       log.empty() ? "" : " '" + log + "'", kind, shown_name(name), problem);
 }
 }  // namespace
 

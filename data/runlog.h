@@ -24,6 +24,15 @@
 
 namespace heed {
 
+// Why HDF5 would store `name` under another name ("holds '//'", "ends with
+// '/'", ...), or "" when it is parts joined by single '/', none of them
+// empty or '.', without a NUL. The names of a log's metrics and series and
+// of the state a Run tracks (data/run.h) are such paths, and are checked by
+// this one rule.
+std::string hdf5_name_problem(const std::string& name);
+// name as C++ writes it, a NUL as \0 (a message would end at the NUL).
+std::string shown_name(const std::string& name);
+
 class RunLog {
  public:
   struct Options {

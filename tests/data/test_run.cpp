@@ -208,10 +208,72 @@ TEST_CASE("Run: registering a name twice, or after begin, is refused naming it")
   REQUIRE(t.run.parse({"--out", d.path + "/t.h5"}));
   t.run.track("model", t.model);
   test::check_error([&] { t.run.track("model", t.opt); }, {"'model'", "twice"});
-  test::check_error([&] { t.run.track("rng/default", t.noise); }, {"'rng/default'", "twice"});
+  test::check_error([&] { t.run.track("rng/default", t.noise); },
+                    {"'rng/default' is registered twice; heed::Run tracks the default generator as 'rng/default' "
+                     "itself"});
   t.run.begin();
   test::check_error([&] { t.run.track("late", t.counter); }, {"'late'", "after begin"});
   t.run.finish();
+}
+
+TEST_CASE("Run: track() refuses a name the checkpoint would store as another, or mix with another's state") {
+  // Each was accepted, and found out only at the resume, the run lost: a
+  // generator tracked as "model/weight" overwrote the model's weight in
+  // every checkpoint, "optim/lr" the optimiser's rate, "model/extra" was
+  // refused as the model's unexpected key, and "g//x" was stored as "g/x"
+  // ("missing [g//x], unexpected [g/x]").
+  test::TempDir d("heed-run-names-");
+  Toy t;
+  REQUIRE(t.run.parse({"--out", d.path + "/n.h5", "--steps", "2"}));
+  t.run.track("model", t.model);
+  t.run.track("optim", t.opt);
+  Generator g(7), h(8);
+  double value = 0;
+  int64_t count = 0;
+  test::check_error([&] { t.run.track("model/weight", g); },
+                    {"Run::track: 'model/weight' lies under 'model', already tracked, whose checkpoint keys are "
+                     "'model/...'"});
+  test::check_error([&] { t.run.track("optim/lr", g); }, {"'optim/lr' lies under 'optim'"});
+  test::check_error([&] { t.run.track("model/extra", value); }, {"'model/extra' lies under 'model'"});
+  test::check_error([&] { t.run.track_constant("optim/x", Tensor::zeros({1})); }, {"'optim/x' lies under 'optim'"});
+  // Above a name tracked already: heed's own generator, or another tensor.
+  test::check_error([&] { t.run.track("rng", g); },
+                    {"'rng' would hold 'rng/default', tracked by heed::Run itself (the default generator"});
+  t.run.track_constant("data/hash", Tensor::zeros({1}));
+  test::check_error([&] { t.run.track("data", g); }, {"'data' and 'data/hash'", "would share a path"});
+  test::check_error([&] { t.run.track("data/hash/x", g); }, {"'data/hash/x' and 'data/hash'"});
+  // Names HDF5 would store under another name, as a log's metric names (RunLog's rule).
+  for (const auto& [name, problem] : std::vector<std::pair<std::string, std::string>>{
+           {"", "is empty"},
+           {"gx/", "ends with '/'"},
+           {"/g", "starts with '/'"},
+           {"g//x", "holds '//'"},
+           {"g/./x", "has a part '.'"},
+           {std::string("g\0x", 3), "holds a NUL character"}}) {
+    const std::string shown = name.size() == 3 && name[1] == '\0' ? "g\\0x" : name;
+    INFO("'" << shown << "'");
+    const std::vector<std::string> parts{"Run::track: name '" + shown + "' " + problem,
+                                         "expected parts joined by single '/'"};
+    test::check_error([&] { t.run.track(name, g); }, parts);
+    test::check_error([&] { t.run.track(name, count); }, parts);
+    test::check_error([&] { t.run.track_constant(name, Tensor::zeros({1})); }, parts);
+  }
+  // heed's own names: its counters, and each process's state in a data-parallel run.
+  test::check_error([&] { t.run.track("processes", count); }, {"'processes' is the name of a counter heed::Run keeps"});
+  test::check_error([&] { t.run.track("ranks/1/g", g); }, {"'ranks/1/g' is under 'ranks/'"});
+  // Names beside each other are taken, and a counter (an attribute) may sit under a module's name.
+  t.run.track("modelx", g);
+  t.run.track("rng/h", h);
+  t.run.track("model/steps", count);
+  t.run.begin([](RunLog& log) { log.declare_scalar("loss"); });
+  while (t.run.next()) t.run.log().scalar("loss", t.run.step(), 1.0);
+  REQUIRE(t.run.finish() == 0);
+  const Checkpoint ck = load_checkpoint(d.path + "/n.ckpt.h5", "toy");
+  CHECK(ck.tensors.count("modelx") == 1);
+  CHECK(ck.tensors.count("rng/h") == 1);
+  CHECK(ck.tensors.count("data/hash") == 1);
+  CHECK(ck.counters.count("model/steps") == 1);
+  CHECK(ck.get("model").size() == 2);  // weight and bias, nothing else
 }
 
 TEST_CASE("Run: a precision's other name is the same precision on resume, recorded under one name") {
@@ -423,7 +485,6 @@ TEST_CASE("StopRequest: the first SIGINT only sets the flag; the previous handle
   const bool term_restored = std::signal(SIGTERM, outer_term) == known_handler;
   CHECK(term_restored);
 }
-
 
 TEST_CASE("Run logs and heed info name the commit the build was made from, read at build time") {
   // What git says of the source tree now; the suite runs on a fresh build.
