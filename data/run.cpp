@@ -383,6 +383,9 @@ bool Run::parse(int argc, char** argv) {
 }
 
 bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> command_line) {
+  // Its options would be declared again ("option --steps is declared twice").
+  if (parse_called_) fail("Run::parse: called twice; a run parses its command line once");
+  parse_called_ = true;
   // Under mpirun, this process is one of a data-parallel job (core/dist.h):
   // rank 0 prints, logs and checkpoints; the others print only errors.
   dist::init();
@@ -977,6 +980,7 @@ void Run::check_same_job() const {
 }
 
 RunLog& Run::log() {
+  if (finished_) fail("Run::log: the run has finished (finish() was called): its log '{}' is closed", out_);
   if (!log_) fail("Run::log: the log exists from begin() on");
   return *log_;
 }

@@ -97,7 +97,8 @@ class Run {
   // checkpoint, restores the run's whole configuration into the options and
   // checks the log it continues; checks every path; sets the thread count.
   // Touches no file. Returns false when --help was asked for (printed).
-  // Throws UsageError on a bad option, heed::Error on anything else.
+  // Throws UsageError on a bad option, heed::Error on anything else (a
+  // second call too).
   bool parse(const std::vector<std::string>& argv, std::vector<std::string> command_line = {});
   bool parse(int argc, char** argv);
 
@@ -146,7 +147,7 @@ class Run {
   // checkpoint's step), or creates the log, writes the run's metadata, calls
   // schema(log) to declare its datasets, and starts appending.
   void begin(const std::function<void(RunLog&)>& schema = {});
-  RunLog& log();
+  RunLog& log();  // from begin() until finish(), which closes it
 
   // The loop: ends the step just done (checkpoint when due, stop on Ctrl-C
   // or --stop-after, progress line), then starts the next one. False when
@@ -239,6 +240,7 @@ class Run {
   std::unique_ptr<StopGuard> ctrl_c_;
   int64_t step_ = 0, start_step_ = 0;
   bool in_step_ = false, stopped_ = false, begun_ = false, parsed_ = false;
+  bool parse_called_ = false;  // parse() was entered (parsed_: and succeeded)
   bool stopped_unchanged_ = false;  // stopped before a resumed run's first step: its checkpoint stands
   bool new_log_ = false;  // resuming into a new log (--out naming no file): the old one is gone
   std::pair<uint64_t, uint64_t> log_file_{0, 0};  // the log's device and inode, from begin() on (rank 0)

@@ -56,6 +56,9 @@ struct RunLog::Impl {
   h5::File file;
   Options opt;
   bool appending = false;
+  // Why the log takes no more rows ("close() was called"), or null. Its
+  // datasets are gone then: a row would read as one of an undeclared metric.
+  const char* closed = nullptr;
   double start_unix = 0;
   std::chrono::steady_clock::time_point last_flush = std::chrono::steady_clock::now();
   int64_t rows_since_flush = 0;
@@ -94,6 +97,7 @@ struct RunLog::Impl {
   // After a failed write, no more writes (data/h5.h, File::abandon): the
   // log stays as its last flush left it, readable as a killed writer's.
   void abandon() {
+    closed = "a write failed";
     metrics.clear();
     series.clear();
     file.abandon();
@@ -109,6 +113,7 @@ struct RunLog::Impl {
   // destructor).
   void close(bool report = true) {
     if (file.id() < 0) return;
+    closed = "close() was called";
     if (appending && !write_rows()) {
       if (report) write_failed();
       abandon();
@@ -121,11 +126,12 @@ struct RunLog::Impl {
     }
     metrics.clear();
     series.clear();
-    const bool closed = file.close();  // writes the file's metadata
-    if (!closed && report) write_failed();
+    const bool done = file.close();  // writes the file's metadata
+    if (!done && report) write_failed();
   }
 
   void require(bool want_appending, const char* what) const {
+    if (closed) fail("RunLog '{}': {} after the log was closed ({})", file.path(), what, closed);
     if (appending == want_appending) return;
     if (std::string(what) == "begin")
       fail("RunLog '{}': begin() was already called (a log from RunLog::resume is appending already)", file.path());

@@ -543,6 +543,20 @@ TEST_CASE("Run: a program's option named like one of Run's (or declared twice) i
   test::check_error([&] { args.flag("name", &f, "a flag"); }, {"--name is declared twice"});
 }
 
+TEST_CASE("Run: parse() twice, and the log after finish(), are refused saying so") {
+  test::TempDir d("heed-run-misuse-");
+  Toy t;
+  REQUIRE(t.run.parse({"--out", d.path + "/a.h5"}));
+  // It said "option --steps is declared twice (a program's own option named like one of heed::Run's?)".
+  test::check_error([&] { t.run.parse({"--out", d.path + "/a.h5"}); }, {"Run::parse: called twice"});
+  Toy u;
+  REQUIRE(u.go({"--out", d.path + "/b.h5", "--steps", "2"}) == 0);
+  // It said "metric 'loss' was not declared".
+  test::check_error([&] { u.run.log().scalar("loss", 9, 1.0); },
+                    {"Run::log: the run has finished (finish() was called): its log '" + d.path + "/b.h5' is closed"});
+  test::check_error([&] { u.run.log().series("vec", 9, Tensor::zeros({3})); }, {"Run::log: the run has finished"});
+}
+
 TEST_CASE("Run: one module under two names, and next() after finish(), are refused") {
   test::TempDir d("heed-run-misuse-");
   Toy t;

@@ -67,6 +67,10 @@ TEST_CASE("runlog: misuse is refused with a message naming the problem") {
   test::check_error([&] { log.scalar("a", 4, 1.0); }, {"metric 'a' at step 4 after step 5", "never decrease"});
   log.series("s", 3, Tensor::zeros({2}));
   test::check_error([&] { log.series("s", 2, Tensor::zeros({2})); }, {"series 's' at step 2 after step 3"});
+  // After close(), a row is refused as such (it said "metric 'a' was not declared").
+  log.close();
+  test::check_error([&] { log.scalar("a", 6, 1.0); }, {"RunLog '" + path + "': scalar after the log was closed"});
+  test::check_error([&] { log.series("s", 6, Tensor::zeros({2})); }, {"series after the log was closed"});
   test::check_error([] { RunLog::create("/nonexistent-dir/x/y.h5"); }, {"cannot create", "/nonexistent-dir/x/y.h5"});
   test::check_error([] { h5::File("/nonexistent.h5", h5::File::Mode::read); }, {"cannot open", "/nonexistent.h5"});
 }
