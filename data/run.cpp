@@ -310,7 +310,8 @@ const std::string kDefaultGenerator = "rng/default";
 Run::Run(std::string experiment, std::string summary, RunOptions defaults)
     : experiment_(std::move(experiment)),
       defaults_(std::move(defaults)),
-      args_("run " + experiment_, std::move(summary)) {
+      args_("run " + experiment_, std::move(summary)),
+      program_given_(!defaults_.program_.empty()) {
   if (defaults_.program_.empty()) defaults_.program_ = "heed run " + experiment_;
   out_ = defaults_.out_;
   checkpoint_every_ = defaults_.checkpoint_every_;
@@ -378,8 +379,13 @@ std::string canonical_precision(const std::string& name) {
 
 bool Run::parse(int argc, char** argv) {
   std::vector<std::string> line(argv, argv + argc);
-  defaults_.program_ = line.empty() ? defaults_.program_ : line[0];
-  return parse(std::vector<std::string>(line.begin() + (line.empty() ? 0 : 1), line.end()), line);
+  std::vector<std::string> args(line.begin() + (line.empty() ? 0 : 1), line.end());
+  // RunOptions::program, when set, says how the program is invoked better
+  // than argv[0] does (a subcommand, "mytool train": argv[0] is "mytool",
+  // or "train" when the tool passes its subcommand's arguments on).
+  if (program_given_) return parse(args);
+  if (!line.empty()) defaults_.program_ = line[0];
+  return parse(args, line);
 }
 
 bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> command_line) {

@@ -61,7 +61,11 @@ struct RunOptions {
   int64_t threads_ = 2;             // --threads
   std::string precision_ = "f32";   // --precision: f32 or bf16 (heed::set_precision)
   double progress_seconds_ = 5.0;   // a progress line at most this often (0: none)
-  std::string program_;             // how the printed resume command starts; default "heed run <experiment>"
+  // How the program is run: --help's usage line, the printed resume command
+  // and the command line the log records start with it ("mytool train", a
+  // tool with subcommands). Unset: argv[0] with parse(argc, argv), else
+  // "heed run <experiment>".
+  std::string program_;
 };
 
 class Run {
@@ -241,6 +245,7 @@ class Run {
   int64_t step_ = 0, start_step_ = 0;
   bool in_step_ = false, stopped_ = false, begun_ = false, parsed_ = false;
   bool parse_called_ = false;  // parse() was entered (parsed_: and succeeded)
+  bool program_given_ = false;  // RunOptions::program was set: it wins over argv[0]
   bool stopped_unchanged_ = false;  // stopped before a resumed run's first step: its checkpoint stands
   bool new_log_ = false;  // resuming into a new log (--out naming no file): the old one is gone
   std::pair<uint64_t, uint64_t> log_file_{0, 0};  // the log's device and inode, from begin() on (rank 0)

@@ -1,6 +1,9 @@
 // tests/data/test_run.cpp: heed::Run, the library object that owns a
 // training run's log, checkpoints, resume and stop (data/run.h), driven the
 // way a user's program drives it.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <csignal>
 #include <limits>
@@ -37,9 +40,11 @@ struct Toy {
   std::function<void()> after_parse;  // the program's own work between parse() and begin(), when given
   Run run;
   explicit Toy(int64_t width = 3)
+      : Toy(RunOptions("unused.h5").steps(10).checkpoint_every(3).progress_seconds(0), width) {}
+  explicit Toy(RunOptions options, int64_t width = 3)
       : model(nn::LinearOptions(width, 2).generator(&init)),
         opt(model.named_parameters(), optim::SGDOptions(0.1).momentum(0.9)),
-        run("toy", "a toy", RunOptions("unused.h5").steps(10).checkpoint_every(3).progress_seconds(0)) {}
+        run("toy", "a toy", std::move(options)) {}
   // Runs the program with argv; returns finish()'s status.
   int go(const std::vector<std::string>& argv) {
     if (!run.parse(argv)) return 0;
@@ -74,6 +79,29 @@ struct Toy {
   }
 };
 
+// What f prints on standard output (the Run's messages on stopping).
+std::string stdout_of(const std::function<void()>& f) {
+  const std::string path = test::temp_path("run-stdout.txt");
+  std::fflush(stdout);
+  const int saved = ::dup(1), fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(saved >= 0);
+  REQUIRE(fd >= 0);
+  ::dup2(fd, 1);
+  ::close(fd);
+  struct Restore {
+    int saved;
+    ~Restore() {
+      std::fflush(stdout);
+      ::dup2(saved, 1);
+      ::close(saved);
+    }
+  };
+  {
+    Restore restore{saved};
+    f();
+  }
+  return test::slurp(path);
+}
 
 }  // namespace
 
@@ -526,6 +554,26 @@ TEST_CASE("Run: a program's --help names the program, and no option shows an emp
   const std::string line = help.substr(at, help.find('\n', at) - at);
   REQUIRE(line.find("(default:") != std::string::npos);
   CHECK(line.find("(default:") == line.rfind("(default:"));
+}
+
+TEST_CASE("Run: RunOptions::program, when set, starts --help's usage line and the resume command, not argv[0]") {
+  // A tool with subcommands ("mytool train ..."): parse(argc, argv) replaced
+  // the program with argv[0].
+  test::TempDir d("heed-run-program-");
+  Toy t(RunOptions("unused.h5").steps(10).progress_seconds(0).program("mytool train"));
+  std::vector<std::string> words = {"mytool", "--out", d.path + "/p.h5", "--stop-after", "2"};
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  REQUIRE(t.run.parse(static_cast<int>(argv.size()), argv.data()));
+  CHECK(t.run.args().help().rfind("usage: mytool train [options]\n", 0) == 0);
+  t.run.track("model", t.model);
+  t.run.begin();
+  while (t.run.next()) {
+  }
+  const std::string out = stdout_of([&] { CHECK(t.run.finish() == 130); });
+  CHECK(test::has(out, "resume with: mytool train --resume " + d.path + "/p.ckpt.h5\n"));
+  const std::string cmd = h5::attr_str(h5::File(d.path + "/p.h5", h5::File::Mode::read).get_attr("/", "command_line"));
+  CHECK(cmd == "mytool train --out " + d.path + "/p.h5 --stop-after 2");
 }
 
 TEST_CASE("Run: a program's option named like one of Run's (or declared twice) is refused where it is declared") {
