@@ -392,6 +392,12 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   // Its options would be declared again ("option --steps is declared twice").
   if (parse_called_) fail("Run::parse: called twice; a run parses its command line once");
   parse_called_ = true;
+  // Ctrl-C and SIGTERM from here on ask the run to stop: loading a
+  // checkpoint, the program's own start (its data, its model) and begin()
+  // (which may be cutting a resumed log back) go on to the end, and the run
+  // stops at its first next(), as it would at the end of a step. Before,
+  // a signal killed the process with its default action.
+  ctrl_c_ = std::make_unique<StopGuard>();
   // Under mpirun, this process is one of a data-parallel job (core/dist.h):
   // rank 0 prints, logs and checkpoints; the others print only errors.
   dist::init();
@@ -951,7 +957,6 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
   std::fflush(stdout);
   begun_ = true;
   start_step_ = step_;
-  ctrl_c_ = std::make_unique<StopGuard>();
   t0_ = std::chrono::steady_clock::now();
   last_progress_ = t0_;
 }
@@ -1049,10 +1054,12 @@ std::string Run::save() const {
 bool Run::next() {
   if (!begun_) fail("Run::next: call begin() first");
   if (finished_) fail("Run::next: the run has finished (finish() was called)");
-  if (!in_step_ && !stopped_ && resuming() && step_ == start_step_) {
-    // A stop asked before a resumed run's first step (during work it owed
-    // first, an evaluation a stop cut short): the checkpoint it resumed
-    // still holds this state, so it stops here, writing nothing new.
+  if (!in_step_ && !stopped_ && step_ == start_step_) {
+    // A stop asked before the run's first step (from parse() on: while the
+    // program started, or during work a resumed run owed first, an
+    // evaluation a stop cut short): a resumed run's checkpoint still holds
+    // this state, and a new run has nothing to save, so it stops here,
+    // writing nothing new.
     if (stop_requested()) {
       log_->flush();
       stopped_ = stopped_unchanged_ = true;
@@ -1177,7 +1184,13 @@ int Run::finish() {
   ctrl_c_.reset();
   if (stopped_) {
     const std::string launcher = dist::size() > 1 ? fmt::format("mpirun -np {} [mpirun options] ", dist::size()) : "";
-    if (stopped_unchanged_)
+    if (stopped_unchanged_ && saved_step_ < 0) {
+      std::string cmd;
+      for (const auto& a : command_line_) cmd += (cmd.empty() ? "" : " ") + a;
+      fmt::print("\nstopped before its first step: nothing was trained, and no checkpoint written.\nstart it again "
+                 "with: {}{}\n",
+                 launcher, cmd);
+    } else if (stopped_unchanged_)
       fmt::print("\nstopped at step {}/{} before its next step; the checkpoint '{}' holds it, as it was, and the log is "
                  "flushed.\nresume with: {}{} --resume {}\n",
                  step_, steps_, saved_path_, launcher, defaults_.program_, saved_path_);

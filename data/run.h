@@ -102,7 +102,10 @@ class Run {
   // checks the log it continues; checks every path; sets the thread count.
   // Touches no file. Returns false when --help was asked for (printed).
   // Throws UsageError on a bad option, heed::Error on anything else (a
-  // second call too).
+  // second call too). From here on Ctrl-C and SIGTERM ask the run to stop
+  // (StopRequest): one that comes while the program starts ends the run at
+  // its first next(), before its first step. (Before parse(), while the
+  // process loads and guard_main restarts it, a signal still ends it.)
   bool parse(const std::vector<std::string>& argv, std::vector<std::string> command_line = {});
   bool parse(int argc, char** argv);
 
@@ -155,7 +158,8 @@ class Run {
 
   // The loop: ends the step just done (checkpoint when due, stop on Ctrl-C
   // or --stop-after, progress line), then starts the next one. False when
-  // the run is complete or stopped.
+  // the run is complete or stopped; the first call, when a stop was asked
+  // before it, stops before the first step, writing nothing.
   bool next();
   int64_t step() const { return step_; }  // the step in progress, 1-based (0 before the first)
   bool stopped() const { return stopped_; }
@@ -189,8 +193,9 @@ class Run {
   double seconds() const;  // since begin()
 
   // Closes the log. When stopped prints where and the command that resumes
-  // the run and returns 130 (143 when SIGTERM stopped it); when the loss
-  // diverged says at which step and returns 1; else returns 0.
+  // the run (a new run stopped before its first step: the command that
+  // starts it again) and returns 130 (143 when SIGTERM stopped it); when
+  // the loss diverged says at which step and returns 1; else returns 0.
   int finish();
 
  private:
@@ -246,12 +251,13 @@ class Run {
   bool in_step_ = false, stopped_ = false, begun_ = false, parsed_ = false;
   bool parse_called_ = false;  // parse() was entered (parsed_: and succeeded)
   bool program_given_ = false;  // RunOptions::program was set: it wins over argv[0]
-  bool stopped_unchanged_ = false;  // stopped before a resumed run's first step: its checkpoint stands
+  // Stopped before the first step: a resumed run's checkpoint stands, a new run wrote none.
+  bool stopped_unchanged_ = false;
   bool new_log_ = false;  // resuming into a new log (--out naming no file): the old one is gone
   std::pair<uint64_t, uint64_t> log_file_{0, 0};  // the log's device and inode, from begin() on (rank 0)
   int stop_signal_ = 0;  // the signal that stopped the run (SIGINT, SIGTERM), or 0
-  bool job_sigterm_ = false;
-  bool finished_ = false;  // finish() was called  // under mpirun: some process of the job got SIGTERM
+  bool job_sigterm_ = false;  // under mpirun: some process of the job got SIGTERM
+  bool finished_ = false;     // finish() was called
   std::string run_id_;   // the run's identity, in its log and every checkpoint (data/checkpoint.h)
   std::string diverged_;  // the first non-finite loss shown ("loss nan"), or empty
   int64_t saved_step_ = -1;  // the step of the last checkpoint written or resumed from (-1: none)
@@ -261,7 +267,8 @@ class Run {
   std::chrono::steady_clock::time_point t0_, last_progress_;
 };
 
-// Ctrl-C during training. While a StopRequest lives, the first SIGINT or
+// Ctrl-C during training (a Run holds one from parse() to finish()). While
+// a StopRequest lives, the first SIGINT or
 // SIGTERM (kill's default, a batch system's or mpirun's way to end a job)
 // only sets a flag that the run reads after each step: it finishes the
 // step, writes a checkpoint, flushes the log and returns, and the command

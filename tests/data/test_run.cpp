@@ -103,6 +103,15 @@ std::string stdout_of(const std::function<void()>& f) {
   return test::slurp(path);
 }
 
+// The steps of a log's metric, row by row.
+std::vector<double> logged_steps(const std::string& log, const std::string& metric) {
+  const std::vector<double> rows =
+      h5::File(log, h5::File::Mode::read).read_tensor("metrics/" + metric).to_vector<double>();
+  std::vector<double> steps;
+  for (size_t i = 0; i < rows.size(); i += 3) steps.push_back(rows[i]);
+  return steps;
+}
+
 }  // namespace
 
 TEST_CASE("Run: stopped at step 4 and resumed, a program's log and checkpoint equal the uninterrupted run's") {
@@ -511,6 +520,48 @@ TEST_CASE("StopRequest: the first SIGINT only sets the flag; the previous handle
     CHECK(term.signal() == SIGTERM);
   }
   const bool term_restored = std::signal(SIGTERM, outer_term) == known_handler;
+  CHECK(term_restored);
+}
+
+TEST_CASE("Run: Ctrl-C or SIGTERM from parse() on stops the run before its first step, with 130 or 143") {
+  // A signal before begin() (a program's start takes a while: its data, its
+  // model, a resumed log cut back) killed the process with the signal's
+  // default action, status -2 or -15: the handler came at begin()'s end.
+  // Here the previous handlers do nothing, so a signal the Run does not
+  // catch leaves the run to train all its steps.
+  auto outer = std::signal(SIGINT, known_handler);
+  auto outer_term = std::signal(SIGTERM, known_handler);
+  test::TempDir d("heed-run-early-");
+  {
+    // A new run: nothing trained, nothing to save; it says so and how to start again.
+    Toy t;
+    t.after_parse = [] { std::raise(SIGINT); };
+    const std::string out = stdout_of([&] { CHECK(t.go({"--out", d.path + "/n.h5"}) == 130); });
+    CHECK(t.run.step() == 0);
+    CHECK(t.counter == 0);
+    CHECK_FALSE(fs::exists(d.path + "/n.ckpt.h5"));
+    CHECK(test::has(out, "stopped before its first step: nothing was trained, and no checkpoint written.\n"));
+    CHECK(test::has(out, "start it again with: heed run toy --out " + d.path + "/n.h5\n"));
+  }
+  const std::string ck = d.path + "/r.ckpt.h5";
+  REQUIRE(Toy().go({"--out", d.path + "/r.h5", "--stop-after", "4"}) == 130);
+  const std::string ck_bytes = test::slurp(ck);
+  {
+    // A resumed run: begin() goes to its end (the log cut back), and the
+    // checkpoint stays as it was.
+    Toy t;
+    t.after_parse = [] { std::raise(SIGTERM); };
+    const std::string out = stdout_of([&] { CHECK(t.go({"--resume", ck}) == 143); });
+    CHECK(t.run.step() == 4);
+    CHECK(test::slurp(ck) == ck_bytes);
+    CHECK(test::has(out, "stopped at step 4/10 before its next step; the checkpoint '" + ck + "' holds it"));
+  }
+  Toy rest;
+  REQUIRE(rest.go({"--resume", ck}) == 0);
+  CHECK(logged_steps(d.path + "/r.h5", "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  const bool restored = std::signal(SIGINT, outer) == known_handler;  // the Run's handler went with it
+  const bool term_restored = std::signal(SIGTERM, outer_term) == known_handler;
+  CHECK(restored);
   CHECK(term_restored);
 }
 
