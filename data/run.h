@@ -156,6 +156,11 @@ class Run {
   void begin(const std::function<void(RunLog&)>& schema = {});
   RunLog& log();  // from begin() until finish(), which closes it
 
+  // Work before the loop (an evaluation of the initial model, logged at
+  // step()) runs again on every resume, at the step it resumes from: a row
+  // an uninterrupted run does not have. Do it when !resuming() only, or as
+  // owed work (owed_work()).
+
   // The loop: ends the step just done (checkpoint when due, stop on Ctrl-C
   // or --stop-after, progress line), then starts the next one. False when
   // the run is complete or stopped; the first call, when a stop was asked
