@@ -233,9 +233,19 @@ def mark_lone_points(fig):
 
 def save(fig, out_dir, name, written):
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
     path = os.path.join(out_dir, name)
     mark_lone_points(fig)
-    fig.savefig(path, dpi=FIG_DPI)
+    # Every text drawn literally: a probe text, prompt, file or series name
+    # holding '$' ("$a^$b") was parsed as math, which failed with a
+    # traceback or drew "$x$" as an italic x. No figure uses math.
+    for t in fig.findobj(Text):
+        t.set_parse_math(False)
+    try:
+        fig.savefig(path, dpi=FIG_DPI)
+    except OSError as e:  # an unwritable directory, a full disk: one line, not a traceback
+        print(f"plot: cannot write '{path}': {e.strerror or e}", file=sys.stderr)
+        sys.exit(2)
     plt.close(fig)
     written.append(path)
     print(path, flush=True)

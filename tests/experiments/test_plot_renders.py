@@ -123,6 +123,24 @@ try:
     check_pngs(os.path.join(TMP, "lm_plots"), printed,
                {"losses.png": (1200, 800), "attention_layer0.png": (1600, 450), "attention_layer1.png": (1600, 450)})
 
+    # ---- a probe text holding '$' (LaTeX, prices, code): drawn literally;
+    # matplotlib parsed "$a^$b" as math and failed with a traceback ----
+    dollar = os.path.join(TMP, "dollar.h5")
+    shutil.copyfile(lm, dollar)
+    with h5py.File(dollar, "r+") as f:
+        f["series/attention"].attrs["probe_text"] = "$a^$b $a^$b $a^"  # 16 characters, as the maps
+    printed = plot(dollar)
+    check_pngs(os.path.join(TMP, "dollar_plots"), printed,
+               {"losses.png": (1200, 800), "attention_layer0.png": (1600, 450), "attention_layer1.png": (1600, 450)})
+    # An output that cannot be written: one line naming it, not a traceback
+    # (a directory where a figure goes stands for an unwritable directory,
+    # which root, running the suite, could still write).
+    blocked = os.path.join(TMP, "blocked_plots")
+    os.makedirs(os.path.join(blocked, "losses.png"))
+    r = run(["plot", lm, "-o", blocked])
+    check(r.returncode == 1 and "cannot write" in r.stderr and "losses.png" in r.stderr and
+          "Traceback" not in r.stderr, f"an unwritable figure: exit {r.returncode}, {r.stderr!r}")
+
     # ---- a user's own program's log: its metrics, and its attention maps by their names ----
     mine = os.path.join(TMP, "mine.h5")
     with h5py.File(mine, "w", libver="latest") as f:
