@@ -23,6 +23,7 @@ namespace heed::experiments {
 namespace {
 
 constexpr const char* kProbe = "And God said, Let there be light: and there was light.";
+constexpr const char* kSamplePrompt = "And God said";  // heed sample's default --prompt
 
 struct CharLMConfig {
   int64_t layers = 4, heads = 4, width = 128, context = 64, batch = 12, steps = 2000;
@@ -467,10 +468,22 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     if ((step % c.eval_every == 0 || step == c.steps) && !evaluate_and_log(step, step < c.steps)) eval_pending = step;
   }
   if (int rc = run.finish()) return rc;
+  // heed sample's default prompt is the Bible's; a text of other characters
+  // gets a prompt from its own validation text in the hint.
+  std::string prompt_option;
+  try {
+    tok.encode(kSamplePrompt);
+  } catch (const Error&) {
+    std::vector<uint32_t> cps = data::decode_utf8(probe_text);
+    cps.resize(std::min<size_t>(cps.size(), 12));
+    std::string quoted;
+    for (char ch : data::encode_utf8(cps)) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    prompt_option = " --prompt '" + quoted + "'";
+  }
   fmt::print("\nfinal: train loss {:.4f}, validation loss {:.4f}, {}\nlog: {}\ncheckpoint: {}\n"
-             "sample it: heed sample {}\n",
+             "sample it: heed sample {}{}\n",
              last_train, last_val, format_seconds(run.seconds()), run.log_path(), run.checkpoint_path(),
-             run.checkpoint_path());
+             run.checkpoint_path(), prompt_option);
   return 0;
 }
 
@@ -521,7 +534,7 @@ CharModel charlm_from(const Checkpoint& ck, const std::string& path, const char*
 int run_sample(const std::vector<std::string>& args) {
   std::string path;
   SampleOptions o;
-  std::string prompt = "And God said";
+  std::string prompt = kSamplePrompt;
   bool no_cache = false;
   Args a("sample CHECKPOINT",
          "Generates text from a character-level GPT checkpoint (written by heed run charlm),\n"

@@ -7,6 +7,7 @@
 #include "data/checkpoint.h"
 #include "data/h5.h"
 #include "experiments/charlm.h"
+#include "spawn.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -90,6 +91,40 @@ struct InDirectory {
   ~InDirectory() { std::filesystem::current_path(was); }
 };
 }  // namespace
+
+TEST_CASE("charlm: the closing hint to sample a run on a text without heed sample's default prompt's characters "
+          "gives a prompt from the text") {
+  test::TempDir scratch("heed-charlm-hint-");
+  const std::string dir = scratch.path, text = dir + "/t.txt";
+  {
+    std::ofstream f(text);  // no 'A', 'G': heed sample's default "And God said" cannot be encoded
+    for (int i = 0; i < 200; ++i) f << "it's a test, it's only a test of the text. ";
+  }
+  const test::Result r = test::heed_cli({"run", "charlm", "--text", text, "--layers", "1", "--heads", "2", "--width",
+                                         "16", "--context", "16", "--batch", "4", "--steps", "3", "--eval-every", "3",
+                                         "--eval-batches", "1", "--out", dir + "/lm.h5"},
+                                        dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  const std::string hint = "sample it: heed sample " + dir + "/lm.ckpt.h5 --prompt '";
+  const size_t at = r.out.find(hint);
+  REQUIRE(at != std::string::npos);
+  // The shell's quoting of the prompt, undone: '\'' is a quote.
+  std::string quoted = r.out.substr(at + hint.size(), r.out.find('\n', at) - at - hint.size());
+  REQUIRE(!quoted.empty());
+  quoted.pop_back();  // the closing quote
+  std::string prompt;
+  for (size_t i = 0; i < quoted.size(); ++i) {
+    if (quoted.compare(i, 4, "'\\''") == 0) {
+      prompt += '\'';
+      i += 3;
+    } else {
+      prompt += quoted[i];
+    }
+  }
+  CHECK(prompt.find('\'') != std::string::npos);  // the text's own "it's": the quoting is exercised
+  CHECK(experiments::run_sample({dir + "/lm.ckpt.h5", "--prompt", prompt, "--tokens", "5"}) == 0);
+}
 
 TEST_CASE("charlm: a run on a relative --text resumes from another directory") {
   test::TempDir scratch("heed-charlm-rel-");
