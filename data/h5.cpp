@@ -322,6 +322,13 @@ Shape File::dataset_shape(const std::string& path) const {
   return Shape(dims.begin(), dims.end());
 }
 
+bool File::is_numeric(const std::string& path) const {
+  Handle ds(check(H5Dopen2(id_, path.c_str(), H5P_DEFAULT), "open dataset " + path, path_), H5Dclose);
+  Handle ftype(H5Dget_type(ds), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(ftype);
+  return cls == H5T_FLOAT || cls == H5T_INTEGER;
+}
+
 Tensor File::read_tensor(const std::string& path) const {
   Shape shape = dataset_shape(path);
   Handle ds(check(H5Dopen2(id_, path.c_str(), H5P_DEFAULT), "open dataset " + path, path_), H5Dclose);

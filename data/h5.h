@@ -55,6 +55,8 @@ class File {
   void write_tensor(const std::string& path, const Tensor& t);
   // Reads a dataset of float32/float64/int64 into a tensor of that dtype.
   Tensor read_tensor(const std::string& path) const;
+  // Whether a dataset holds numbers (floats or integers: read_tensor reads it).
+  bool is_numeric(const std::string& path) const;
   Shape dataset_shape(const std::string& path) const;
 
   void set_attr(const std::string& object, const std::string& name, const Attr& value);

@@ -449,6 +449,21 @@ std::string inspect_file(const std::string& path, const InspectOptions& opt) {
       fail("inspect: {}", e.what());
     }
   }
+  if (opt.read_values) {
+    std::vector<std::string> datasets;
+    try {
+      datasets = f.list_datasets("/");
+    } catch (const Error& e) {
+      fail("inspect: '{}' is damaged: HDF5's structure cannot be read ({})", path, e.what());
+    }
+    for (const std::string& d : datasets) {
+      try {
+        if (f.is_numeric(d)) (void)f.read_tensor(d);
+      } catch (const Error& e) {
+        fail("inspect: '{}' is damaged: its dataset '{}' cannot be read ({})", path, d, e.what());
+      }
+    }
+  }
   try {
     return summary(f, path, root, opt);
   } catch (const Error& e) {

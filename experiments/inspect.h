@@ -12,6 +12,10 @@ namespace heed::experiments {
 
 struct InspectOptions {
   bool full = false;  // print multi-line attributes (model summaries) in full
+  // Read every numeric dataset's values too, so that a damaged one is
+  // refused here (heed plot: h5py's SWMR reader retries a damaged read with
+  // sleeps, for many minutes).
+  bool read_values = false;
 };
 
 // The summary as text (the tests read it). A missing, non-HDF5, truncated or

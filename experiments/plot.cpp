@@ -147,7 +147,9 @@ std::vector<std::string> plot_log(const std::string& log_path, const std::string
   // after a few attempts, where h5py in SWMR mode retried with sleeps for
   // more than 10 minutes (a log with one damaged byte).
   try {
-    inspect_file(log_path);
+    InspectOptions every_value;
+    every_value.read_values = true;
+    inspect_file(log_path, every_value);
   } catch (const Error& e) {
     const std::string what = e.what();
     fail("plot: {}", what.rfind("inspect: ", 0) == 0 ? what.substr(9) : what);

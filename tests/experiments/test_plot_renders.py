@@ -350,6 +350,30 @@ try:
         check(False, "heed plot of a log with a damaged dataset header still ran after 60 s")
     with open(damaged, "rb") as f:
         check(f.read() == before, "heed plot changed the damaged log")
+    # A damaged byte that only a read of a dataset's values meets (a
+    # tester's log with one flipped byte in a series' chunk index: h5py hung
+    # on it for over 15 minutes while heed inspect passed the file). Made
+    # here with a checksummed dataset whose data is flipped: heed plot reads
+    # every value first and names the dataset.
+    bad_values = os.path.join(TMP, "bad_values.h5")
+    shutil.copy(lm, bad_values)
+    with h5py.File(bad_values, "r+") as f:
+        f.create_dataset("series/extra/values", data=np.arange(64, dtype=np.float32).reshape(4, 16), chunks=(4, 16),
+                         fletcher32=True)
+        f["series/extra/step"] = np.arange(4, dtype=np.int64)
+        at = f["series/extra/values"].id.get_chunk_info(0).byte_offset
+    with open(bad_values, "r+b") as f:
+        f.seek(at + 5)
+        b = f.read(1)
+        f.seek(at + 5)
+        f.write(bytes([b[0] ^ 0xFF]))
+    try:
+        r = subprocess.run([HEED, "plot", bad_values, "-o", os.path.join(TMP, "bad_values_plots")],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and "is damaged" in r.stderr and "series/extra/values" in r.stderr and
+              "Traceback" not in r.stderr, f"a log with a damaged dataset's values: exit {r.returncode}, {r.stderr!r}")
+    except subprocess.TimeoutExpired:
+        check(False, "heed plot of a log with a damaged dataset's values still ran after 60 s")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 
