@@ -29,7 +29,7 @@ k::AttentionOut forward_dropping(const char* op, double dropout_p, Generator* ge
   Generator& g = gen ? *gen : default_generator();
   const std::vector<uint64_t> before = g.state();
   // p = 1 drops everything and draws nothing, as dropout() does.
-  drop = {dropout_p, g.seed(), dropout_p < 1.0 ? g.reserve(static_cast<uint64_t>(N * H * T * S)) : 0};
+  drop = {dropout_p, g.seed(), dropout_p < 1.0 ? g.reserve_batch(static_cast<uint64_t>(N * H * T * S)) : 0};
   try {
     return forward();
   } catch (...) {

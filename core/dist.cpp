@@ -104,6 +104,7 @@ int size() {
   return g_size;
 }
 bool is_main() { return rank() == 0; }
+bool in_job() { return g_started && g_size > 1; }
 
 void abort_job(const std::string& why, int status, const char* program) {
   std::fprintf(stderr, "%s: rank %d of %d: %s\n", program, g_rank, g_size, why.c_str());
@@ -159,6 +160,19 @@ std::vector<Tensor> all_gather(const Tensor& t) {
             "all-gather");
   for (int r = 0; r < g_size; ++r) out.push_back(kernel::contiguous(kernel::reshape(kernel::narrow(all, 0, r, 1), c.shape())));
 #endif
+  return out;
+}
+
+std::vector<std::string> all_gather_text(const std::string& text) {
+  const std::vector<Tensor> lengths = all_gather(Tensor::from_i64({static_cast<int64_t>(text.size())}, {1}));
+  int64_t longest = 0;
+  for (const Tensor& l : lengths) longest = std::max(longest, l.to_vector<int64_t>()[0]);
+  Tensor mine = Tensor::zeros({(longest + 7) / 8 + 1}, DType::i64);  // the bytes, in whole int64s
+  std::memcpy(mine.raw_data(), text.data(), text.size());
+  const std::vector<Tensor> all = all_gather(mine);
+  std::vector<std::string> out;
+  for (size_t r = 0; r < all.size(); ++r)
+    out.emplace_back(static_cast<const char*>(all[r].raw_data()), static_cast<size_t>(lengths[r].to_vector<int64_t>()[0]));
   return out;
 }
 

@@ -33,6 +33,11 @@ bool built_with_mpi();
 int rank();   // 0 .. size() - 1
 int size();   // 1 without mpirun
 bool is_main();  // rank 0: writes logs and checkpoints, prints
+// Whether this process has started MPI as one of a job of several (init()
+// ran under mpirun with N > 1). Never starts it: a process of a command
+// that uses no MPI (heed inspect under mpirun) must not wait in MPI's start
+// for peers that never come.
+bool in_job();
 
 // Ends every process of the job at once with `status` (mpirun's own exit
 // status), after printing "PROGRAM: rank R of N: why" (a process that fails
@@ -62,6 +67,8 @@ struct Difference {
   int64_t item = -1;
 };
 Difference first_difference(const std::vector<std::string>& items);
+// Every process's text, in rank order (a collective; any lengths).
+std::vector<std::string> all_gather_text(const std::string& text);
 
 // A sum in flight: started now (MPI_Iallgather), finished by wait(), which
 // writes the rank-ordered sum into the tensor given to start.

@@ -345,7 +345,8 @@ void normal_(const Tensor& t, double mean, double std, Generator& g);
 void bernoulli_(const Tensor& t, double p, Generator& g);
 // Dropout's mask in one pass: 1 / (1 - p) (rounded to t's dtype) where
 // bernoulli_(t, 1 - p, g) would draw 1, else 0 (so the values of that fill
-// scaled by scale_); f32/f64, contiguous; needs 0 <= p < 1.
+// scaled by scale_); f32/f64, contiguous; needs 0 <= p < 1. Its blocks are
+// claimed with g.reserve_batch: dim 0 of t is a batch's rows (core/random.h).
 void dropout_mask_(const Tensor& t, double p, Generator& g);
 // Integers in [lo, hi), unbiased; i64, or f32/f64 when every value in the
 // range is exactly representable (|lo|, |hi| <= 2^24 for f32, 2^53 for f64).

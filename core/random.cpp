@@ -217,6 +217,13 @@ template void Generator::keep_mask<double>(uint64_t, int64_t, double, double, do
 
 std::vector<uint64_t> Generator::state() const { return {seed_, offset_}; }
 
+void Generator::set_batch_shard(int rank, int processes) {
+  if (processes < 1 || rank < 0 || rank >= processes)
+    fail("Generator::set_batch_shard: expected 0 <= rank < processes, got rank {} of {}", rank, processes);
+  shard_rank_ = rank;
+  shard_processes_ = processes;
+}
+
 void Generator::set_state(const std::vector<uint64_t>& s) {
   if (s.size() != 2)
     fail("Generator::set_state: expected 2 values {{seed, offset}} as returned by state(), got {}", s.size());
@@ -416,7 +423,7 @@ void dropout_mask_(const Tensor& t, double p, Generator& g) {
   if (!t.is_contiguous()) fail("dropout_mask_: expected a contiguous tensor, got strides {}", shape_str(t.strides()));
   auto run = [&]<class T>(T) {
     const int64_t n = t.numel();
-    const uint64_t first = g.reserve(static_cast<uint64_t>(n));
+    const uint64_t first = g.reserve_batch(static_cast<uint64_t>(n));  // a mask over a batch's rows
     if (n == 0) return;
     t.bump_version();
     T* z = t.data<T>();

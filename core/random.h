@@ -74,6 +74,23 @@ class Generator {
     offset_ += n;
     return first;
   }
+  // Data-parallel training (optim::DataParallel): this process computes rows
+  // [rank n/N, (rank + 1) n/N) of a global batch of n rows. A fill over its
+  // share of a batch (dropout's masks: dim 0 is the batch) then claims the
+  // blocks the same fill over the global batch would give those rows, and
+  // the offset moves past the global fill: every process draws its rows'
+  // masks of the one-process run, bit for bit, and the processes' states
+  // stay equal. set_batch_shard(0, 1), the default, is one process.
+  void set_batch_shard(int rank, int processes);
+  int shard_rank() const { return shard_rank_; }
+  int shard_processes() const { return shard_processes_; }
+  // Claims a fill of n elements over this process's share of a batch (see
+  // set_batch_shard; reserve(n) in one process) and returns its first block.
+  uint64_t reserve_batch(uint64_t n) {
+    const uint64_t first = offset_ + static_cast<uint64_t>(shard_rank_) * n;
+    offset_ += static_cast<uint64_t>(shard_processes_) * n;
+    return first;
+  }
   // The 128 bits of block `index` in `lane` (see the header comment).
   std::array<uint32_t, 4> block(uint64_t index, uint32_t lane = 0) const;
   // The first 64 bits (w0 = word 0 | word 1 << 32) of lane 0 of blocks
@@ -92,6 +109,7 @@ class Generator {
  private:
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
+  int shard_rank_ = 0, shard_processes_ = 1;
 };
 
 // The process-wide generator, seeded with 0 at start-up so runs are

@@ -970,6 +970,7 @@ void Run::check_same_job() const {
   std::vector<std::string> items, names;
   for (const auto& [k, v] : args_.values())
     if (k != "threads") items.push_back(k + "=" + v), names.push_back("--" + k);
+  const size_t options = items.size();
   for (const auto& [name, t] : constants_) {
     const Tensor c = kernel::contiguous(t);
     items.push_back(name + "=" + std::string(static_cast<const char*>(c.raw_data()),
@@ -982,12 +983,26 @@ void Run::check_same_job() const {
         items.push_back(e.name + "/" + k + " " + shape_str(t.shape()) + " " + dtype_name(t.dtype()));
         names.push_back(e.name + "/" + k + "'s shape");
       }
+  const size_t shapes = options + constants_.size();
   const dist::Difference d = dist::first_difference(items);
   if (d.rank < 0) return;
   const size_t i = static_cast<size_t>(d.item);
-  fail("{}: the processes of this job differ: rank {}'s {} is not rank 0's; every process must run the same command "
-       "on the same files",
-       args_.command(), d.rank, i < names.size() ? names[i] : std::string("state"));
+  // An option's or a shape's two values, exchanged (every process knows d);
+  // a constant's bytes (a corpus fingerprint) say nothing to a reader.
+  // Every process takes part in the exchange, whatever it holds.
+  const std::vector<std::string> all = dist::all_gather_text(i < items.size() ? items[i] : std::string());
+  std::string values;
+  if (i < options || (i >= shapes && i < items.size())) {
+    auto value = [&](const std::string& item) {
+      if (item.empty()) return std::string("none");  // its list is shorter
+      if (i >= shapes) return item.substr(item.find(' ') + 1);  // "name [shape] dtype" -> "[shape] dtype"
+      return fmt::format("'{}'", item.substr(item.find('=') + 1));
+    };
+    values = fmt::format(" (rank {}: {}, rank 0: {})", d.rank, value(all[static_cast<size_t>(d.rank)]), value(all[0]));
+  }
+  fail("{}: the processes of this job differ: rank {}'s {} is not rank 0's{}; every process must run the same "
+       "command on the same files",
+       args_.command(), d.rank, i < names.size() ? names[i] : std::string("state"), values);
 }
 
 RunLog& Run::log() {
@@ -1221,9 +1236,20 @@ int guard_main(const char* program, const std::function<int()>& body) {
     // Under mpirun every process usually fails alike (the same options, the
     // same files): rank 0 speaks for the job and ends it; the others wait
     // for that, and speak only if it does not come (a failure of their own).
-    if (dist::size() > 1 && !dist::is_main()) std::this_thread::sleep_for(std::chrono::seconds(3));
-    if (dist::size() > 1) dist::abort_job(what, status, program);  // does not return
-    fmt::print(stderr, "{}: {}\n", program, what);
+    // A process that never started MPI (a command without collectives, or
+    // one that failed before its start) says why and exits: mpirun ends the
+    // job on a non-zero status. Starting MPI here would wait forever for
+    // peers that finished without it.
+    if (dist::in_job()) {
+      if (!dist::is_main()) std::this_thread::sleep_for(std::chrono::seconds(3));
+      dist::abort_job(what, status, program);  // does not return
+    }
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (rank && size && std::atoi(size) > 1)
+      fmt::print(stderr, "{}: rank {} of {}: {}\n", program, rank, size, what);
+    else
+      fmt::print(stderr, "{}: {}\n", program, what);
     return status;
   };
   share_cores();

@@ -36,9 +36,12 @@ DataParallel::DataParallel(NamedParams params, int64_t bucket_bytes) : params_(s
   for (size_t k = 0; k < params_.size(); ++k)
     if (!index_.emplace(params_[k].second.impl(), k).second)
       fail("DataParallel: parameter '{}' is listed twice", params_[k].first);
+  // Dropout draws each process's rows of the global batch's masks (core/random.h):
+  // the same masks as one process, not one mask repeated on every process.
+  default_generator().set_batch_shard(dist::rank(), dist::size());
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() { default_generator().set_batch_shard(0, 1); }
 
 void DataParallel::broadcast_parameters() {
   autograd::NoGradGuard ng;

@@ -539,3 +539,26 @@ TEST_CASE("fused attention refuses a dropout probability out of range naming it;
   scaled_dot_product_attention(q, k, v, false, 1.0, 0, 0, 0.2, &g);
   CHECK(g.offset() == 1 * 2 * 4 * 4);
 }
+
+TEST_CASE("fused attention with dropout on a process's share of a batch draws its rows of the global batch's masks") {
+  // Data-parallel (optim::DataParallel sets the shard): the process of rank 1
+  // of 2 computes rows 2-3 of a batch of 4, and must get the one-process
+  // run's output for those rows, not rows 0-1's masks again.
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    Generator init(11);
+    const Tensor q = randn({4, 9, 2, 4}, &init, DType::f64), k = randn({4, 9, 2, 4}, &init, DType::f64),
+                 v = randn({4, 9, 2, 4}, &init, DType::f64);
+    Generator one(3);
+    const Tensor all = scaled_dot_product_attention(q, k, v, causal, 0.5, 0, 0, 0.3, &one);
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      Generator g(3);
+      g.set_batch_shard(r, 2);
+      auto rows = [&](const Tensor& t) { return contiguous(narrow(t, 0, 2 * r, 2)); };
+      const Tensor mine = scaled_dot_product_attention(rows(q), rows(k), rows(v), causal, 0.5, 0, 0, 0.3, &g);
+      CHECK(same_bits(mine, rows(all)));
+      CHECK(g.state() == one.state());
+    }
+  }
+}

@@ -447,3 +447,35 @@ TEST_CASE("dropout_mask_ is bernoulli_(1 - p) scaled by 1 / (1 - p), bit for bit
   test::check_error([&] { kernel::dropout_mask_(t, 1.0, g); }, {"dropout_mask_", "0 <= p < 1", "1"});
   CHECK(g.offset() == 0);
 }
+
+TEST_CASE("a process's share of a batch draws its rows of the global batch's dropout mask (set_batch_shard)") {
+  // One process: a mask over 6 rows of 5. Three processes, 2 rows each: each
+  // must get its own rows of that mask, and every generator must end where
+  // the one-process generator ends. Before, every process drew rows 0-1's
+  // mask for its own rows (the same seed and offset everywhere).
+  Generator one(5);
+  one.reserve(3);
+  Tensor global = Tensor::empty({6, 5});
+  kernel::dropout_mask_(global, 0.5, one);
+  const std::vector<float> all = global.to_vector<float>();
+  std::vector<float> first_rows;
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    Generator g(5);
+    g.reserve(3);
+    g.set_batch_shard(r, 3);
+    Tensor mine = Tensor::empty({2, 5});
+    kernel::dropout_mask_(mine, 0.5, g);
+    const std::vector<float> got = mine.to_vector<float>();
+    CHECK(got == std::vector<float>(all.begin() + 10 * r, all.begin() + 10 * (r + 1)));
+    CHECK(g.state() == one.state());
+    if (r == 0) first_rows = got;
+    // A scalar draw is the same on every process (a choice all must share).
+    CHECK(g.next_u64() == Generator(one).next_u64());
+  }
+  CHECK(first_rows != std::vector<float>(all.begin() + 10, all.begin() + 20));  // the rows do differ
+  Generator g(1);
+  test::check_error([&] { g.set_batch_shard(2, 2); }, {"set_batch_shard", "0 <= rank < processes", "rank 2 of 2"});
+  test::check_error([&] { g.set_batch_shard(0, 0); }, {"set_batch_shard", "rank 0 of 0"});
+  CHECK(g.shard_processes() == 1);
+}

@@ -149,6 +149,32 @@ try:
               f"(without the floor {raw:.3g}; smallest loss {np.min(np.abs(a)):.3g})")
         check(logs[0].shape == logs[1].shape and rel < 1e-4, f"{name}: 2 processes train as 1 ({rel:.3g})")
 
+    # ---- dropout: each process draws its rows of the one-process run's masks ----------------
+    # (every process drew the same masks for its own rows: 2 processes trained
+    # another model, 0.1-0.6% apart from step 1)
+    d1 = run(lm("drop1.h5", "--steps", "100", "--dropout", "0.2"), np_=1)
+    d2 = run(lm("drop2.h5", "--steps", "100", "--dropout", "0.2"))
+    check(d1.returncode == 0 and d2.returncode == 0, f"charlm --dropout 0.2, 1 and 2 processes: {d1.returncode} "
+          f"{d2.returncode} {d2.stderr[-300:]}")
+    a, b = metric(os.path.join(TMP, "drop1.h5"), "train_loss"), metric(os.path.join(TMP, "drop2.h5"), "train_loss")
+    rel = np.max(np.abs(a[:, 1] - b[:, 1]) / np.abs(a[:, 1]))
+    print(f"     charlm --dropout 0.2: largest relative difference of the per-step losses, 2 vs 1 process: {rel:.3g}")
+    check(a.shape == b.shape and rel < 1e-5, f"charlm with dropout: 2 processes train as 1 ({rel:.3g})")
+    plain = metric(os.path.join(TMP, "one.h5"), "train_loss")[:100, 1]
+    check(np.max(np.abs(plain - a[:, 1])) > 1e-3, "charlm: dropout 0.2 changed the losses (the check above compares masks)")
+
+    # ---- a command without MPI under mpirun: a failing process says why, and the job ends ----
+    # (it started MPI to report, and waited there forever for a peer that had finished)
+    try:
+        cmd = (["mpirun", "-np", "1", "--bind-to", "none", "--oversubscribe", HEED, "inspect", os.path.join(TMP, "one.h5"),
+                ":", "-np", "1", HEED, "inspect", os.path.join(TMP, "missing.h5")])
+        ins = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV, cwd=TMP, stdin=subprocess.DEVNULL)
+        check(ins.returncode != 0 and "rank 1 of 2: inspect: " in ins.stderr and "missing.h5" in ins.stderr,
+              f"heed inspect of a missing file as rank 1 of 2 fails at once, naming it: {ins.returncode} "
+              f"{ins.stderr.strip()[-300:]}")
+    except subprocess.TimeoutExpired:
+        check(False, "heed inspect of a missing file as rank 1 of 2 hung")
+
     # ---- a program of one's own: DataParallel with no Run starts MPI itself ----------------
     t = run(["-tc=DataParallel: with no Run*"], program=TESTS)
     check(t.returncode == 0 and "1 passed" in t.stdout,
@@ -229,7 +255,7 @@ try:
                [":", "-np", "1", HEED] + lm(out, *rank1))
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=TMP)
     lr = mixed("mixed_lr.h5", ["--steps", "20"], ["--steps", "20", "--lr", "0.01"])
-    check(lr.returncode == 1 and "rank 1's --lr is not rank 0's" in lr.stderr
+    check(lr.returncode == 1 and "rank 1's --lr is not rank 0's (rank 1: '0.01', rank 0: '0.001')" in lr.stderr
           and not os.path.exists(os.path.join(TMP, "mixed_lr.h5")),
           f"another --lr on rank 1 is refused and no log is written (it ran to the end with drifting copies): "
           f"{lr.returncode} {lr.stderr.strip()[-300:]}")
