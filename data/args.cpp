@@ -133,6 +133,10 @@ bool Args::parse(const std::vector<std::string>& args, std::string* positional, 
     }
     const Opt* o = find(name);
     if (!o) usage("{}: unknown option '--{}' (see --help)", command_, name);
+    // "--steps 5 --steps 7" took the last value without a word: which one was
+    // meant is the user's to say (no option of heed's takes several values
+    // this way; a list is one value, comma-separated).
+    if (given(name)) usage("{}: --{} is given twice; expected it once", command_, name);
     given_.push_back(name);
     if (o->is_flag) {
       if (has_value) usage("{}: --{} is a flag and takes no value", command_, name);

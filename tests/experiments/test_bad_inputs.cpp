@@ -229,6 +229,16 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"export -o a directory", {"export", ckpt, "-o", p + "/"}, 2, {"export: --out", "is a directory"}},
       {"export -o in a file", {"export", ckpt, "-o", ckpt + "/x.safetensors"}, 2,
        {"export: cannot write --out", "Not a directory"}},
+      // An option given twice took its last value without a word.
+      {"an option given twice", {"run", "sine", "--steps", "5", "--steps", "7", "--out", p + "/x.h5"}, 2,
+       {"run sine: --steps is given twice; expected it once"}},
+      {"an option given twice, the second as --name=value", {"sample", ckpt, "--tokens", "5", "--tokens=7"}, 2,
+       {"sample CHECKPOINT: --tokens is given twice"}},
+      {"an option given by its short and its long name", {"export", ckpt, "-o", p + "/a.safetensors", "--out",
+                                                           p + "/b.safetensors"},
+       2, {"export: --out is given twice"}},
+      {"a flag given twice", {"run", "compression", "--charlm", ckpt, "--no-plot", "--no-plot", "--out", p + "/c.h5"}, 2,
+       {"--no-plot is given twice"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);

@@ -93,7 +93,13 @@ LM = ["run", "charlm", "--text", corpus, "--layers", "2", "--heads", "2", "--wid
 
 
 def lm(out, *extra):
-    return LM + ["--out", os.path.join(TMP, out)] + list(extra)
+    # An option of extra replaces LM's (heed refuses an option given twice).
+    base = list(LM)
+    for opt in extra:
+        if opt.startswith("--") and opt in base:
+            at = base.index(opt)
+            del base[at:at + 2]
+    return base + ["--out", os.path.join(TMP, out)] + list(extra)
 
 
 try:
