@@ -26,7 +26,11 @@ Args& Args::integer(const std::string& name, int64_t* v, const std::string& help
                      int64_t x = 0;
                      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
                      if (s.empty() || ec != std::errc() || end != s.data() + s.size() || x < min || x > max)
-                       usage("{}: --{} expects {}, got '{}'", command_, name, range, s);
+                       // Past what int64 holds, a bound the range leaves unsaid is the one crossed: name both.
+                       usage("{}: --{} expects {}, got '{}'", command_, name,
+                             ec == std::errc::result_out_of_range ? fmt::format("an integer in {}..{}", min, max)
+                                                                  : range,
+                             s);
                      *v = x;
                    },
                    [v] { return std::to_string(*v); }});

@@ -239,6 +239,11 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
        2, {"export: --out is given twice"}},
       {"a flag given twice", {"run", "compression", "--charlm", ckpt, "--no-plot", "--no-plot", "--out", p + "/c.h5"}, 2,
        {"--no-plot is given twice"}},
+      // Past int64, the message named only the lower bound.
+      {"sample: --seed beyond the largest integer", {"sample", ckpt, "--seed", "9223372036854775808"}, 2,
+       {"--seed expects an integer in 0..9223372036854775807, got '9223372036854775808'"}},
+      {"run: --steps beyond the largest integer", {"run", "sine", "--steps", "99999999999999999999", "--out", p + "/x.h5"},
+       2, {"--steps expects an integer in 1..9223372036854775807"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
