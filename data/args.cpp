@@ -137,6 +137,7 @@ bool Args::parse(const std::vector<std::string>& args, std::string* positional, 
     }
     const Opt* o = find(name);
     if (!o) usage("{}: unknown option '--{}' (see --help)", command_, name);
+    if (const auto w = withheld_.find(name); w != withheld_.end()) usage("{}: --{} {}", command_, name, w->second);
     // "--steps 5 --steps 7" took the last value without a word: which one was
     // meant is the user's to say (no option of heed's takes several values
     // this way; a list is one value, comma-separated).
@@ -191,6 +192,7 @@ std::string Args::help() const {
   std::string s = fmt::format("usage: {} [options]\n\n{}\n\noptions:\n",
                               program_.empty() ? "heed " + command_ : program_, summary_);
   for (const auto& o : opts_) {
+    if (withheld_.count(o.name)) continue;
     std::string lhs = "--" + o.name + (o.is_flag ? "" : " " + o.metavar);
     for (const auto& [short_name, long_name] : aliases_)
       if (long_name == o.name) lhs = short_name + ", " + lhs;

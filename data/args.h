@@ -44,6 +44,13 @@ class Args {
     aliases_.emplace_back("-" + short_name, long_name);
     return *this;
   }
+  // An option this command does not offer though it is declared (heed::Run
+  // declares its own for every run, in Run::parse): left out of the help,
+  // and refused when given, "<command>: --<name> <why>". It keeps its default.
+  Args& withhold(const std::string& name, const std::string& why) {
+    withheld_[name] = why;
+    return *this;
+  }
   std::string help() const;
   // How the usage line names the program (default: "heed <command>"), e.g.
   // a user's own program's path.
@@ -79,6 +86,7 @@ class Args {
   std::vector<Opt> opts_;
   std::map<std::string, std::string> limits_;  // "1..1024" (integers), "[0, 1)" (reals): ranges shown in the help when bounded above
   std::vector<std::string> given_;
+  std::map<std::string, std::string> withheld_;  // name -> why it is refused
 };
 
 }  // namespace heed

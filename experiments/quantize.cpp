@@ -436,6 +436,10 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
       .integer("rank", &rank, "lplr: the factors' rank (0: half of each matrix's smaller side)", 0, kMaxWidth)
       .integer("seed", &seed, "seed of the signs, rotations and sketches", 0)
       .flag("no-plot", &no_plot, "leave out the figure (heed plot LOG draws it later)");
+  // Run's --init-from starts a trained model from given weights; this run
+  // trains none (it quantizes those of --charlm and --shapes).
+  run.args().withhold("init-from", "does not apply: run compression trains no model, it quantizes the trained ones "
+                                   "of --charlm and --shapes");
   run.reads_file("charlm");
   run.reads_file("shapes");
   if (!run.parse(args, command_line)) return 0;

@@ -244,6 +244,10 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
        {"--seed expects an integer in 0..9223372036854775807, got '9223372036854775808'"}},
       {"run: --steps beyond the largest integer", {"run", "sine", "--steps", "99999999999999999999", "--out", p + "/x.h5"},
        2, {"--steps expects an integer in 1..9223372036854775807"}},
+      // Run's --init-from, listed by run compression's --help and always refused after the work began.
+      {"run compression --init-from", {"run", "compression", "--charlm", ckpt, "--init-from", p + "/w.safetensors",
+                                        "--out", p + "/c.h5"},
+       2, {"run compression: --init-from does not apply", "trains no model"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -255,6 +259,15 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     for (const auto& m : c.message) CHECK(r.err.find(m) != std::string::npos);
     CHECK(r.err.find("terminate called") == std::string::npos);
     CHECK(snapshot(p) == before);
+  }
+  // run compression trains no model: its help does not offer --init-from.
+  {
+    Result r = heed_cli({"run", "compression", "--help"}, p);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("--charlm") != std::string::npos);
+    CHECK(r.out.find("--init-from") == std::string::npos);
+    Result c = heed_cli({"run", "charlm", "--help"}, p);  // the runs that train one still do
+    CHECK(c.out.find("--init-from") != std::string::npos);
   }
   CHECK_FALSE(fs::exists(p + "/newdir"));  // refused before it was made (snapshot sees files only)
   CHECK_FALSE(fs::exists(p + "/nd"));
