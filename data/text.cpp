@@ -14,39 +14,80 @@
 
 namespace heed::data {
 
+namespace {
+
+// The UTF-8 sequence at p[i] (i < n): its length, with its code point in
+// *cp; or 0 with the offset of the byte that breaks it in *bad_at.
+size_t utf8_sequence(const unsigned char* p, size_t n, size_t i, uint32_t* cp, size_t* bad_at) {
+  const unsigned char c = p[i];
+  size_t len;
+  if (c < 0x80) { *cp = c; return 1; }
+  else if ((c & 0xE0) == 0xC0) { *cp = c & 0x1F; len = 2; }
+  else if ((c & 0xF0) == 0xE0) { *cp = c & 0x0F; len = 3; }
+  else if ((c & 0xF8) == 0xF0) { *cp = c & 0x07; len = 4; }
+  else { *bad_at = i; return 0; }
+  if (i + len > n) { *bad_at = i; return 0; }
+  for (size_t k = 1; k < len; ++k) {
+    const unsigned char cc = p[i + k];
+    if ((cc & 0xC0) != 0x80) { *bad_at = i + k; return 0; }
+    *cp = (*cp << 6) | (cc & 0x3F);
+  }
+  // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+  if ((len == 2 && *cp < 0x80) || (len == 3 && *cp < 0x800) || (len == 4 && *cp < 0x10000) || *cp > 0x10FFFF ||
+      (*cp >= 0xD800 && *cp <= 0xDFFF)) {
+    *bad_at = i;
+    return 0;
+  }
+  return len;
+}
+
+}  // namespace
+
 std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& source) {
   std::vector<uint32_t> out;
   out.reserve(s.size());
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
   size_t i = 0;
-  auto bad = [&](size_t at) {
-    fail("{}: invalid UTF-8 at byte offset {} (byte 0x{:02x}); heed reads text as UTF-8", source, at,
-         static_cast<unsigned>(p[at]));
-  };
   while (i < n) {
-    unsigned char c = p[i];
-    uint32_t cp;
-    int len;
-    if (c < 0x80) { cp = c; len = 1; }
-    else if ((c & 0xE0) == 0xC0) { cp = c & 0x1F; len = 2; }
-    else if ((c & 0xF0) == 0xE0) { cp = c & 0x0F; len = 3; }
-    else if ((c & 0xF8) == 0xF0) { cp = c & 0x07; len = 4; }
-    else bad(i);
-    if (i + static_cast<size_t>(len) > n) bad(i);
-    for (int k = 1; k < len; ++k) {
-      unsigned char cc = p[i + static_cast<size_t>(k)];
-      if ((cc & 0xC0) != 0x80) bad(i + static_cast<size_t>(k));
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      bad(i);
+    uint32_t cp = 0;
+    size_t bad_at = 0;
+    const size_t len = utf8_sequence(p, n, i, &cp, &bad_at);
+    if (len == 0)
+      fail("{}: invalid UTF-8 at byte offset {} (byte 0x{:02x}); heed reads text as UTF-8", source, bad_at,
+           static_cast<unsigned>(p[bad_at]));
     out.push_back(cp);
-    i += static_cast<size_t>(len);
+    i += len;
   }
   return out;
+}
+
+std::string escape_invalid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  std::string out;
+  for (size_t i = 0; i < n;) {
+    uint32_t cp = 0;
+    size_t bad_at = 0;
+    const size_t len = utf8_sequence(p, n, i, &cp, &bad_at);
+    if (len > 0) {
+      out.append(s, i, len);
+      i += len;
+    } else {  // this byte alone; the next may begin a valid sequence
+      out += fmt::format("\\x{:02X}", static_cast<unsigned>(p[i]));
+      ++i;
+    }
+  }
+  return out;
+}
+
+bool is_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  uint32_t cp = 0;
+  size_t bad_at = 0;
+  for (size_t i = 0, len = 0; i < s.size(); i += len)
+    if ((len = utf8_sequence(p, s.size(), i, &cp, &bad_at)) == 0) return false;
+  return true;
 }
 
 uint64_t text_fingerprint(const std::string& bytes) {

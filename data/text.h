@@ -21,6 +21,12 @@ std::string load_text(const std::string& path);
 // Decodes UTF-8 into code points; throws naming the byte offset on bad input.
 std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& source = "text");
 std::string encode_utf8(const std::vector<uint32_t>& cps);
+// Whether s is valid UTF-8 (the empty string is).
+bool is_utf8(const std::string& s);
+// s for a message: every byte that is not part of a valid UTF-8 sequence
+// shown as \xNN (two hex digits), the rest as it is ("caf\xE9" for Latin-1
+// "café").
+std::string escape_invalid_utf8(const std::string& s);
 
 // A 64-bit fingerprint of a text's bytes (FNV-1a): a checkpoint keeps its
 // corpus's, so that a resume on another text is refused.

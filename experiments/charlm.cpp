@@ -489,6 +489,11 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
 
 std::vector<int64_t> CharModel::encode_prompt(const std::string& prompt, const char* command,
                                               const std::string& path) const {
+  // Bytes of another encoding (a Latin-1 terminal) would be printed as they
+  // are, garbling the message: show them as \xNN.
+  if (!data::is_utf8(prompt))
+    throw UsageError(fmt::format("{}: --prompt '{}' is not UTF-8 (the bytes shown as \\xNN); expected UTF-8 text",
+                                 command, data::escape_invalid_utf8(prompt)));
   try {
     return tok.encode(prompt);
   } catch (const Error& e) {

@@ -248,6 +248,10 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"run compression --init-from", {"run", "compression", "--charlm", ckpt, "--init-from", p + "/w.safetensors",
                                         "--out", p + "/c.h5"},
        2, {"run compression: --init-from does not apply", "trains no model"}},
+      {"sample: a prompt that is not UTF-8", {"sample", ckpt, "--prompt", "th\xff\xfe" "e"}, 2,
+       {"sample: --prompt 'th\\xFF\\xFEe' is not UTF-8", "expected UTF-8 text"}},
+      {"attend: a prompt that is not UTF-8 (a Latin-1 e-acute)", {"attend", ckpt, "--prompt", "caf\xe9 the"}, 2,
+       {"attend: --prompt 'caf\\xE9 the' is not UTF-8"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -258,6 +262,8 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     CHECK(r.err.rfind("heed: ", 0) == 0);
     for (const auto& m : c.message) CHECK(r.err.find(m) != std::string::npos);
     CHECK(r.err.find("terminate called") == std::string::npos);
+    CHECK(r.err.find('\xff') == std::string::npos);  // a bad byte is shown as \xFF, not written as it is
+    CHECK(r.err.find('\xe9') == std::string::npos);
     CHECK(snapshot(p) == before);
   }
   // run compression trains no model: its help does not offer --init-from.
