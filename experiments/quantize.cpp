@@ -85,14 +85,20 @@ uint64_t matrix_seed(uint64_t seed, const std::string& label) {
   return z ^ (z >> 31);
 }
 
-std::vector<std::string> split_list(const std::string& s) {
+// A comma-separated option's items; an empty one ("a,,b", ",", "a,") is
+// refused naming the option (a doubled comma is a typo, not "nothing").
+std::vector<std::string> split_list(const std::string& s, const std::string& who, const std::string& option) {
   std::vector<std::string> out;
   size_t at = 0;
   while (at <= s.size()) {
     size_t comma = s.find(',', at);
     if (comma == std::string::npos) comma = s.size();
     std::string item = s.substr(at, comma - at);
-    if (!item.empty()) out.push_back(item);
+    if (item.empty())
+      throw UsageError(fmt::format("{}: --{} '{}' has an empty item (item {}); expected items separated by single "
+                                   "commas",
+                                   who, option, s, out.size() + 1));
+    out.push_back(item);
     at = comma + 1;
   }
   return out;
@@ -103,15 +109,26 @@ std::vector<std::string> split_list(const std::string& s) {
 ModelQuantization plan_quantization(TrainedModels& tm, const std::vector<std::string>& names,
                                     const QuantizeSettings& s, const std::string& who) {
   ModelQuantization mq;
+  // --keep's names first: a misspelt one is the mistake to report, before
+  // what a matrix it meant to keep would not allow (e8's rows, lplr's rank).
   std::set<std::string> keep_unused(s.keep.begin(), s.keep.end());
+  std::string example;
+  for (const std::string& model : names)
+    for (const auto& [name, p] : tm.model(model).named_parameters()) {
+      if (p.dim() < 2) continue;  // biases, LayerNorm weights: float32
+      keep_unused.erase(name);
+      keep_unused.erase(model_label(model, name));
+      if (example.empty() && !std::count(s.keep.begin(), s.keep.end(), name)) example = name;
+    }
+  if (!keep_unused.empty())
+    throw UsageError(fmt::format("{}: --keep names no weight matrix: {} (expected parameter names such as {})", who,
+                                 fmt::join(keep_unused, ", "), example.empty() ? std::string("0.weight") : example));
   for (const std::string& model : names) {
     for (const auto& [name, p] : tm.model(model).named_parameters()) {
       mq.total_parameters += p.numel();
       if (p.dim() < 2) continue;  // biases, LayerNorm weights: float32
       const std::string label = model_label(model, name);
       const bool keep = std::count(s.keep.begin(), s.keep.end(), name) || std::count(s.keep.begin(), s.keep.end(), label);
-      keep_unused.erase(name);
-      keep_unused.erase(label);
       if (keep) {
         mq.kept.push_back(label + " " + shape_str(p.shape()));
         continue;
@@ -139,10 +156,6 @@ ModelQuantization plan_quantization(TrainedModels& tm, const std::vector<std::st
       mq.layers.push_back(std::move(l));
     }
   }
-  if (!keep_unused.empty())
-    throw UsageError(fmt::format("{}: --keep names no weight matrix: {} (expected parameter names such as {})", who,
-                                 fmt::join(keep_unused, ", "),
-                                 mq.layers.empty() ? std::string("0.weight") : mq.layers.front().name));
   if (mq.layers.empty()) throw UsageError(fmt::format("{}: nothing to quantize (every matrix is kept)", who));
   return mq;
 }
@@ -296,7 +309,7 @@ int run_quantize(const std::vector<std::string>& args) {
   s.range = range == "row" ? quant::Range::row : quant::Range::tensor;
   s.rank = rank;
   s.seed = static_cast<uint64_t>(seed);
-  s.keep = split_list(keep);
+  s.keep = keep.empty() ? std::vector<std::string>{} : split_list(keep, "quantize", "keep");
   if (rank != 0 && s.method != quant::Method::lplr)
     throw UsageError(fmt::format("quantize: --rank {} applies to --method lplr only, not {}", rank, method));
   set_num_threads(static_cast<int>(threads));
@@ -389,7 +402,7 @@ struct SweepModel {
 
 std::vector<int> parse_bits(const std::string& s) {
   std::vector<int> out;
-  for (const std::string& item : split_list(s)) {
+  for (const std::string& item : split_list(s, "run compression", "bits")) {
     char* end = nullptr;
     const long v = std::strtol(item.c_str(), &end, 10);
     if (*end != '\0' || v < quant::kMinBits || v > quant::kMaxBits)
@@ -404,7 +417,7 @@ std::vector<int> parse_bits(const std::string& s) {
 
 std::vector<quant::Method> parse_methods(const std::string& s) {
   std::vector<quant::Method> out;
-  for (const std::string& item : split_list(s)) {
+  for (const std::string& item : split_list(s, "run compression", "methods")) {
     const std::vector<std::string> all = quant::method_names();
     if (std::find(all.begin(), all.end(), item) == all.end())
       throw UsageError(fmt::format("run compression: --methods expects some of {}, comma-separated, got '{}'",

@@ -234,6 +234,7 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
     std::vector<std::string> args;
     int status;
     std::vector<std::string> message;
+    std::vector<std::string> absent = {};  // what the message must not say
   };
   const std::vector<Case> cases = {
       {"bits below the range", {"quantize", t.lm, "--bits", "1"}, 2, {"--bits", "2..16", "'1'"}},
@@ -255,6 +256,20 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
       {"a run log", {"quantize", p + "/lm.h5"}, 1, {"lm.h5", "not a heed checkpoint"}},
       {"a missing checkpoint", {"quantize", p + "/none.ckpt.h5"}, 1, {"none.ckpt.h5"}},
       {"--keep of no matrix", {"quantize", t.lm, "--keep", "nope.weight"}, 2, {"--keep", "nope.weight"}},
+      {"--keep of no matrix with e8, whose rows of 5 it would not have to keep", {"quantize", t.shapes, "--method",
+                                                                                 "e8", "--keep", "nosuch"},
+       2, {"--keep names no weight matrix: nosuch"}, {"multiple of 8"}},
+      {"--keep with an empty item", {"quantize", t.lm, "--keep", "wte.weight,,lm_head.weight"}, 2,
+       {"--keep 'wte.weight,,lm_head.weight' has an empty item (item 2)", "single commas"}},
+      {"--keep ','", {"quantize", t.lm, "--keep", ","}, 2, {"--keep ',' has an empty item (item 1)"}},
+      {"--keep with a trailing comma", {"quantize", t.lm, "--keep", "wte.weight,"}, 2,
+       {"--keep 'wte.weight,' has an empty item (item 2)"}},
+      {"run compression: --bits with an empty item", {"run", "compression", "--charlm", t.lm, "--bits", "2,,8", "--out",
+                                                      p + "/c.h5"},
+       2, {"run compression: --bits '2,,8' has an empty item (item 2)"}},
+      {"run compression: --methods with an empty item", {"run", "compression", "--charlm", t.lm, "--methods",
+                                                         ",uniform", "--out", p + "/c.h5"},
+       2, {"run compression: --methods ',uniform' has an empty item (item 1)"}},
       {"--model of a one-model checkpoint", {"quantize", t.lm, "--model", "cnn"}, 2, {"--model cnn", "one model"}},
       {"-o the checkpoint itself", {"quantize", t.lm, "-o", t.lm}, 2, {"lm.ckpt.h5", "being read"}},
       {"-o a training run's checkpoint (its optimiser state lost)", {"quantize", t.lm, "-o", p + "/sine.ckpt.h5"}, 2,
@@ -274,6 +289,7 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
     CHECK(r.status == c.status);
     CHECK(r.err.rfind("heed: ", 0) == 0);
     for (const auto& m : c.message) CHECK(r.err.find(m) != std::string::npos);
+    for (const auto& m : c.absent) CHECK(r.err.find(m) == std::string::npos);
     CHECK(snapshot(p) == before);
   }
 }
