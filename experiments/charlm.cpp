@@ -146,9 +146,59 @@ void check_init_vocabulary(const std::string& file, const data::CharTokenizer& t
        where, text_name, id, at(theirs), at(ours), theirs.size(), ours.size());
 }
 
+// The validation tokens of a charlm checkpoint's run: the last 10% of the
+// text it trained on, read from `text` when given (where it is now; the
+// command's option text_option names it, "--text"), else from its run's
+// --text (or the default corpus). A text whose bytes are not the run's (the
+// checkpoint's corpus/fingerprint; older checkpoints lack it) would give
+// another loss than the run's: refused, as a resume on it is. Errors begin
+// with `who`; a text shorter than one context window of the model is
+// refused in its words, not in run charlm's.
+Tensor validation_tokens(const Checkpoint& ck, const std::string& path, const data::CharTokenizer& tok,
+                         int64_t context, const std::string& who, const std::string& text,
+                         const std::string& text_option) {
+  CharLMConfig c;
+  c.text = text.empty() ? config_text(ck, path, "text") : text;
+  const std::string source = !text.empty() ? fmt::format("{} '{}'", text_option, text)
+                             : c.text.empty() ? std::string("the King James Bible (its run's default --text)")
+                                              : fmt::format("its run's --text '{}'", c.text);
+  const std::string give = text.empty() && !text_option.empty()
+                               ? fmt::format("; give {} where it is now", text_option)
+                               : std::string();
+  std::string bytes;
+  try {
+    bytes = text_for(c);
+  } catch (const Error& e) {  // the run's --text as it was given: relative to where the run started
+    if (!text.empty()) fail("{}: {} (given as {})", who, e.what(), text_option);
+    fail("{}: {} (the validation text of checkpoint '{}': {}, read from this directory{})", who, e.what(), path,
+         source, give);
+  }
+  const auto fp = ck.tensors.find("corpus/fingerprint");
+  if (fp != ck.tensors.end() && fp->second.numel() == 1 && fp->second.dtype() == DType::i64 &&
+      fp->second.to_vector<int64_t>()[0] != static_cast<int64_t>(data::text_fingerprint(bytes)))
+    fail("{}: {} is not the text checkpoint '{}' was trained on (its corpus/fingerprint differs: the file changed "
+         "since the run, or is another one); expected that text{}",
+         who, source, path, give);
+  std::vector<int64_t> ids;
+  try {
+    ids = tok.encode(bytes);
+  } catch (const Error& e) {  // a checkpoint without the fingerprint, on another text
+    std::string what = e.what();
+    if (what.rfind("CharTokenizer: ", 0) == 0) what = what.substr(15);
+    fail("{}: {}: {} of checkpoint '{}'; expected the text it was trained on{}", who, source, what, path, give);
+  }
+  Tensor val = data::split_tokens(ids).val;
+  if (val.numel() < context + 1)
+    fail("{}: {} has {} characters, and its last 10% (the validation text) {}, fewer than the model's context of {} "
+         "+ 1; expected the text checkpoint '{}' was trained on{}",
+         who, source, ids.size(), val.numel(), context, path, give);
+  return val;
+}
+
 class CharLMModels : public TrainedModels {
  public:
-  CharLMModels(const Checkpoint& ck, const std::string& path) {
+  CharLMModels(const Checkpoint& ck, const std::string& path, const std::string& who, const std::string& text,
+               const std::string& text_option) {
     experiment_ = "charlm";
     c_.layers = config_int(ck, path, "layers");
     c_.heads = config_int(ck, path, "heads");
@@ -156,16 +206,8 @@ class CharLMModels : public TrainedModels {
     c_.context = config_int(ck, path, "context", 2);
     c_.batch = config_int(ck, path, "batch");
     c_.eval_batches = config_int(ck, path, "eval-batches");
-    c_.text = config_text(ck, path, "text");
     data::CharTokenizer tok = tokenizer_of(ck, path, "");
-    std::string text;
-    try {
-      text = text_for(c_);
-    } catch (const Error& e) {  // --text as the run was given it: relative to where the run started
-      fail("{} (the validation text of checkpoint '{}': its run's --text{}, read from this directory)", e.what(),
-           path, c_.text.empty() ? " default" : " '" + c_.text + "'");
-    }
-    val_ = data::split_tokens(tok.encode(text)).val;
+    val_ = validation_tokens(ck, path, tok, c_.context, who, text, text_option);
     model_ = make_model(c_, tok.vocab_size(), nullptr);
     model_->load_state_dict(ck.get("model"));
   }
@@ -243,8 +285,10 @@ std::string vocabulary_metadata(const data::CharTokenizer& tok) {
   return fmt::format("[{}]", fmt::join(tok.chars(), ", "));
 }
 
-std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const std::string& path) {
-  return std::make_unique<CharLMModels>(ck, path);
+std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const std::string& path,
+                                                     const std::string& who, const std::string& text,
+                                                     const std::string& text_option) {
+  return std::make_unique<CharLMModels>(ck, path, who, text, text_option);
 }
 
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {

@@ -46,8 +46,13 @@ std::string vocabulary_metadata(const data::CharTokenizer& tok);
 
 // The GPT of a charlm checkpoint with its validation text (heed quantize):
 // evaluate("") is the validation loss as the run logged it (the mean of its
-// fixed evaluation batches).
-std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const std::string& path);
+// fixed evaluation batches). The text is read from `text` when given (the
+// command's option text_option, "--text", names it: where the run's text is
+// now), else from the run's --text; a text other than the one the run
+// trained on (its corpus fingerprint) is refused. Errors begin with `who`.
+std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const std::string& path,
+                                                     const std::string& who, const std::string& text = "",
+                                                     const std::string& text_option = "");
 
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line);
 int run_sample(const std::vector<std::string>& args);

@@ -91,8 +91,13 @@ bool config_flag(const Checkpoint& ck, const std::string& path, const std::strin
   return v == "true";
 }
 
-std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::string& path, const std::string& who) {
-  if (ck.experiment == "charlm") return charlm_trained_models(ck, path);
+std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::string& path, const std::string& who,
+                                              const std::string& text, const std::string& text_option) {
+  if (ck.experiment == "charlm") return charlm_trained_models(ck, path, who, text, text_option);
+  if (!text.empty())
+    throw UsageError(fmt::format("{}: {} '{}' gives the text of a charlm checkpoint; checkpoint '{}' is of experiment "
+                                 "'{}', which reads none",
+                                 who, text_option, text, path, ck.experiment));
   if (ck.experiment == "shapes") return shapes_trained_models(ck, path);
   fail("{}: checkpoint '{}' is of experiment '{}'; expected a charlm or shapes checkpoint (the models it can "
        "evaluate)",

@@ -82,7 +82,11 @@ class TrainedModels {
 };
 
 // The models of a charlm or shapes checkpoint; a checkpoint of another
-// experiment is refused naming it and the two that can be evaluated.
-std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::string& path, const std::string& who);
+// experiment is refused naming it and the two that can be evaluated. `text`
+// (the command's option text_option, e.g. "--text"): where a charlm run's
+// text is now (charlm_trained_models); given for another checkpoint, it is
+// refused.
+std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::string& path, const std::string& who,
+                                              const std::string& text = "", const std::string& text_option = "");
 
 }  // namespace heed::experiments

@@ -257,6 +257,8 @@ constexpr const char* kQuantizeHelp =
     "  --keep NAMES       parameters to leave in float32, comma-separated (e.g. 0.weight, or\n"
     "                     attention/0.weight for one model of a shapes checkpoint)\n"
     "  --model NAME       shapes: quantize only this model (cnn or attention; default: every one)\n"
+    "  --text FILE        charlm: the text its run trained on, where it is now (default: the run's\n"
+    "                     --text; a text other than the run's is refused, as on --resume)\n"
     "  -o, --out FILE     the checkpoint to write (default: CHECKPOINT with .<method>-<bits>bit.ckpt.h5)\n"
     "  --threads N        threads (default 2; results do not depend on it)\n"
     "  --help             show this help\n"
@@ -289,7 +291,7 @@ int run_quantize(const std::vector<std::string>& args) {
       fmt::print("{}", kQuantizeHelp);
       return 0;
     }
-  std::string path, method = "hadamard", range = "row", keep, model, out;
+  std::string path, method = "hadamard", range = "row", keep, model, out, text;
   int64_t bits = 4, rank = 0, seed = 0, threads = 2;
   Args a("quantize", "Quantizes the weight matrices of a trained model.");
   a.choice("method", &method, quant::method_names(), "quantizer")
@@ -299,6 +301,7 @@ int run_quantize(const std::vector<std::string>& args) {
       .integer("seed", &seed, "seed", 0)
       .text("keep", &keep, "parameters left in float32, comma-separated")
       .text("model", &model, "shapes: only this model")
+      .text("text", &text, "charlm: the text its run trained on, where it is now")
       .text("out", &out, "the checkpoint to write")
       .integer("threads", &threads, "threads", 1, 1024)
       .alias("o", "out");
@@ -319,7 +322,7 @@ int run_quantize(const std::vector<std::string>& args) {
   refuse_quantized(ck, "quantize", fmt::format("checkpoint '{}'", path));
   check_output("quantize", out, path, "checkpoint");
   Stopwatch sw;
-  std::unique_ptr<TrainedModels> tm = trained_models(ck, path, "quantize");
+  std::unique_ptr<TrainedModels> tm = trained_models(ck, path, "quantize", text, "--text");
   std::vector<std::string> names = tm->names();
   if (!model.empty()) {
     if (std::find(names.begin(), names.end(), model) == names.end())

@@ -229,6 +229,23 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
   const std::string quantized = p + "/twice.e8-4bit.ckpt.h5";
   REQUIRE(heed_cli({"quantize", t.lm, "--method", "e8", "--bits", "4", "--threads", "1", "-o", quantized}, p).status ==
           0);
+  // Texts other than the run's: the same characters, other bytes (the
+  // validation loss quantize printed as float32 was another text's).
+  {
+    std::ifstream in(t.text);
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (size_t at = s.find("fox"); at != std::string::npos; at = s.find("fox", at)) s.replace(at, 3, "xof");
+    std::ofstream(p + "/changed.txt") << s;
+    std::ofstream(p + "/short.txt") << s.substr(0, 40);
+    Checkpoint c = load_checkpoint(t.lm, "charlm");
+    c.config["text"] = p + "/changed.txt";  // the run's text, changed since
+    save_checkpoint(p + "/changedrun.ckpt.h5", c);
+    c.config["text"] = p + "/gone.txt";  // the run's text, moved away
+    save_checkpoint(p + "/moved.ckpt.h5", c);
+    c.config["text"] = p + "/short.txt";  // too short, in a checkpoint without the fingerprint to tell
+    c.tensors.erase("corpus/fingerprint");
+    save_checkpoint(p + "/nofp.ckpt.h5", c);
+  }
   struct Case {
     std::string what;
     std::vector<std::string> args;
@@ -270,6 +287,20 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
       {"run compression: --methods with an empty item", {"run", "compression", "--charlm", t.lm, "--methods",
                                                          ",uniform", "--out", p + "/c.h5"},
        2, {"run compression: --methods ',uniform' has an empty item (item 1)"}},
+      {"the run's text changed since the run", {"quantize", p + "/changedrun.ckpt.h5", "-o", p + "/x.ckpt.h5"}, 1,
+       {"quantize: its run's --text '" + p + "/changed.txt' is not the text checkpoint", "corpus/fingerprint",
+        "give --text where it is now"}},
+      {"--text another text", {"quantize", t.lm, "--text", p + "/changed.txt", "-o", p + "/x.ckpt.h5"}, 1,
+       {"quantize: --text '" + p + "/changed.txt' is not the text checkpoint '" + t.lm + "' was trained on"}},
+      {"the run's text moved away", {"quantize", p + "/moved.ckpt.h5", "-o", p + "/x.ckpt.h5"}, 1,
+       {"gone.txt", "does not exist", "give --text where it is now"}},
+      {"--text a missing file", {"quantize", t.lm, "--text", p + "/none.txt", "-o", p + "/x.ckpt.h5"}, 1,
+       {"none.txt' does not exist", "given as --text"}},
+      {"a text shorter than the context (a checkpoint without the fingerprint)", {"quantize", p + "/nofp.ckpt.h5",
+                                                                                  "-o", p + "/x.ckpt.h5"},
+       1, {"short.txt' has 40 characters", "fewer than the model's context of 32 + 1", "give --text"}, {"--context"}},
+      {"--text of a shapes checkpoint", {"quantize", t.shapes, "--text", t.text}, 2,
+       {"--text '" + t.text + "' gives the text of a charlm checkpoint", "experiment 'shapes'"}},
       {"--model of a one-model checkpoint", {"quantize", t.lm, "--model", "cnn"}, 2, {"--model cnn", "one model"}},
       {"-o the checkpoint itself", {"quantize", t.lm, "-o", t.lm}, 2, {"lm.ckpt.h5", "being read"}},
       {"-o a training run's checkpoint (its optimiser state lost)", {"quantize", t.lm, "-o", p + "/sine.ckpt.h5"}, 2,
@@ -292,6 +323,30 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
     for (const auto& m : c.absent) CHECK(r.err.find(m) == std::string::npos);
     CHECK(snapshot(p) == before);
   }
+}
+
+TEST_CASE("heed quantize reads a charlm run's text where --text says it is now") {
+  Trained& t = trained();
+  test::TempDir d("heed-quantize-text-");
+  const std::string p = d.path;
+  // The run's text moved: quantize finds it with --text and measures the run's loss on it.
+  const std::string moved = p + "/moved.txt";
+  fs::copy_file(t.text, moved);
+  {
+    Checkpoint c = load_checkpoint(t.lm, "charlm");
+    c.config["text"] = p + "/gone.txt";
+    save_checkpoint(p + "/moved.ckpt.h5", c);
+  }
+  Result here = heed_cli({"quantize", t.lm, "--method", "uniform", "--bits", "8", "--threads", "1", "-o",
+                          p + "/a.ckpt.h5"},
+                         p);
+  Result there = heed_cli({"quantize", p + "/moved.ckpt.h5", "--text", moved, "--method", "uniform", "--bits", "8",
+                           "--threads", "1", "-o", p + "/b.ckpt.h5"},
+                          p);
+  INFO(here.out << here.err << there.out << there.err);
+  REQUIRE(here.status == 0);
+  REQUIRE(there.status == 0);
+  CHECK(before_after(there.out, "validation loss") == before_after(here.out, "validation loss"));
 }
 
 TEST_CASE("heed run compression: the table of methods x bits logged to HDF5 (8 bits next to float32), printed and "
