@@ -195,6 +195,22 @@ Tensor validation_tokens(const Checkpoint& ck, const std::string& path, const da
   return val;
 }
 
+// heed sample's --prompt for a closing hint: nothing when heed sample's
+// default (the Bible's) can be encoded, else " --prompt '<the first 12
+// characters of start>'", quoted for a POSIX shell.
+std::string sample_prompt_option(const data::CharTokenizer& tok, const std::string& start) {
+  try {
+    tok.encode(kSamplePrompt);
+    return "";
+  } catch (const Error&) {
+  }
+  std::vector<uint32_t> cps = data::decode_utf8(start);
+  cps.resize(std::min<size_t>(cps.size(), 12));
+  std::string quoted;
+  for (char ch : data::encode_utf8(cps)) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return " --prompt '" + quoted + "'";
+}
+
 class CharLMModels : public TrainedModels {
  public:
   CharLMModels(const Checkpoint& ck, const std::string& path, const std::string& who, const std::string& text,
@@ -206,9 +222,9 @@ class CharLMModels : public TrainedModels {
     c_.context = config_int(ck, path, "context", 2);
     c_.batch = config_int(ck, path, "batch");
     c_.eval_batches = config_int(ck, path, "eval-batches");
-    data::CharTokenizer tok = tokenizer_of(ck, path, "");
-    val_ = validation_tokens(ck, path, tok, c_.context, who, text, text_option);
-    model_ = make_model(c_, tok.vocab_size(), nullptr);
+    tok_ = tokenizer_of(ck, path, "");
+    val_ = validation_tokens(ck, path, tok_, c_.context, who, text, text_option);
+    model_ = make_model(c_, tok_.vocab_size(), nullptr);
     model_->load_state_dict(ck.get("model"));
   }
   std::vector<std::string> names() const override { return {""}; }
@@ -216,9 +232,14 @@ class CharLMModels : public TrainedModels {
   std::vector<std::pair<std::string, double>> evaluate(const std::string&) override {
     return {{"val_loss", *eval_loss(*model_, val_, c_, 12345)}};
   }
+  std::string sample_options() const override {
+    const int64_t n = std::min<int64_t>(val_.numel(), 12);
+    return sample_prompt_option(tok_, tok_.decode(std::vector<int64_t>(val_.data<int64_t>(), val_.data<int64_t>() + n)));
+  }
 
  private:
   CharLMConfig c_;
+  data::CharTokenizer tok_;
   Tensor val_;
   std::shared_ptr<nn::GPT> model_;
 };
@@ -289,6 +310,13 @@ std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const
                                                      const std::string& who, const std::string& text,
                                                      const std::string& text_option) {
   return std::make_unique<CharLMModels>(ck, path, who, text, text_option);
+}
+
+std::string validation_start(const Checkpoint& ck, const std::string& path, const data::CharTokenizer& tok,
+                             const std::string& who, int64_t n) {
+  const Tensor val = validation_tokens(ck, path, tok, 1, who, "", "");
+  const int64_t k = std::min<int64_t>(n, val.numel());
+  return tok.decode(std::vector<int64_t>(val.data<int64_t>(), val.data<int64_t>() + k));
 }
 
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
@@ -514,16 +542,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   if (int rc = run.finish()) return rc;
   // heed sample's default prompt is the Bible's; a text of other characters
   // gets a prompt from its own validation text in the hint.
-  std::string prompt_option;
-  try {
-    tok.encode(kSamplePrompt);
-  } catch (const Error&) {
-    std::vector<uint32_t> cps = data::decode_utf8(probe_text);
-    cps.resize(std::min<size_t>(cps.size(), 12));
-    std::string quoted;
-    for (char ch : data::encode_utf8(cps)) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-    prompt_option = " --prompt '" + quoted + "'";
-  }
+  const std::string prompt_option = sample_prompt_option(tok, probe_text);
   fmt::print("\nfinal: train loss {:.4f}, validation loss {:.4f}, {}\nlog: {}\ncheckpoint: {}\n"
              "sample it: heed sample {}{}\n",
              last_train, last_val, format_seconds(run.seconds()), run.log_path(), run.checkpoint_path(),

@@ -54,6 +54,12 @@ std::unique_ptr<TrainedModels> charlm_trained_models(const Checkpoint& ck, const
                                                      const std::string& who, const std::string& text = "",
                                                      const std::string& text_option = "");
 
+// The first n characters of the validation text of a charlm checkpoint's run
+// (read and checked as charlm_trained_models does): a prompt its vocabulary
+// encodes, for a run on another text than heed's default prompts'.
+std::string validation_start(const Checkpoint& ck, const std::string& path, const data::CharTokenizer& tok,
+                             const std::string& who, int64_t n);
+
 int run_charlm(const std::vector<std::string>& args, const std::vector<std::string>& command_line);
 int run_sample(const std::vector<std::string>& args);
 

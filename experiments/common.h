@@ -76,6 +76,10 @@ class TrainedModels {
   // What the run reports for the model, in its words and order:
   // charlm {val_loss}; shapes {test_mse, pair_score} (attention), {test_mse} (cnn).
   virtual std::vector<std::pair<std::string, double>> evaluate(const std::string& name) = 0;
+  // What heed sample needs besides the checkpoint to sample the model (a
+  // charlm trained on another text than the Bible: " --prompt '...'", from
+  // its own text); "" when nothing is.
+  virtual std::string sample_options() const { return ""; }
 
  protected:
   std::string experiment_;

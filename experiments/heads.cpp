@@ -133,21 +133,56 @@ std::vector<bool> word_boundaries(const data::CharTokenizer& tok) {
   return b;
 }
 
+namespace {
+constexpr const char* kAttendPrompt = "And God said unto Moses, I AM THAT I AM";  // for a run on the Bible
+}  // namespace
+
 int run_attend(const std::vector<std::string>& args) {
-  std::string prompt = "And God said unto Moses, I AM THAT I AM";
+  std::string prompt = kAttendPrompt;
   std::string out;
   Args a("attend CHECKPOINT",
          "Shows what every attention head of a character-level GPT (heed run charlm) does over a prompt:\n"
          "a table of per-head statistics (entropy, mean distance looked back, mass on the previous\n"
          "character, the first position, earlier copies of the same character, the start of the current\n"
          "word) with the kind of head they suggest, and a PNG grid of the maps (layers x heads).");
-  a.text("prompt", &prompt, "the text whose attention is shown (every character must be in the model's vocabulary)")
+  a.text("prompt", &prompt,
+         "the text whose attention is shown, every character in the model's vocabulary (default: \"" +
+             std::string(kAttendPrompt) +
+             "\", cut to the model's context; for a run on a text without its characters, the start of the run's "
+             "validation text)")
       .text("out", &out, "HDF5 file for the maps and statistics (default: CHECKPOINT without .ckpt.h5, plus _attend.h5)");
   a.alias("o", "out");
   std::string path;
   if (!a.parse(args, &path, "a checkpoint path")) return 0;
 
-  CharModel cm = load_charlm(path, "attend");
+  const Checkpoint ck = load_checkpoint(path, "charlm");
+  CharModel cm = charlm_from(ck, path, "attend");
+  const int64_t context = cm.model->options.context_;
+  if (!a.given("prompt")) {
+    // The default is the Bible's: cut to the context, or for a run on a text
+    // of other characters, the start of that run's validation text (as run
+    // charlm's probe of the maps, read and checked as heed quantize reads it).
+    std::vector<uint32_t> cps = data::decode_utf8(prompt);
+    try {
+      cm.tok.encode(prompt);
+    } catch (const Error&) {
+      try {
+        prompt = validation_start(ck, path, cm.tok, "attend", 40);
+      } catch (const Error& e) {
+        std::string why = e.what();
+        if (why.rfind("attend: ", 0) == 0) why = why.substr(8);
+        throw UsageError(fmt::format("attend: the default --prompt \"{}\" has characters checkpoint '{}' lacks, and "
+                                     "no prompt could be taken from its run's text instead ({}); expected --prompt "
+                                     "TEXT",
+                                     prompt, path, why));
+      }
+      cps = data::decode_utf8(prompt);
+    }
+    if (static_cast<int64_t>(cps.size()) > context) {
+      cps.resize(static_cast<size_t>(context));
+      prompt = data::encode_utf8(cps);
+    }
+  }
   std::vector<int64_t> ids = cm.encode_prompt(prompt, "attend", path);
   const int64_t P = static_cast<int64_t>(ids.size());
   if (P < 2) throw UsageError(fmt::format("attend: --prompt '{}' must hold at least 2 characters", prompt));

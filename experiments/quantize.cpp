@@ -384,7 +384,7 @@ int run_quantize(const std::vector<std::string>& args) {
   for (const auto& l : mq.layers) ck.put(l.quantized_key(), quant::to_state(l.q));
   save_checkpoint(out, ck);
   fmt::print("\nwritten: {} ({})\n", out, format_seconds(sw.seconds()));
-  if (ck.experiment == "charlm") fmt::print("sample it: heed sample {}\n", out);
+  if (ck.experiment == "charlm") fmt::print("sample it: heed sample {}{}\n", out, tm->sample_options());
   fmt::print("inspect it: heed inspect {}\n", out);
   return 0;
 }

@@ -142,10 +142,52 @@ TEST_CASE("heed attend: a tiny charlm checkpoint's heads, printed, written and d
   CHECK(test::max_diff(rows, Tensor::ones({1, 2, 16}, maps.dtype())) < 1e-5);
   CHECK(a.read_tensor("heads/entropy").shape() == Shape{1, 2});
   CHECK(std::filesystem::is_regular_file(d.path + "/a_plots/attention_grid.png"));
-
   test::check_error([&] { run_attend({d.path + "/c.ckpt.h5", "--prompt", "Zebra"}); }, {"Z"});
   test::check_error([&] { run_attend({d.path + "/c.ckpt.h5", "--prompt", std::string(17, 'e')}); },
                     {"17 characters", "context of 16"});
   test::check_error([&] { run_attend({d.path + "/c.h5"}); }, {"c.h5"});
   test::check_error([&] { run_attend({}); }, {"checkpoint path"});
+}
+
+TEST_CASE("heed attend's default prompt: the Bible's, cut to the model's context; for a run on a text without its "
+          "characters, the start of the run's validation text") {
+  test::TempDir d("heed-attend-default-");
+  auto train = [&](const std::string& name, const std::string& line) {
+    std::ofstream(d.path + "/" + name + ".txt") << [&] {
+      std::string s;
+      for (int i = 0; i < 80; ++i) s += line;
+      return s;
+    }();
+    REQUIRE(run_charlm({"--text", d.path + "/" + name + ".txt", "--layers", "1", "--heads", "2", "--width", "16",
+                        "--context", "16", "--batch", "4", "--steps", "3", "--eval-every", "3", "--eval-batches", "1",
+                        "--out", d.path + "/" + name + ".h5"},
+                       {"heed", "run", "charlm"}) == 0);
+    return d.path + "/" + name + ".ckpt.h5";
+  };
+  auto prompt_of = [](const std::string& log) {
+    h5::File f(log, h5::File::Mode::read);
+    return h5::attr_str(f.get_attr("/", "prompt"));
+  };
+  // The Bible's characters, a context of 16: the default's first 16 characters
+  // (it has 39; it was refused as longer than the context).
+  const std::string bible = train("bible", "And God said unto Moses, I AM THAT I AM. ");
+  REQUIRE(run_attend({bible, "-o", d.path + "/b.h5"}) == 0);
+  CHECK(prompt_of(d.path + "/b.h5") == "And God said unt");
+  // Lowercase letters and spaces only: no 'A' for the default; the prompt is
+  // the start of the validation text, as run charlm's probe of the maps is.
+  const std::string lower = train("lower", "the quick brown fox jumps over the lazy dog ");
+  REQUIRE(run_attend({lower, "-o", d.path + "/l.h5"}) == 0);
+  const std::string p = prompt_of(d.path + "/l.h5");
+  CHECK(p.size() == 16);
+  CHECK(p.find_first_not_of("abcdefghijklmnopqrstuvwxyz ") == std::string::npos);
+  {
+    std::string all;  // one byte a character: the validation text begins at 90% of the bytes
+    for (int i = 0; i < 80; ++i) all += "the quick brown fox jumps over the lazy dog ";
+    CHECK(p == all.substr(static_cast<size_t>(static_cast<double>(all.size()) * 0.9), 16));
+  }
+  // Its text gone, there is nothing to take a prompt from: the message says to give one.
+  std::filesystem::remove(d.path + "/lower.txt");
+  test::check_error([&] { run_attend({lower, "-o", d.path + "/g.h5"}); },
+                    {"default --prompt", "lower.txt", "expected --prompt TEXT"});
+  CHECK_FALSE(std::filesystem::exists(d.path + "/g.h5"));
 }

@@ -349,6 +349,46 @@ TEST_CASE("heed quantize reads a charlm run's text where --text says it is now")
   CHECK(before_after(there.out, "validation loss") == before_after(here.out, "validation loss"));
 }
 
+TEST_CASE("heed quantize's hint to sample the quantized model gives a prompt when heed sample's default cannot be "
+          "encoded") {
+  Trained& t = trained();
+  test::TempDir d("heed-quantize-hint-");
+  const std::string p = d.path;
+  // A run on the Bible's characters: heed sample's default prompt works, the hint gives none.
+  Result bible = heed_cli({"quantize", t.lm, "--method", "uniform", "--bits", "8", "--threads", "1", "-o",
+                           p + "/a.ckpt.h5"},
+                          p);
+  REQUIRE(bible.status == 0);
+  CHECK(bible.out.find("sample it: heed sample " + p + "/a.ckpt.h5\n") != std::string::npos);
+
+  // A run on lowercase letters and spaces: heed sample's default "And God said" cannot be encoded.
+  const std::string lower = p + "/lower.txt";
+  {
+    std::ofstream f(lower);
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog ";
+  }
+  REQUIRE(heed_cli({"run", "charlm", "--text", lower, "--layers", "1", "--heads", "2", "--width", "16", "--context",
+                    "16", "--batch", "4", "--steps", "3", "--eval-every", "3", "--eval-batches", "1", "--threads", "1",
+                    "--out", p + "/lower.h5"},
+                   p)
+              .status == 0);
+  const std::string q = p + "/lower.q.ckpt.h5";
+  Result r = heed_cli({"quantize", p + "/lower.ckpt.h5", "--method", "uniform", "--bits", "8", "-o", q}, p);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  const std::string hint = "sample it: heed sample " + q + " --prompt '";
+  const size_t at = r.out.find(hint);
+  REQUIRE(at != std::string::npos);
+  const size_t end = r.out.find("'\n", at + hint.size());
+  REQUIRE(end != std::string::npos);
+  const std::string prompt = r.out.substr(at + hint.size(), end - at - hint.size());
+  CHECK(!prompt.empty());
+  Result s = heed_cli({"sample", q, "--prompt", prompt, "--tokens", "5"}, p);
+  INFO(s.err);
+  CHECK(s.status == 0);
+  CHECK(s.out.rfind(prompt, 0) == 0);
+}
+
 TEST_CASE("heed run compression: the table of methods x bits logged to HDF5 (8 bits next to float32), printed and "
           "read back by heed inspect") {
   Trained& t = trained();
