@@ -329,6 +329,28 @@ void Run::release_log() {
   log_lock_ = -1;
 }
 
+// A new run's identity: 128 random bits in hex, from the system's entropy
+// (never from the run's seeded generators, whose draws it must not move).
+std::string new_run_id() {
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", static_cast<uint32_t>(rd()));
+  return id;
+}
+
+void log_provenance(RunLog& log, const std::vector<std::string>& command_line, const std::string& run_id) {
+  std::string cmd;
+  for (const auto& a : command_line) cmd += (cmd.empty() ? "" : " ") + a;
+  std::time_t now = std::time(nullptr);
+  char iso[32];
+  std::strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  log.set_attr("heed_version", heed_version());
+  log.set_attr("git_commit", git_commit());
+  log.set_attr("command_line", cmd);
+  log.set_attr("start_time", std::string(iso));
+  if (!run_id.empty()) log.set_attr("run_id", run_id);
+}
+
 void Run::may_change_on_resume(const std::string& option) { changeable_.insert(option); }
 void Run::resolved_default(const std::string& option, const std::string& placeholder) {
   placeholders_[option] = placeholder;
@@ -347,15 +369,6 @@ std::optional<std::string> readable_log_run(const std::string& path) {
   } catch (const Error&) {
     return std::nullopt;
   }
-}
-
-// A new run's identity: 128 random bits in hex, from the system's entropy
-// (never from the run's seeded generators, whose draws it must not move).
-std::string new_run_id() {
-  std::random_device rd;
-  std::string id;
-  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", static_cast<uint32_t>(rd()));
-  return id;
 }
 
 // A file's device and inode ({0, 0}: no file there).
@@ -1012,21 +1025,12 @@ RunLog& Run::log() {
 }
 
 void Run::write_metadata() {
-  std::string cmd;
-  for (const auto& a : command_line_) cmd += (cmd.empty() ? "" : " ") + a;
-  std::time_t now = std::time(nullptr);
-  char iso[32];
-  std::strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   RunLog& log = *log_;
   log.set_attr("experiment", experiment_);
-  log.set_attr("heed_version", heed_version());
-  log.set_attr("git_commit", git_commit());
-  log.set_attr("command_line", cmd);
+  log_provenance(log, command_line_, run_id_);
   log.set_attr("threads", threads_);
   log.set_attr("processes", static_cast<int64_t>(dist::size()));
   log.set_attr("cpu", cpu_model());
-  log.set_attr("start_time", std::string(iso));
-  if (!run_id_.empty()) log.set_attr("run_id", run_id_);
   log.set_attr("backends", heed::backend_info());
   for (const auto& [k, v] : args_.values()) log.set_attr("config." + k, v);
 }

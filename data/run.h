@@ -342,6 +342,13 @@ std::string format_seconds(double s);
 std::string cpu_model();
 std::string heed_version();
 std::string git_commit();
+// A new run's identity (run_id): 32 hex digits from the system's entropy.
+std::string new_run_id();
+// The root attributes that say which heed wrote a log, how and when, as
+// every run's log has them (docs/log-format.md): heed_version, git_commit,
+// command_line (its words joined by spaces), start_time (now, ISO 8601 UTC)
+// and run_id (unless empty). For a log written without a heed::Run.
+void log_provenance(RunLog& log, const std::vector<std::string>& command_line, const std::string& run_id);
 
 class Stopwatch {
  public:

@@ -238,6 +238,10 @@ int run_attend(const std::vector<std::string>& args) {
   {
     RunLog log = RunLog::create(out);
     log.set_attr("experiment", std::string("attend"));
+    // What every log says of the heed that wrote it and how (Run's own, data/run.h).
+    std::vector<std::string> command_line = {"heed", "attend"};
+    command_line.insert(command_line.end(), args.begin(), args.end());
+    log_provenance(log, command_line, new_run_id());
     log.set_attr("checkpoint", path);
     log.set_attr("prompt", prompt);
     std::string kind_lines;

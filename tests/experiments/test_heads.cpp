@@ -142,6 +142,23 @@ TEST_CASE("heed attend: a tiny charlm checkpoint's heads, printed, written and d
   CHECK(test::max_diff(rows, Tensor::ones({1, 2, 16}, maps.dtype())) < 1e-5);
   CHECK(a.read_tensor("heads/entropy").shape() == Shape{1, 2});
   CHECK(std::filesystem::is_regular_file(d.path + "/a_plots/attention_grid.png"));
+  // The attributes every log has (docs/log-format.md), as a run's log has them.
+  auto text = [&](const char* name) {
+    return a.has_attr("/", name) ? h5::attr_str(a.get_attr("/", name)) : std::string("(none)");
+  };
+  h5::File run_log(d.path + "/c.h5", h5::File::Mode::read);
+  CHECK(text("heed_version") == h5::attr_str(run_log.get_attr("/", "heed_version")));
+  CHECK(text("git_commit") == h5::attr_str(run_log.get_attr("/", "git_commit")));
+  CHECK(text("command_line") == "heed attend " + d.path + "/c.ckpt.h5 --prompt In the beginning -o " + d.path + "/a.h5");
+  const std::string start = text("start_time");  // 2026-11-25T23:59:31Z
+  CHECK(start.size() == 20);
+  CHECK(start.find('T') == 10);
+  CHECK(start.back() == 'Z');
+  const std::string id = text("run_id");
+  CHECK(id.size() == 32);
+  CHECK(id.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(id != h5::attr_str(run_log.get_attr("/", "run_id")));  // its own, not the training run's
+
   test::check_error([&] { run_attend({d.path + "/c.ckpt.h5", "--prompt", "Zebra"}); }, {"Z"});
   test::check_error([&] { run_attend({d.path + "/c.ckpt.h5", "--prompt", std::string(17, 'e')}); },
                     {"17 characters", "context of 16"});
