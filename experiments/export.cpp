@@ -6,6 +6,7 @@
 
 #include "experiments/charlm.h"
 #include "experiments/common.h"
+#include "experiments/quantize.h"
 #include "heed.h"
 
 namespace heed::experiments {
@@ -18,8 +19,10 @@ int run_export(const std::vector<std::string>& args) {
           "Writes the model weights of a checkpoint (any experiment's, or a program's on heed::Run) to a\n"
           "safetensors file, under the model's own parameter names (e.g. blocks.0.attn.q_proj.weight), with\n"
           "the run's experiment, step and configuration as metadata (heed_experiment, heed_step,\n"
-          "heed_config.<option>; an absolute path as its file name) and, for charlm, the vocabulary:\n"
-          "heed_vocabulary, the code points of the token ids in order as a JSON array. PyTorch reads it\n"
+          "heed_config.<option>; an absolute path as its file name), for charlm the vocabulary:\n"
+          "heed_vocabulary, the code points of the token ids in order as a JSON array, and for a\n"
+          "checkpoint heed quantize wrote, heed_quantized: its methods (e.g. \"e8 4 bits\"; the weights\n"
+          "are the dequantized ones). PyTorch reads it\n"
           "with safetensors.torch.load_file (or json + numpy); heed runs start from one with --init-from.\n"
           "An existing FILE is replaced only if heed wrote it (its metadata names heed_experiment).\n\n"
           "options:\n"
@@ -99,6 +102,9 @@ int run_export(const std::vector<std::string>& args) {
   // directory: of no use to the file's reader, who gets its name.
   for (const auto& [k, v] : ck.config)
     meta["heed_config." + k] = !v.empty() && v[0] == '/' ? std::filesystem::path(v).filename().string() : v;
+  // A quantized checkpoint's weights are the dequantized ones: its reader
+  // must know they are not the trained weights.
+  if (const std::optional<std::string> by = quantized_by(ck)) meta["heed_quantized"] = *by;
   // The token of each id, so that a reader can decode logits and --init-from
   // refuses text whose ids mean other characters.
   if (lm) meta[kVocabularyKey] = vocabulary_metadata(lm->tok);

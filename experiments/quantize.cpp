@@ -206,9 +206,9 @@ void quantize_planned(TrainedModels& tm, ModelQuantization& mq, const QuantizeSe
   }
 }
 
-void refuse_quantized(const Checkpoint& ck, const std::string& who, const std::string& what) {
+std::optional<std::string> quantized_by(const Checkpoint& ck) {
   const std::map<std::string, Tensor> stored = ck.get("quantized");
-  if (stored.empty()) return;
+  if (stored.empty()) return std::nullopt;
   std::set<std::string> methods;  // "e8 4 bits", from each matrix's meta (docs/checkpoint-format.md)
   for (const auto& [key, t] : stored) {
     if (key != "meta" && (key.size() < 5 || key.compare(key.size() - 5, 5, "/meta") != 0)) continue;
@@ -218,10 +218,15 @@ void refuse_quantized(const Checkpoint& ck, const std::string& who, const std::s
     methods.insert(known ? fmt::format("{} {} bits", quant::method_name(static_cast<quant::Method>(m[0])), m[1])
                          : std::string("an unknown method"));
   }
+  return methods.empty() ? std::string("tensors under quantized/") : fmt::format("{}", fmt::join(methods, ", "));
+}
+
+void refuse_quantized(const Checkpoint& ck, const std::string& who, const std::string& what) {
+  const std::optional<std::string> by = quantized_by(ck);
+  if (!by) return;
   throw UsageError(fmt::format("{}: {} is already quantized ({}; heed quantize wrote it, and its weights are the "
                                "dequantized ones); expected the training checkpoint it was made from",
-                               who, what, methods.empty() ? std::string("tensors under quantized/")
-                                                          : fmt::format("{}", fmt::join(methods, ", "))));
+                               who, what, *by));
 }
 
 // ---- heed quantize ----

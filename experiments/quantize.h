@@ -4,6 +4,7 @@
 // `heed run compression` (the table of methods x bits, logged and plotted).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,9 @@ ModelQuantization plan_quantization(TrainedModels& tm, const std::vector<std::st
 // quantizing them again would measure against a quantized baseline and
 // keep the first method's codes beside the new ones.
 void refuse_quantized(const Checkpoint& ck, const std::string& who, const std::string& what);
+// The methods of a checkpoint heed quantize wrote ("e8 4 bits, uniform 8
+// bits"), or nothing for a training checkpoint.
+std::optional<std::string> quantized_by(const Checkpoint& ck);
 
 // Quantizes the planned matrices (each with its own seed, derived from s.seed
 // and its name) and writes their dequantized float32 weights into the models.

@@ -227,3 +227,24 @@ TEST_CASE("export: -o replaces only a safetensors file heed wrote, and says what
   CHECK(snapshot(p) == before);
   CHECK(!fs::exists(p + "/gone"));
 }
+
+TEST_CASE("export: a checkpoint heed quantize wrote says so in its metadata; a training checkpoint's does not") {
+  test::TempDir d("heed-export-");
+  const std::string p = d.path, text = p + "/t.txt";
+  write_text(text, "in the beginning god created the heaven and the earth. ", 40);
+  const std::string ckpt = train_charlm(p, text, "lm");
+  Result q = heed_cli({"quantize", ckpt, "--method", "e8", "--bits", "4", "--threads", "1", "-o", p + "/q.ckpt.h5"}, p);
+  INFO(q.out << q.err);
+  REQUIRE(q.status == 0);
+  for (const auto& [from, expected] : {std::pair<std::string, std::string>{ckpt, ""}, {p + "/q.ckpt.h5", "e8 4 bits"}}) {
+    CAPTURE(from);
+    const std::string out = p + "/x.safetensors";
+    fs::remove(out);
+    Result r = heed_cli({"export", from, "-o", out}, p);
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    const std::map<std::string, std::string> meta = safetensors::metadata(out);
+    CHECK(meta.count("heed_quantized") == (expected.empty() ? 0u : 1u));
+    if (!expected.empty() && meta.count("heed_quantized")) CHECK(meta.at("heed_quantized") == expected);
+  }
+}
