@@ -147,6 +147,9 @@ namespace {
 // The file at path, opened for reading; refuses files that are not HDF5 or
 // that HDF5 cannot open, naming them.
 h5::File open_checkpoint(const std::string& path) {
+  // No permission to read it: the operating system's reason, not "not HDF5".
+  if (const std::string why = h5::open_problem(path); !why.empty())
+    fail("cannot open checkpoint '{}': {}", path, why);
   try {
     return h5::File(path, h5::File::Mode::read);
   } catch (const Error&) {

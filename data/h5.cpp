@@ -5,11 +5,13 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -167,6 +169,19 @@ bool marked_open_whole(const std::string& path) {
 
 }  // namespace
 
+std::string open_problem(const std::string& path, bool for_writing) {
+  // O_NONBLOCK: opening a FIFO that has no writer returns at once.
+  const int fd = ::open(path.c_str(), (for_writing ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    // A directory opens read-only, but not for writing (EISDIR): one answer.
+    return std::strerror(errno);
+  }
+  struct stat st {};
+  const bool dir = ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+  ::close(fd);
+  return dir ? std::strerror(EISDIR) : std::string();
+}
+
 bool has_signature(const std::string& path) {
   if (special_file(path)) return false;  // opening a FIFO to read waits for a writer
   // The superblock sits at 0, 512, 1024, 2048, ... (after an optional user block).
@@ -186,6 +201,12 @@ bool has_signature(const std::string& path) {
 File::File(const std::string& path, Mode mode) : path_(path) {
   if (special_file(path))
     fail("'{}' is not a regular file (a FIFO, device or socket); expected an HDF5 file", path);
+  if (mode != Mode::create) {
+    // Refused by the operating system (no permission, a directory, a loop of
+    // symbolic links): said in its words, not as "not an HDF5 file".
+    const std::string why = open_problem(path, mode == Mode::append);
+    if (!why.empty()) fail("cannot open '{}': {}", path, why);
+  }
   silence_errors();
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   // The latest format is what SWMR needs; readers of heed files are 1.10+.

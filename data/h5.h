@@ -86,6 +86,13 @@ std::string attr_kind(const Attr& a);
 template <class T>
 T attr_as(const Attr& a, const std::string& what);
 
+// Why the operating system will not open path (to read, or to read and write
+// when for_writing): its own words ("Permission denied", "Too many levels of
+// symbolic links", "No such file or directory"), or "Is a directory"; ""
+// when it opens. An unreadable file then reads as what it is, not as a file
+// without HDF5's signature. A FIFO is not waited on.
+std::string open_problem(const std::string& path, bool for_writing = false);
+
 // Whether path starts with HDF5's signature (at 0, 512, 1024, ...), so a file
 // that fails to open can be told apart as damaged or as not HDF5 at all.
 bool has_signature(const std::string& path);

@@ -109,6 +109,8 @@ h5::File open_for_reading(const std::string& path) {
   if (st.type() == fs::file_type::not_found) fail("inspect: '{}' does not exist", path);
   if (ec) fail("inspect: '{}' cannot be read: {}", path, ec.message());
   if (fs::is_directory(st)) fail("inspect: '{}' is a directory, expected an HDF5 file", path);
+  // No permission to read it: the operating system's reason, not "not HDF5".
+  if (const std::string why = h5::open_problem(path); !why.empty()) fail("inspect: cannot open '{}': {}", path, why);
   try {
     return h5::File(path, h5::File::Mode::read_any);
   } catch (const Error&) {

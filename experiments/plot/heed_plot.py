@@ -90,10 +90,21 @@ def import_modules():
 
 def open_log(path):
     import h5py
-    if not os.path.exists(path):
+    # Only a missing file "does not exist": no permission, a loop of symbolic
+    # links, ... are named in the operating system's words.
+    # (O_NONBLOCK: a FIFO without a writer is not waited on.)
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except FileNotFoundError:
         die(f"plot: '{path}' does not exist")
-    if os.path.isdir(path):
+    except OSError as e:
+        die(f"plot: cannot open '{path}': {e.strerror or e}")
+    import stat
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
         die(f"plot: '{path}' is a directory, expected an HDF5 run log")
+    if not stat.S_ISREG(mode):  # HDF5 would wait on a FIFO for ever
+        die(f"plot: '{path}' is not a regular file (a FIFO, device or socket); expected an HDF5 run log")
     try:
         return h5py.File(path, "r", libver="latest", swmr=True)
     except OSError:

@@ -5,6 +5,7 @@
 #include "data/file_damage.h"
 #include "data/h5.h"
 #include "data/runlog.h"
+#include "data/unreadable.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -104,6 +105,22 @@ TEST_CASE("checkpoint: a 300-character file name or a symlink loop is a heed::Er
   // Nothing was left behind, and a plain missing file still says so.
   CHECK(std::distance(std::filesystem::directory_iterator(d.path), {}) == 2);  // loop1, loop2
   test::check_error([&] { load_checkpoint(d.file("none.ckpt.h5"), "sine"); }, {"none.ckpt.h5' does not exist"});
+}
+
+TEST_CASE("checkpoint: a file without read permission is refused with the operating system's reason") {
+  test::DamageDir d("heed-ckpt-perm-");
+  const std::string path = d.file("sine.ckpt.h5");
+  save_checkpoint(path, test::small_checkpoint());
+  test::NoFileOverride as_a_user;
+  test::make_unreadable(path);
+  std::string msg;
+  try {
+    load_checkpoint(path, "sine");
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg == "cannot open checkpoint '" + path + "': Permission denied");
 }
 
 TEST_CASE("checkpoint and safetensors writers keep a replaced file's permissions") {

@@ -1,8 +1,10 @@
 // tests/data/test_h5.cpp: heed's HDF5 layer: attributes keep every byte and
-// type, and a value of another type is refused naming what was expected.
+// type, a value of another type is refused naming what was expected, and a
+// file the operating system will not open is refused in its words.
 #include "data/file_damage.h"
 #include "data/h5.h"
 #include "data/runlog.h"
+#include "data/unreadable.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -73,4 +75,31 @@ TEST_CASE("h5: a run log whose start_unix_time is not a real number is refused o
   test::check_error([&] { RunLog::resume(path, 1); },
                     {"run log '" + path + "': its start_unix_time attribute is text (\"yesterday\"), expected a real "
                                           "number"});
+}
+
+TEST_CASE("h5: a file the operating system will not open is named with its reason, not as \"not HDF5\"") {
+  test::DamageDir d("heed-h5-open-");
+  const std::string file = d.file("run.h5");
+  { h5::File f(file, h5::File::Mode::create); }
+  CHECK(h5::open_problem(file).empty());
+  CHECK(h5::open_problem(file, true).empty());
+  // A directory, a loop of symbolic links, a missing file: root meets these too.
+  CHECK(h5::open_problem(d.path) == "Is a directory");
+  CHECK(h5::open_problem(d.path, true) == "Is a directory");
+  const std::string loop = d.symlink_loop();
+  CHECK(h5::open_problem(loop) == "Too many levels of symbolic links");
+  CHECK(h5::open_problem(d.file("none.h5")) == "No such file or directory");
+  for (auto mode : {h5::File::Mode::read, h5::File::Mode::read_swmr, h5::File::Mode::read_any, h5::File::Mode::append}) {
+    CAPTURE(static_cast<int>(mode));
+    test::check_error([&] { h5::File f(d.path, mode); }, {"cannot open '" + d.path + "': Is a directory"});
+    test::check_error([&] { h5::File f(loop, mode); }, {"cannot open '" + loop + "': Too many levels of symbolic links"});
+  }
+  // No permission (chmod 000, and not root's override): "Permission denied".
+  test::NoFileOverride as_a_user;
+  test::make_unreadable(file);
+  CHECK(h5::open_problem(file) == "Permission denied");
+  for (auto mode : {h5::File::Mode::read, h5::File::Mode::read_swmr, h5::File::Mode::read_any, h5::File::Mode::append}) {
+    CAPTURE(static_cast<int>(mode));
+    test::check_error([&] { h5::File f(file, mode); }, {"cannot open '" + file + "': Permission denied"});
+  }
 }

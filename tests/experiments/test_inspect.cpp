@@ -11,7 +11,9 @@
 #include "data/file_damage.h"
 #include "data/h5.h"
 #include "data/runlog.h"
+#include "data/unreadable.h"
 #include "experiments/inspect.h"
+#include "experiments/plot.h"
 #include "spawn.h"
 #include "test_util.h"
 
@@ -42,6 +44,16 @@ bool has_line(const std::string& text, const std::string& words) {
 std::string inspect_error(const std::string& path) {
   try {
     experiments::inspect_file(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The message of the heed::Error that plot_log throws ("" if none).
+std::string plot_error(const std::string& path, const std::string& out_dir) {
+  try {
+    experiments::plot_log(path, out_dir, false);
   } catch (const Error& e) {
     return e.what();
   }
@@ -231,4 +243,19 @@ TEST_CASE("inspect: a 300-character file name or a symlink loop is a heed::Error
   const std::string longname = d.long_name(), loop = d.symlink_loop();
   CHECK(has(inspect_error(longname), "inspect: '" + longname + "' cannot be read: File name too long"));
   CHECK(has(inspect_error(loop), "inspect: '" + loop + "' cannot be read: Too many levels of symbolic links"));
+}
+
+TEST_CASE("inspect and plot: a file without read permission is named with the operating system's reason") {
+  test::DamageDir d("heed-inspect-perm-");
+  const std::string log = d.file("x.h5"), ck = d.file("x.ckpt.h5");
+  write_small_log(log);
+  save_checkpoint(ck, test::small_checkpoint());
+  test::NoFileOverride as_a_user;
+  for (const std::string& p : {log, ck}) {
+    CAPTURE(p);
+    test::make_unreadable(p);
+    CHECK(inspect_error(p) == "inspect: cannot open '" + p + "': Permission denied");
+    CHECK(plot_error(p, d.file("plots")) == "plot: cannot open '" + p + "': Permission denied");
+  }
+  CHECK(!std::filesystem::exists(d.file("plots")));
 }
