@@ -142,7 +142,12 @@ std::vector<std::string> plot_log(const std::string& log_path, const std::string
          python);
   // Checked here too so the common mistake costs no Python start-up.
   std::error_code ec;
-  if (!std::filesystem::exists(log_path, ec)) fail("plot: '{}' does not exist", log_path);
+  if (!std::filesystem::exists(log_path, ec)) {
+    // Only a missing file is "does not exist": a loop of symbolic links, a
+    // directory on the way that cannot be searched, ... are named as they are.
+    if (ec) fail("plot: cannot open '{}': {}", log_path, ec.message());
+    fail("plot: '{}' does not exist", log_path);
+  }
   // heed's own reader first: it gives up on metadata that fails its checksum
   // after a few attempts, where h5py in SWMR mode retried with sleeps for
   // more than 10 minutes (a log with one damaged byte).

@@ -259,3 +259,10 @@ TEST_CASE("inspect and plot: a file without read permission is named with the op
   }
   CHECK(!std::filesystem::exists(d.file("plots")));
 }
+
+TEST_CASE("plot: a symlink loop is named as one, not as a missing file") {
+  test::DamageDir d("heed-plot-loop-");
+  const std::string loop = d.symlink_loop();
+  CHECK(plot_error(loop, d.file("plots")) == "plot: cannot open '" + loop + "': Too many levels of symbolic links");
+  CHECK(plot_error(d.file("none.h5"), d.file("plots")) == "plot: '" + d.file("none.h5") + "' does not exist");
+}
