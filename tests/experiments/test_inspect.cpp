@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data/args.h"
 #include "data/checkpoint.h"
 #include "data/file_damage.h"
 #include "data/h5.h"
@@ -265,4 +266,29 @@ TEST_CASE("plot: a symlink loop is named as one, not as a missing file") {
   const std::string loop = d.symlink_loop();
   CHECK(plot_error(loop, d.file("plots")) == "plot: cannot open '" + loop + "': Too many levels of symbolic links");
   CHECK(plot_error(d.file("none.h5"), d.file("plots")) == "plot: '" + d.file("none.h5") + "' does not exist");
+}
+
+TEST_CASE("plot: -o or --out without its value says DIR, as the help does") {
+  test::DamageDir d("heed-plot-out-");
+  const std::string log = d.file("x.h5");
+  write_small_log(log);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{log, "-o"}, {log, "--out"}, {"-o", "--out", log}}) {
+    CAPTURE(args.back());
+    std::string msg;
+    try {
+      experiments::run_plot(args);
+    } catch (const UsageError& e) {
+      msg = e.what();
+    }
+    INFO(msg);
+    CHECK(has(msg, "plot: --out expects a value (DIR"));
+    CHECK(!has(msg, "TEXT"));
+  }
+  test::Result r = test::run_process({HEED_CLI_PATH, "plot", log, "-o"}, d.path);
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "--out expects a value (DIR"));
+  CHECK(has(test::run_process({HEED_CLI_PATH, "plot", "--help"}, d.path).out, "-o, --out DIR"));
+  CHECK(!std::filesystem::exists(d.file("x_plots")));
 }
