@@ -116,7 +116,13 @@ h5::File open_for_reading(const std::string& path) {
   } catch (const Error&) {
   }
   if (!h5::has_signature(path)) fail("inspect: '{}' is not an HDF5 file (no HDF5 signature)", path);
-  fail("inspect: '{}' is an HDF5 file that cannot be opened: truncated or damaged, or open in a writer "
+  // Which kind of file it is cannot be read; its name tells (a checkpoint is
+  // never open in a writer: it is written beside and renamed).
+  if (ends_with(path, ".ckpt.h5"))
+    fail("inspect: checkpoint '{}' is damaged: not a readable heed checkpoint (truncated, or HDF5's structure is "
+         "damaged)",
+         path);
+  fail("inspect: '{}' is an HDF5 file that cannot be opened: truncated or damaged, or (a run log) open in a writer "
        "that is not in SWMR mode",
        path);
 }
@@ -209,9 +215,13 @@ std::string summary(const h5::File& f, const std::string& path, const std::map<s
                      : root.count("heed_checkpoint_format") ? "heed checkpoint, format " + root_str("heed_checkpoint_format")
                                                             : "HDF5 file (not a heed log or checkpoint)";
   line(fmt::format("{}: {}", path, kind));
+  const bool checkpoint = root.count("heed_checkpoint_format") > 0;
   if (f.from_copy())
-    line("(still marked open for writing: its writer was killed before it finished opening the file; read "
-         "from a copy with the mark cleared, the file itself unchanged; resuming the run clears it)");
+    line(checkpoint ? "(still marked open for writing: its writer was killed before closing it; read from a copy "
+                      "with the mark cleared, the file itself unchanged)"
+                    : "(still marked open for writing: its writer was killed before it finished opening the file; "
+                      "read from a copy with the mark cleared, the file itself unchanged; resuming the run clears "
+                      "it)");
   if (root.count("experiment")) line(fmt::format("experiment: {}", root_str("experiment")));
 
   // Root attributes: plain ones first (in a reading order), then the dotted
@@ -400,10 +410,17 @@ std::string summary(const h5::File& f, const std::string& path, const std::map<s
   objects.insert(objects.end(), paths.begin(), paths.end());
   std::sort(objects.begin(), objects.end(), natural_less);
   std::vector<std::string> attr_lines;
+  int64_t checksums = 0;
   for (const auto& o : objects) {
     for (const auto& [k, v] : f.attrs(o)) {
       // The metrics' "columns" is the schema's own, shown in the header above.
       if (starts_with(o, "metrics/") && k == "columns") continue;
+      // A checkpoint's tensors each carry a CRC-32, all checked before the
+      // summary: counted in one line (--full lists them).
+      if (checkpoint && starts_with(o, "tensors/") && k == "crc32") {
+        ++checksums;
+        if (!opt.full) continue;
+      }
       bool multi = false;
       std::string one = attr_line(v, &multi);
       attr_lines.push_back(fmt::format("  {} @{}: {}", o, k, multi && opt.full ? "" : one));
@@ -419,6 +436,11 @@ std::string summary(const h5::File& f, const std::string& path, const std::map<s
         }
       }
     }
+  }
+  if (checksums > 0) {
+    line("");
+    line(fmt::format("checksums: {} tensors, each matching the CRC-32 stored with it (crc32 attributes{})", checksums,
+                     opt.full ? ", listed below" : "; --full lists them"));
   }
   if (!attr_lines.empty()) {
     line("");
@@ -485,7 +507,8 @@ int run_inspect(const std::vector<std::string>& args) {
       "parameters. Works on a log whose run is still writing it. Layout: docs/log-format.md.\n"
       "\n"
       "options:\n"
-      "  --full    print multi-line attributes (model summaries) in full\n"
+      "  --full    print multi-line attributes (model summaries) in full, and each checkpoint\n"
+      "            tensor's crc32 (otherwise counted in one line)\n"
       "  --help    show this help\n";
   InspectOptions opt;
   std::string file;

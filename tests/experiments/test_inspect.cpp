@@ -292,3 +292,40 @@ TEST_CASE("plot: -o or --out without its value says DIR, as the help does") {
   CHECK(has(test::run_process({HEED_CLI_PATH, "plot", "--help"}, d.path).out, "-o, --out DIR"));
   CHECK(!std::filesystem::exists(d.file("x_plots")));
 }
+
+TEST_CASE("inspect: a checkpoint's checksums are counted in one line (--full lists them), its damage worded for a checkpoint") {
+  test::DamageDir d("heed-inspect-crcs-");
+  const std::string path = d.file("sine.ckpt.h5");
+  Checkpoint ck = test::small_checkpoint();
+  ck.tensors["model/l2.weight"] = Tensor::zeros({3, 8});
+  save_checkpoint(path, ck);
+  const std::string n = std::to_string(ck.tensors.size());
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t k = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++k;
+    return k;
+  };
+  const std::string s = experiments::inspect_file(path);
+  INFO(s);
+  CHECK(count(s, "@crc32") == 0);
+  CHECK(has_line(s, "checksums: " + n +
+                        " tensors, each matching the CRC-32 stored with it (crc32 attributes; --full lists them)"));
+  experiments::InspectOptions full;
+  full.full = true;
+  const std::string all = experiments::inspect_file(path, full);
+  INFO(all);
+  CHECK(count(all, "@crc32: ") == ck.tensors.size());
+  CHECK(has(all, "  tensors/model/l2.weight @crc32: "));
+  CHECK(has_line(all, "checksums: " + n + " tensors, each matching the CRC-32 stored with it (crc32 attributes, listed below)"));
+  // A run log keeps every attribute as it was: no checksum line.
+  const std::string log = d.file("x.h5");
+  write_small_log(log);
+  CHECK(!has(experiments::inspect_file(log), "checksums:"));
+
+  // Cut short, the file opens in no HDF5 reader: worded for a checkpoint,
+  // not as a log open in a writer.
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) / 3);
+  const std::string e = inspect_error(path);
+  CHECK(e == "inspect: checkpoint '" + path +
+                 "' is damaged: not a readable heed checkpoint (truncated, or HDF5's structure is damaged)");
+}
