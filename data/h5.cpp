@@ -183,7 +183,11 @@ std::string open_problem(const std::string& path, bool for_writing) {
 }
 
 bool has_signature(const std::string& path) {
-  if (special_file(path)) return false;  // opening a FIFO to read waits for a writer
+  // Only a regular file: opening a FIFO to read waits for a writer, and a
+  // directory opens as a stream whose end lies at 2^63 - 1: the loop below
+  // then doubled its offset for ever.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
   // The superblock sits at 0, 512, 1024, 2048, ... (after an optional user block).
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;

@@ -103,3 +103,11 @@ TEST_CASE("h5: a file the operating system will not open is named with its reaso
     test::check_error([&] { h5::File f(file, mode); }, {"cannot open '" + file + "': Permission denied"});
   }
 }
+
+TEST_CASE("h5: has_signature of a directory is false at once (it looked for a signature for ever)") {
+  test::DamageDir d("heed-h5-dirsig-");
+  CHECK(!h5::has_signature(d.path));
+  const std::string file = d.file("x.h5");
+  { h5::File f(file, h5::File::Mode::create); }
+  CHECK(h5::has_signature(file));
+}
