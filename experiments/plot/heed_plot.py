@@ -29,7 +29,8 @@ What is drawn depends on the log's `experiment` attribute:
   timeseries, crossattn   see heed_plot_signals.py
   other    metrics.png, every metric of the log
 A dataset that is missing (a CNN-only run has no attention maps) is skipped,
-as is one whose shape is not the experiment's. Then, for every log, each
+as is one whose shape or type is not the experiment's (with one line on
+stderr naming it, its shape and the shape expected: see fits). Then, for every log, each
 series named like attention maps that no figure above drew (a user's own
 program's, whatever its experiment is called) gets a figure of its own,
 named after the series (see plot_series_maps).
@@ -38,7 +39,8 @@ Figures are saved at a fixed size (FIG_DPI times the sizes below, no tight
 cropping) so the tests know each PNG's pixel size.
 
 Exit status: 0 done; 2 a problem explained in one message on stderr (a
-missing file, not a heed log, a missing Python module).
+missing file, not a heed log, a missing Python module, a timeseries period
+<= 0).
 """
 
 import math
@@ -179,6 +181,66 @@ def text_attr(obj, name, default=None):
     return str(v)
 
 
+# ---- what a log's datasets must look like -------------------------------------------
+#
+# A log edited by hand (or written by a program of one's own) may hold a
+# dataset of another shape or type than the figure expects. Every dataset a
+# figure reads is checked against the shape it expects, written like the
+# tables of docs/log-format.md: "[S, T]" (named sizes; a name bound by one
+# dataset must match in the next ones the figure reads, through the dims it
+# passes), "[2, D]" (a fixed size), "[..., T, S]" (any leading sizes). One
+# that does not fit is skipped, as a missing one is, with one line on stderr
+# naming it, its shape, the shape expected and the figure it is left out of
+# (a series of a program of one's own may still get a figure of its own,
+# plot_series_maps).
+
+NOTED = set()
+READ = []  # (path, shape) of every dataset read for the figure being drawn
+DRAWING = ["the figures"]  # the figure being drawn, for messages
+
+
+def note(message):
+    """One line on stderr (once per message): something of the log that is skipped."""
+    if message not in NOTED:
+        NOTED.add(message)
+        print(f"plot: {message}", file=sys.stderr, flush=True)
+
+
+def shape_text(shape):
+    return "[" + ", ".join(str(int(n)) for n in shape) + "]"
+
+
+def numeric(dtype):
+    return dtype.kind in "biuf"
+
+
+def fits(path, shape, dtype, spec, dims):
+    """Whether a dataset of shape and dtype fits spec ("[S, T]", see above);
+    binds spec's names in dims (name -> (size, path)). Notes it when not."""
+    names = [t.strip() for t in spec.strip("[]").split(",") if t.strip()]
+    lead = "..." in names  # at the start or at the end: any sizes there
+    at_end = lead and names[-1] == "..."
+    names = [n for n in names if n != "..."]
+    ok = numeric(dtype) and (len(shape) >= len(names) if lead else len(shape) == len(names))
+    bound, clash = {}, None
+    if ok:
+        for name, size in zip(names, shape[:len(names)] if at_end else shape[len(shape) - len(names):]):
+            want = int(name) if name.isdigit() else dims[name][0] if name in dims else bound.get(name)
+            if want is None:
+                bound[name] = int(size)
+            elif int(size) != want:
+                ok, clash = False, name
+                break
+    if ok:
+        dims.update({name: (size, path) for name, size in bound.items()})
+        return True
+    given = [f"{clash} = {dims[clash][0]} as in '{dims[clash][1]}'"] if clash in dims else []
+    what = f"has shape {shape_text(shape)}" if numeric(dtype) else f"holds {dtype} values"
+    note(f"'{path}' {what}, expected {spec}" + (f" ({', '.join(given)})" if given else "") +
+         f": left out of {DRAWING[-1]}")
+    return False
+
+
 def dataset(f, path):
     import h5py
     ds = f.get(path)
@@ -188,31 +250,103 @@ def dataset(f, path):
         ds.refresh()  # a SWMR reader sees rows appended since the file was opened
     except Exception:
         pass
+    READ.append((path, ds.shape))
     return ds
 
 
 def metric(f, name):
     """metrics/<name> as an array of rows (step, value, wall_seconds), or None."""
-    ds = dataset(f, "metrics/" + name)
-    if ds is None or ds.ndim != 2 or ds.shape[1] != 3 or ds.shape[0] == 0:
+    path = "metrics/" + name
+    ds = dataset(f, path)
+    if ds is None or not fits(path, ds.shape, ds.dtype, "[n, 3]", {}) or ds.shape[0] == 0:
         return None
     return ds[()]
 
 
-def series_last(f, name):
-    """(step, tensor) of the last row of series/<name>, or None."""
+def series_rows(f, name, item, dims):
+    """(values, steps, n) of series/<name> whose values' rows fit item (a
+    spec, for values[i]), or None."""
     values, steps = dataset(f, f"series/{name}/values"), dataset(f, f"series/{name}/step")
     if values is None or steps is None:
         return None
-    n = min(values.shape[0], steps.shape[0])  # a live writer appends the step first
-    if n == 0:
+    if not fits(f"series/{name}/step", steps.shape, steps.dtype, "[n]", {}):
         return None
+    if item is not None and not fits(f"series/{name}/values", values.shape, values.dtype,
+                                     "[n, " + item.strip("[]") + "]" if item.strip("[]") else "[n]", dims):
+        return None
+    if item is None and not fits(f"series/{name}/values", values.shape, values.dtype, "[n, ...]", {}):
+        return None
+    n = min(values.shape[0], steps.shape[0])  # a live writer appends the step first
+    return (values, steps, n) if n > 0 else None
+
+
+def series_last(f, name, item=None, dims=None):
+    """(step, tensor) of the last row of series/<name>, or None; item: the
+    spec the row must fit (None: any)."""
+    rows = series_rows(f, name, item, {} if dims is None else dims)
+    if rows is None:
+        return None
+    values, steps, n = rows
     return int(steps[n - 1]), values[n - 1]
 
 
-def fixed(f, path):
+def fixed(f, path, spec=None, dims=None):
+    """The values of the dataset at path, or None when it is missing or does
+    not fit spec (None: any numeric dataset)."""
     ds = dataset(f, path)
-    return None if ds is None else ds[()]
+    if ds is None:
+        return None
+    if not fits(path, ds.shape, ds.dtype, spec if spec is not None else "[...]", {} if dims is None else dims):
+        return None
+    return ds[()]
+
+
+def int_attr(obj, name, default=None, low=None):
+    """An attribute holding an integer (as text or a number), at least low;
+    default (noted) when it holds something else."""
+    v = text_attr(obj, name)
+    if v is None:
+        return default
+    try:
+        i = int(v)
+        if low is None or i >= low:
+            return i
+    except ValueError:
+        pass
+    note(f"ignored the attribute '{name}' = {v[:40]!r}: expected an integer" +
+         (f" >= {low}" if low is not None else ""))
+    return default
+
+
+FIGURE_ERRORS = (ArithmeticError, IndexError, KeyError, LookupError, TypeError, ValueError)
+
+
+def figure(name):
+    """Decorates a function that draws one figure (name, for messages): when
+    the log's datasets fit their shapes one by one but not together (a map
+    shorter than its signal), the figure is skipped with one line naming
+    the datasets it read, not a traceback."""
+    def wrap(draw):
+        import functools
+
+        @functools.wraps(draw)
+        def guarded(*args, **kw):
+            READ.clear()
+            what = name(*args, **kw) if callable(name) else name
+            DRAWING.append(what)
+            try:
+                return draw(*args, **kw)
+            except FIGURE_ERRORS as e:
+                import matplotlib.pyplot as plt
+                plt.close("all")
+                read = ", ".join(f"'{p}' {shape_text(s)}" for p, s in dict(READ).items())
+                note(f"skipped {what}: the log's datasets do not fit together ({read or 'none read'}): "
+                     f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": "))
+                return None
+            finally:
+                DRAWING.pop()
+        return guarded
+    return wrap
 
 
 # ---- drawing helpers -----------------------------------------------------------
@@ -324,13 +458,11 @@ def shapes_models(f):
 
 
 def steps_per_epoch(f):
-    try:
-        train, batch = int(text_attr(f, "config.train")), int(text_attr(f, "config.batch"))
-        return math.ceil(train / batch) if batch > 0 else None
-    except (TypeError, ValueError):
-        return None
+    train, batch = int_attr(f, "config.train", low=1), int_attr(f, "config.batch", low=1)
+    return math.ceil(train / batch) if train and batch else None
 
 
+@figure("losses.png")
 def shapes_losses(f, models, out_dir, written):
     fig = new_figure(SIZE_LOSSES)
     ax_step, ax_epoch = fig.subplots(1, 2)
@@ -375,6 +507,7 @@ def shapes_losses(f, models, out_dir, written):
     save(fig, out_dir, "losses.png", written)
 
 
+@figure("pair_score.png")
 def shapes_pair_score(f, out_dir, written):
     r = metric(f, "attention/pair_score")
     if r is None:
@@ -393,10 +526,11 @@ def shapes_pair_score(f, out_dir, written):
 class Shapes:
     """Geometry of one logged sample: centres, widths, kinds, partners."""
 
-    def __init__(self, f, i):
-        self.centres = fixed(f, "samples/centres")
-        self.kinds = fixed(f, "samples/kinds")
-        self.partner = fixed(f, "samples/partner")
+    def __init__(self, f, i, dims=None):
+        dims = {} if dims is None else dims
+        self.centres = fixed(f, "samples/centres", "[S, K]", dims)
+        self.kinds = fixed(f, "samples/kinds", "[S, K]", dims)
+        self.partner = fixed(f, "samples/partner", "[S, K]", dims)
         ok = all(a is not None and len(a) > i for a in (self.centres, self.kinds, self.partner))
         if ok:
             self.centres, self.kinds, self.partner = self.centres[i], self.kinds[i], self.partner[i]
@@ -428,9 +562,12 @@ def kind_legend_handles(extra=()):
     return handles + list(extra)
 
 
+@figure("sample_<i>.png")
 def shapes_sample(f, i, models, out_dir, written):
     import numpy as np
-    inp, tgt = fixed(f, "samples/input"), fixed(f, "samples/target")
+    dims = {}
+    inp = fixed(f, "samples/input", "[S, C, T]", dims)
+    tgt = fixed(f, "samples/target", "[S, 1, T]", dims)
     if inp is None or len(inp) <= i:
         return
     length = inp.shape[-1]
@@ -444,7 +581,7 @@ def shapes_sample(f, i, models, out_dir, written):
         curves.append(tgt[i, 0])
     steps = []
     for j, m in enumerate(models):
-        last = series_last(f, f"{m}/output")
+        last = series_last(f, f"{m}/output", "[S, 1, T]", dims)
         if last is None or len(last[1]) <= i:
             continue
         step, out = last
@@ -454,7 +591,7 @@ def shapes_sample(f, i, models, out_dir, written):
         written.series.add(f"{m}/output")
     top = max(float(np.max(c)) for c in curves)
     unit = 0.07 * max(top, 1.0)
-    bottom = Shapes(f, i).draw_on_signal(ax, -unit, unit, length)
+    bottom = Shapes(f, i, dims).draw_on_signal(ax, -unit, unit, length)
     ax.set_ylim(bottom - 0.5 * unit, top + unit)
     ax.set_xlim(-0.5, length - 0.5)
     ax.set_xlabel("position")
@@ -467,17 +604,19 @@ def shapes_sample(f, i, models, out_dir, written):
     save(fig, out_dir, f"sample_{i}.png", written)
 
 
+@figure("attention_<i>.png")
 def shapes_attention(f, i, out_dir, written):
     import numpy as np
     from matplotlib.lines import Line2D
-    last = series_last(f, "attention/maps")
+    dims = {}
+    last = series_last(f, "attention/maps", "[S, T, T]", dims)
     if last is None or last[1].ndim != 3 or len(last[1]) <= i:  # [samples, T, T]
         return
     step, maps = last
     a = np.asarray(maps[i], dtype=np.float64)  # [T, T]: row = query, column = key
     length = a.shape[-1]
-    inp = fixed(f, "samples/input")
-    shapes = Shapes(f, i)
+    inp = fixed(f, "samples/input", "[S, C, T]", dims)
+    shapes = Shapes(f, i, dims)
 
     fig = new_figure(SIZE_ATTENTION)
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 4.2], width_ratios=[24, 1])
@@ -528,7 +667,7 @@ def plot_shapes(f, out_dir, written):
     models = shapes_models(f)
     shapes_losses(f, models, out_dir, written)
     shapes_pair_score(f, out_dir, written)
-    inp = fixed(f, "samples/input")
+    inp = fixed(f, "samples/input", "[S, C, T]")
     n = min(N_SAMPLES, len(inp)) if inp is not None else 0
     for i in range(n):
         shapes_sample(f, i, models, out_dir, written)
@@ -538,6 +677,7 @@ def plot_shapes(f, out_dir, written):
 
 # ---- language models (experiment "charlm") ------------------------------------------
 
+@figure("losses.png")
 def lm_losses(f, out_dir, written):
     fig = new_figure(SIZE_LM_LOSSES)
     (ax_loss, ax_lr), (ax_grad, ax_tok) = fig.subplots(2, 2)
@@ -617,9 +757,10 @@ def heatmap_grid(maps, panels, vmax, title):
     return fig, axes, im, ncols, nrows
 
 
+@figure("attention_layer<L>.png")
 def lm_attention(f, layer, out_dir, written):
     import numpy as np
-    last = series_last(f, f"attention/layer{layer}/maps")
+    last = series_last(f, f"attention/layer{layer}/maps", "[H, T, T]")
     if last is None or last[1].ndim != 3:  # [H, T, T]
         return
     step, maps = last
@@ -647,14 +788,13 @@ def lm_attention(f, layer, out_dir, written):
     written.series.add(f"attention/layer{layer}/maps")
 
 
-def series_all(f, name):
-    """(steps, values) of every row of series/<name>, or None."""
-    values, steps = dataset(f, f"series/{name}/values"), dataset(f, f"series/{name}/step")
-    if values is None or steps is None:
+def series_all(f, name, item=None, dims=None):
+    """(steps, values) of every row of series/<name>, or None; item: the spec
+    each row must fit (None: any)."""
+    rows = series_rows(f, name, item, {} if dims is None else dims)
+    if rows is None:
         return None
-    n = min(values.shape[0], steps.shape[0])
-    if n == 0:
-        return None
+    values, steps, n = rows
     return steps[:n], values[:n]
 
 
@@ -663,14 +803,15 @@ HEAD_STAT_TITLES = {"entropy": "entropy (nats)", "distance": "mean distance look
                     "same_char": "mass on earlier same characters", "word_start": "mass on the word's start"}
 
 
+@figure("heads.png")
 def lm_heads(f, out_dir, written):
     """charlm: the per-head statistics of the last evaluation, one L x H panel each."""
     import numpy as np
     names = (text_attr(f.get("heads"), "stats") or "").split()
-    uniform = fixed(f, "heads/uniform")
-    rows = []
+    uniform = fixed(f, "heads/uniform", "[N]")
+    rows, dims = [], {}
     for i, name in enumerate(names):
-        last = series_last(f, f"heads/{name}")
+        last = series_last(f, f"heads/{name}", "[L, H]", dims)
         if last is not None:
             rows.append((i, name, last[0], np.asarray(last[1], dtype=np.float64)))
     if not rows:
@@ -698,10 +839,11 @@ def lm_heads(f, out_dir, written):
     written.series.update(f"heads/{name}" for _, name, _, _ in rows)
 
 
+@figure("attention_grid.png")
 def plot_attend(f, out_dir, written):
     """heed attend: every head's map over the prompt, a grid of layers x heads."""
     import numpy as np
-    maps = fixed(f, "attention/maps")
+    maps = fixed(f, "attention/maps", "[L, H, P, P]")
     if maps is None:
         return
     maps = np.asarray(maps, dtype=np.float64)  # [L, H, P, P]
@@ -731,10 +873,12 @@ def plot_attend(f, out_dir, written):
     save(fig, out_dir, "attention_grid.png", written)
 
 
+@figure("saturation.png, training.png")
 def plot_scaling(f, out_dir, written):
     """heed run scaling: saturation against d_k, then training scaled and unscaled."""
     import numpy as np
-    dk = fixed(f, "saturation/dk")
+    dims = {}
+    dk = fixed(f, "saturation/dk", "[D]", dims)
     colours = {0: "tab:blue", 1: "tab:red"}
     names = {0: "scaled by 1/sqrt(d_k)", 1: "unscaled"}
     if dk is not None:
@@ -744,7 +888,7 @@ def plot_scaling(f, out_dir, written):
                   ("max_weight", "largest softmax weight", False),
                   ("grad_ratio", "gradient passed to the scores / gradient in", True)]
         for ax, (key, title, logy) in zip(axes, panels):
-            v = fixed(f, f"saturation/{key}")
+            v = fixed(f, f"saturation/{key}", "[2, D]", dims)
             if v is None:
                 not_logged(ax, key)
                 continue
@@ -762,7 +906,8 @@ def plot_scaling(f, out_dir, written):
     # prev_token_attention ([2, seeds]: per variant and seed, the attention
     # mass on the previous token) is a score, not a map: no figure draws it.
     written.series.add("prev_token_attention")
-    loss, acc = series_all(f, "losses"), series_all(f, "accuracy")
+    loss = series_all(f, "losses", "[2, R]", dims)
+    acc = series_all(f, "accuracy", "[2, R]", dims)
     if loss is None:
         return
     written.series.update(("losses", "accuracy"))
@@ -810,6 +955,7 @@ COMPRESSION_LABELS = {"val_loss": "validation loss (nats per character)", "test_
                       "pair_score": "pair-attention score", "rel_error": "relative error ||W - W'|| / ||W||"}
 
 
+@figure("compression.png")
 def plot_compression(f, out_dir, written):
     import h5py
     models = [m for m in (text_attr(f, "models", "") or "").split(",") if m]
@@ -840,7 +986,7 @@ def plot_compression(f, out_dir, written):
                         ax.annotate(f"{int(b)}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7,
                                     color=METHOD_COLOURS.get(method, "k"))
                 drawn = True
-            base = fixed(f, f"baseline/{model}/{name}")
+            base = fixed(f, f"baseline/{model}/{name}", "[1]")
             if base is not None:
                 ax.axhline(float(base.ravel()[0]), color="k", ls="--", lw=1, label="float32")
             if not drawn:
@@ -868,6 +1014,7 @@ def all_metrics(f):
     return sorted(n for n in names if metric(f, n) is not None)
 
 
+@figure("metrics.png")
 def plot_metrics(f, out_dir, written):
     import numpy as np
     names = all_metrics(f)
@@ -926,17 +1073,24 @@ def plot_series_maps(f, out_dir, written):
     for name in sorted(names):
         if ("attention" not in name and not name.endswith("maps")) or name in written.series:
             continue
-        last = series_last(f, name)
-        if last is None:
-            continue
+        series_maps(f, name, out_dir, written)
+
+
+@figure(lambda f, name, *_: f"the figure of series '{name}'")
+def series_maps(f, name, out_dir, written):
+    """plot_series_maps' figure of one series."""
+    import numpy as np
+    last = series_last(f, name)
+    if last is not None:
         step, maps = last
         maps = np.asarray(maps, dtype=np.float64)
         if maps.ndim < 2 or min(maps.shape[-2:]) < 2:
-            continue
+            return
         lead = maps.shape[:-2]
         maps = maps.reshape(-1, maps.shape[-2], maps.shape[-1])
         panels = min(maps.shape[0], 16)
-        vmax = max(float(np.nanmax(maps[:panels])), 1e-12)
+        finite = maps[:panels][np.isfinite(maps[:panels])]
+        vmax = max(float(finite.max()) if finite.size else 1.0, 1e-12)
         fig, axes, im, _, _ = heatmap_grid(maps, panels, vmax, lambda k: map_panel_title(name, lead, k))
         for ax in axes[:panels]:
             ax.set_xlabel("key (column)")
@@ -958,6 +1112,21 @@ def plot_series_maps(f, out_dir, written):
 
 # ---- main --------------------------------------------------------------------------
 
+def refuse_bad_values(f, path, experiment):
+    """Values no figure can be drawn from, refused before anything is
+    written: a timeseries signal's period must be a positive number (the
+    marks one period apart were drawn from the last position back to 0:
+    for ever with a period <= 0)."""
+    import numpy as np
+    if experiment == "timeseries":
+        period = fixed(f, "samples/period", "[S]")
+        if period is not None:
+            for i, p in enumerate(np.asarray(period, dtype=np.float64)):
+                if not (math.isfinite(p) and p > 0):
+                    die(f"plot: '{path}': samples/period[{i}] is {p:g}, expected a period > 0 "
+                        f"(the number of steps per cycle of test signal {i})")
+
+
 def default_out_dir(path):
     return (path[:-3] if path.endswith(".h5") and len(path) > 3 else path) + "_plots"
 
@@ -969,13 +1138,14 @@ def plot(path, out_dir=None):
     with f:
         if "heed_checkpoint_format" in f.attrs:
             die(f"plot: '{path}' is a checkpoint, not a run log (heed inspect shows what it holds)")
+        experiment = text_attr(f, "experiment", "")
+        refuse_bad_values(f, path, experiment)
         out_dir = out_dir or default_out_dir(path)
         try:
             os.makedirs(out_dir, exist_ok=True)
         except OSError as e:
             die(f"plot: cannot create the directory '{out_dir}': {e.strerror}")
         written = Written()
-        experiment = text_attr(f, "experiment", "")
         if experiment == "shapes":
             plot_shapes(f, out_dir, written)
         elif experiment == "charlm":

@@ -21,8 +21,10 @@ sizes, saving) are heed_plot's.
 import math
 import os
 
-from heed_plot import (FIG_DPI, dataset, fixed, log_y_if_positive, metric, model_colour, new_figure, not_logged,
-                       save, series_last, smooth, SMOOTH_FROM, text_attr)
+import re
+
+from heed_plot import (FIG_DPI, figure, fixed, int_attr, log_y_if_positive, metric, model_colour, new_figure,
+                       not_logged, save, series_last, smooth, SMOOTH_FROM, text_attr)
 
 N_SAMPLES = 4
 SIZE_LOSSES = (12, 4.5)      # 1200 x 450
@@ -39,13 +41,16 @@ assert FIG_DPI == 100
 
 
 def reference(f, name):
-    v = fixed(f, "reference/" + name)
+    v = fixed(f, "reference/" + name, "[]")
     return None if v is None else float(v)
 
 
+@figure("losses.png")
 def draw_losses(f, models, references, title, out_dir, written):
     """Training loss per step (raw and smoothed) and test MSE per evaluation,
-    one colour per model, references as horizontal lines."""
+    one colour per model, references ((label, dataset under reference/)) as
+    horizontal lines."""
+    references = [(label, reference(f, name)) for label, name in references]
     fig = new_figure(SIZE_LOSSES)
     ax_step, ax_test = fig.subplots(1, 2)
     steps, tests = [], []
@@ -80,6 +85,7 @@ def draw_losses(f, models, references, title, out_dir, written):
     save(fig, out_dir, "losses.png", written)
 
 
+@figure(lambda f, curves, uniform, ylabel, title, name, *_: name)
 def draw_score(f, curves, uniform, ylabel, title, name, out_dir, written):
     """Scores over steps (curves: (metric, label, line style, colour)) with the uniform baseline."""
     rows = [(metric(f, m), label, style, colour) for m, label, style, colour in curves]
@@ -108,49 +114,51 @@ def ts_models(f):
     return [m for m in ("attention", "cnn") if metric(f, m + "/train_loss") is not None]
 
 
-def ts_anomalies(f, i):
-    pos, width, height = (fixed(f, "samples/anomaly_" + k) for k in ("position", "width", "height"))
+def ts_anomalies(f, i, dims):
+    pos, width, height = (fixed(f, "samples/anomaly_" + k, "[S, A]", dims) for k in ("position", "width", "height"))
     if pos is None or width is None or height is None or len(pos) <= i:
         return []
     return [(int(p), int(w), float(h)) for p, w, h in zip(pos[i], width[i], height[i]) if p >= 0]
 
 
-def ts_signal(ax, f, i, length):
+def ts_signal(ax, f, i, length, dims):
     """The input (grey), its clean pattern (dashed) and the anomalies (shaded); returns the input."""
     import numpy as np
-    x, clean = fixed(f, "samples/input"), fixed(f, "samples/clean")
+    x, clean = fixed(f, "samples/input", "[S, T]", dims), fixed(f, "samples/clean", "[S, T]", dims)
     t = np.arange(length)
     ax.plot(t, x[i], color="0.55", lw=1.0, label="input: pattern + noise + anomalies")
     if clean is not None:
         ax.plot(t, clean[i], color="k", lw=1.2, ls="--", label="clean pattern")
-    for j, (p, w, _) in enumerate(ts_anomalies(f, i)):
+    for j, (p, w, _) in enumerate(ts_anomalies(f, i, dims)):
         ax.axvspan(p - 0.5, p + w - 0.5, color="tab:orange", alpha=0.25, lw=0, label="anomaly" if j == 0 else None)
     ax.set_xlim(-0.5, length - 0.5)
     return x[i]
 
 
+@figure("forecast_<i>.png")
 def ts_forecast(f, i, models, out_dir, written):
     import numpy as np
-    x = fixed(f, "samples/input")
+    dims = {}
+    x = fixed(f, "samples/input", "[S, T]", dims)
     if x is None or len(x) <= i:
         return
     length = x.shape[-1]
     fig = new_figure(SIZE_FORECAST)
     ax = fig.subplots()
-    ts_signal(ax, f, i, length)
+    ts_signal(ax, f, i, length, dims)
     steps = []
     for j, m in enumerate(models):
-        last = series_last(f, f"{m}/output")
+        last = series_last(f, f"{m}/output", "[S, T]", dims)
         if last is None or len(last[1]) <= i:
             continue
         steps.append(last[0])
         # Position t forecasts t + 1: drawn where it lands.
         ax.plot(np.arange(1, length + 1), last[1][i], color=model_colour(m, j), lw=1.5, label=f"{m} forecast")
         written.series.add(f"{m}/output")
-    first = text_attr(f, "first_scored_position")
+    first = int_attr(f, "first_scored_position", low=0)
     if first is not None:
-        ax.axvline(int(first) + 0.5, color="0.3", lw=0.8, ls=":", label="scored from here")
-    period = fixed(f, "samples/period")
+        ax.axvline(first + 0.5, color="0.3", lw=0.8, ls=":", label="scored from here")
+    period = fixed(f, "samples/period", "[S]", dims)
     ax.set_xlabel("position")
     ax.set_title(f"test signal {i}" + (f" (period {float(period[i]):.2f})" if period is not None else "") +
                  (f": forecasts of the next clean value at step {max(steps)}" if steps else ": no forecasts logged"))
@@ -159,22 +167,24 @@ def ts_forecast(f, i, models, out_dir, written):
     save(fig, out_dir, f"forecast_{i}.png", written)
 
 
+@figure("attention_signal_<i>.png")
 def ts_attention_signal(f, i, out_dir, written):
     """The signal with the attention of its last query drawn on it."""
     import numpy as np
-    last = series_last(f, "attention/maps")
-    x = fixed(f, "samples/input")
+    dims = {}
+    last = series_last(f, "attention/maps", "[S, Y, H, T, T]", dims)
+    x = fixed(f, "samples/input", "[S, T]", dims)
     if last is None or last[1].ndim != 5 or x is None or len(last[1]) <= i:  # [signals, layers, H, T, T]
         return
     step, maps = last
     maps = np.asarray(maps[i], dtype=np.float64)  # [layers, H, T, T]
     layers, heads, length = maps.shape[0], maps.shape[1], maps.shape[-1]
     q = length - 1  # the last query, which forecasts position T
-    period = fixed(f, "samples/period")
+    period = fixed(f, "samples/period", "[S]", dims)
     fig = new_figure((10, ATTN_SIGNAL_TOP + ATTN_SIGNAL_LAYER * layers))
     axes = fig.subplots(1 + layers, 1, sharex=True, height_ratios=[ATTN_SIGNAL_TOP] + [ATTN_SIGNAL_LAYER] * layers)
     ax = axes[0]
-    signal = ts_signal(ax, f, i, length)
+    signal = ts_signal(ax, f, i, length, dims)
     t = np.arange(length)
     # Each key drawn on the signal with an area proportional to its weight
     # (mean over the heads of the last layer).
@@ -184,9 +194,9 @@ def ts_attention_signal(f, i, out_dir, written):
     ax.axvline(q, color="tab:red", lw=1.2, label=f"query {q}, forecasting {q + 1}")
     marks = []
     if period is not None:
-        p = float(period[i])
+        p = float(period[i])  # > 0: heed_plot.refuse_bad_values
         k = 1
-        while q + 1 - k * p >= -0.5:
+        while q + 1 - k * p >= -0.5 and k <= length:
             marks.append(q + 1 - k * p)
             k += 1
     for axis in axes:
@@ -210,9 +220,11 @@ def ts_attention_signal(f, i, out_dir, written):
     written.series.add("attention/maps")
 
 
+@figure("attention_maps.png")
 def ts_attention_maps(f, out_dir, written):
     import numpy as np
-    last = series_last(f, "attention/maps")
+    dims = {}
+    last = series_last(f, "attention/maps", "[S, Y, H, T, T]", dims)
     if last is None or last[1].ndim != 5 or len(last[1]) == 0:  # [signals, layers, H, T, T]
         return
     step, maps = last
@@ -221,7 +233,7 @@ def ts_attention_maps(f, out_dir, written):
     fig = new_figure((MAP_SIZE[0] * heads, MAP_SIZE[1] * layers))
     axes = np.atleast_2d(fig.subplots(layers, heads, squeeze=False))
     # The first rows (no earlier cycle yet, row 0 always 1) would wash out the rest.
-    first = int(text_attr(f, "first_scored_position", "1"))
+    first = int_attr(f, "first_scored_position", 1, low=0)
     vmax = max(float(maps[:, :, min(first, maps.shape[2] - 1):].max()), 1e-12)
     im = None
     for layer in range(layers):
@@ -233,19 +245,28 @@ def ts_attention_maps(f, out_dir, written):
             ax.set_ylabel("query (row)")
     fig.colorbar(im, ax=list(axes.ravel()), shrink=0.9, extend="max" if vmax < 1 else "neither",
                  label="attention weight (rows sum to 1)")
-    period = fixed(f, "samples/period")
+    period = fixed(f, "samples/period", "[S]", dims)
     fig.suptitle(f"test signal 0" + (f" (period {float(period[0]):.2f})" if period is not None else "") +
                  f": attention at step {step}")
     save(fig, out_dir, "attention_maps.png", written)
     written.series.add("attention/maps")
 
 
+def attention_layers(f):
+    """The l of each group metrics/attention/layer<l>, in order."""
+    import h5py
+    g = f.get("metrics/attention")
+    if not isinstance(g, h5py.Group):
+        return []
+    return sorted(int(m.group(1)) for m in (re.fullmatch(r"layer(\d+)", k) for k in g.keys()) if m)
+
+
 def plot_timeseries(f, out_dir, written):
     models = ts_models(f)
     draw_losses(f, [(m, m + "/") for m in models],
-                [("last value", reference(f, "persistence_mse")), ("one period back", reference(f, "seasonal_mse"))],
+                [("last value", "persistence_mse"), ("one period back", "seasonal_mse")],
                 "forecasting periodic signals, " + (", ".join(models) or "no models"), out_dir, written)
-    layers = sorted(int(k[len("layer"):]) for k in (f.get("metrics/attention") or {}) if k.startswith("layer"))
+    layers = attention_layers(f)
     curves = []
     for layer in layers:
         curves.append((f"attention/layer{layer}/same_phase_best_head", f"layer {layer}: best head", "-o",
@@ -253,7 +274,7 @@ def plot_timeseries(f, out_dir, written):
         curves.append((f"attention/layer{layer}/same_phase", f"layer {layer}: mean of heads", "--s", f"C{layer}"))
     draw_score(f, curves, "attention/uniform", "attention mass at the same phase",
                "attention within the window of the same phase of earlier cycles", "same_phase.png", out_dir, written)
-    x = fixed(f, "samples/input")
+    x = fixed(f, "samples/input", "[S, T]")
     n = min(N_SAMPLES, len(x)) if x is not None else 0
     for i in range(n):
         ts_forecast(f, i, models, out_dir, written)
@@ -264,39 +285,41 @@ def plot_timeseries(f, out_dir, written):
 
 # ---- crossattn ---------------------------------------------------------------------
 
-def ca_shapes(f, i, vocabulary):
+def ca_shapes(f, i, vocabulary, dims):
     """(centre, label) of each shape of sample i, in token order."""
-    tokens, centres = fixed(f, "samples/tokens"), fixed(f, "samples/centres")
+    tokens, centres = fixed(f, "samples/tokens", "[S, N]", dims), fixed(f, "samples/centres", "[S, M]", dims)
     if tokens is None or centres is None or len(tokens) <= i:
         return []
     names = lambda ids: " ".join(vocabulary[int(t)] if 0 <= int(t) < len(vocabulary) else str(int(t)) for t in ids)
     return [(int(centres[i][m]), names(tokens[i][3 * m:3 * m + 3])) for m in range(len(centres[i]))]
 
 
+@figure("sample_<i>.png")
 def ca_sample(f, i, vocabulary, out_dir, written):
     import numpy as np
-    signal = fixed(f, "samples/signal")
+    dims = {}
+    signal = fixed(f, "samples/signal", "[S, T]", dims)
     if signal is None or len(signal) <= i:
         return
     length = signal.shape[-1]
-    half = int(text_attr(f, "half_width", "4"))
-    last_maps = series_last(f, "attention/maps")  # [samples, layers, H, T, S]
+    half = int_attr(f, "half_width", 4, low=0)
+    last_maps = series_last(f, "attention/maps", "[S, Y, H, T, N]", dims)  # [samples, layers, H, T, tokens]
     maps = (np.asarray(last_maps[1][i], dtype=np.float64)
             if last_maps and last_maps[1].ndim == 5 and len(last_maps[1]) > i else None)
     layers, heads = (maps.shape[0], maps.shape[1]) if maps is not None else (0, 0)
-    tokens = fixed(f, "samples/tokens")
-    s = tokens.shape[-1] if tokens is not None else 0
+    tokens = fixed(f, "samples/tokens", "[S, N]", dims)
+    s = tokens.shape[-1] if tokens is not None else maps.shape[-1] if maps is not None else 0
     fig = new_figure((10, SAMPLE_TOP + SAMPLE_HEAD * layers * heads))
     axes = np.atleast_1d(fig.subplots(1 + layers * heads, 1, sharex=True,
                                       height_ratios=[SAMPLE_TOP] + [SAMPLE_HEAD] * (layers * heads)))
     ax = axes[0]
     t = np.arange(length)
     ax.plot(t, signal[i], color="k", lw=1.4, ls="--", label="described signal")
-    out = series_last(f, "output")
+    out = series_last(f, "output", "[S, T]", dims)
     if out is not None and len(out[1]) > i:
         ax.plot(t, out[1][i], color="tab:red", lw=1.6, label=f"drawn at step {out[0]}")
     top = float(np.max(signal[i])) if signal[i].size else 1.0
-    for m, (c, label) in enumerate(ca_shapes(f, i, vocabulary)):
+    for m, (c, label) in enumerate(ca_shapes(f, i, vocabulary, dims)):
         colour = SHAPE_COLOURS[m % len(SHAPE_COLOURS)]
         ax.axvspan(c - half - 0.5, c + half + 0.5, color=colour, alpha=0.18, lw=0)
         ax.text(c, top * 1.12 + 0.1, f"{m}: {label}", ha="center", va="bottom", fontsize=8, color=colour)
@@ -329,9 +352,9 @@ def ca_sample(f, i, vocabulary, out_dir, written):
 
 
 def plot_crossattn(f, out_dir, written):
-    draw_losses(f, [("crossattn", "")], [("drawing nothing", reference(f, "zero_mse"))],
+    draw_losses(f, [("crossattn", "")], [("drawing nothing", "zero_mse")],
                 "signals drawn from token descriptions", out_dir, written)
-    layers = sorted(int(k[len("layer"):]) for k in (f.get("metrics/attention") or {}) if k.startswith("layer"))
+    layers = attention_layers(f)
     curves = []
     for layer in layers:
         curves.append((f"attention/layer{layer}/shape_tokens", f"layer {layer}: on the shape's 3 tokens", "-o",
@@ -341,7 +364,7 @@ def plot_crossattn(f, out_dir, written):
     draw_score(f, curves, "attention/uniform", "attention mass",
                "attention of a shape's positions on the tokens describing it", "shape_tokens.png", out_dir, written)
     vocabulary = (text_attr(f, "vocabulary", "") or "").split()
-    signal = fixed(f, "samples/signal")
+    signal = fixed(f, "samples/signal", "[S, T]")
     n = min(N_SAMPLES, len(signal)) if signal is not None else 0
     for i in range(n):
         ca_sample(f, i, vocabulary, out_dir, written)

@@ -229,6 +229,68 @@ try:
         check(r.returncode == 0, f"heed run {name} exited {r.returncode}: {r.stderr}")
         check_pngs(os.path.join(TMP, name + "_plots"), plot(out), sizes)
 
+    # ---- logs edited by hand: a dataset of another shape than its figure
+    # expects is left out of it with one line naming the dataset, its shape
+    # and the shape expected (a traceback before); a period <= 0 is refused
+    # (it drew its marks for ever) before any figure or directory is made ----
+    def edited(source, name, edit):
+        path = os.path.join(TMP, name + ".h5")
+        shutil.copyfile(source, path)
+        with h5py.File(path, "r+") as f:
+            edit(f)
+        return path
+
+    def replace(f, path, data):
+        del f[path]
+        f[path] = data
+
+    ts = os.path.join(TMP, "timeseries.h5")
+    with h5py.File(ts, "r") as f:
+        ts_maps = f["series/attention/maps/values"][()]
+        ts_s, ts_t = f["samples/clean"].shape
+    for name, source, edit, lines in (
+            ("bad_clean", ts, lambda f: replace(f, "samples/clean", f["samples/clean"][()][:, 1:]),
+             [f"'samples/clean' has shape [{ts_s}, {ts_t - 1}], expected [S, T] (T = {ts_t} as in 'samples/input'): "
+              "left out of forecast_<i>.png"]),
+            ("bad_maps_rank", ts, lambda f: replace(f, "series/attention/maps/values", ts_maps.reshape(
+                (ts_maps.shape[0], -1) + ts_maps.shape[-2:])),
+             ["'series/attention/maps/values' has shape [{}, {}, {}, {}], expected [n, S, Y, H, T, T]: left out of "
+              "attention_maps.png".format(ts_maps.shape[0], int(np.prod(ts_maps.shape[1:-2])), *ts_maps.shape[-2:])]),
+            ("bad_metric", log, lambda f: replace(f, "metrics/cnn/train_loss", f["metrics/cnn/train_loss"][()].T),
+             [f"'metrics/cnn/train_loss' has shape [3, {h5py.File(log, 'r')['metrics/cnn/train_loss'].shape[0]}], "
+              "expected [n, 3]: left out of losses.png"]),
+            ("bad_input", log, lambda f: replace(f, "samples/input", f["samples/input"][()][:, 0]),
+             ["'samples/input' has shape [{}, {}], expected [S, C, T]: left out of the figures".format(
+                 *h5py.File(log, "r")["samples/input"].shape[::2])]),
+            ("text_lr", lm, lambda f: replace(f, "metrics/lr", np.bytes_(b"abc")),
+             ["'metrics/lr' holds |S3 values, expected [n, 3]: left out of losses.png"])):
+        path = edited(source, name, edit)
+        out_dir = os.path.join(TMP, name + "_plots")
+        r = run(["plot", path, "-o", out_dir])
+        check(r.returncode == 0 and "Traceback" not in r.stderr, f"{name}: exit {r.returncode}, {r.stderr!r}")
+        for line in lines:
+            check("plot: " + line in r.stderr.splitlines(), f"{name}: no line {line!r} in {r.stderr!r}")
+        check(os.path.exists(os.path.join(out_dir, "losses.png")), f"{name}: the other figures were not drawn")
+    for value in (0.0, -3.0):
+        bad_period = edited(ts, "bad_period", lambda f: f["samples/period"].__setitem__(1, value))
+        with open(bad_period, "rb") as f:
+            before = f.read()
+        try:
+            r = subprocess.run([HEED, "plot", bad_period], capture_output=True, text=True, timeout=60)
+            check(r.returncode == 1 and r.stderr.strip() == f"heed: plot: '{bad_period}': samples/period[1] is "
+                  f"{value:g}, expected a period > 0 (the number of steps per cycle of test signal 1)",
+                  f"a period of {value}: exit {r.returncode}, {r.stderr!r}")
+        except subprocess.TimeoutExpired:
+            check(False, f"heed plot of a log whose period is {value} still ran after 60 s")
+        check(not os.path.exists(os.path.join(TMP, "bad_period_plots")), f"a period of {value}: a directory was made")
+        with open(bad_period, "rb") as f:
+            check(f.read() == before, "heed plot changed the log it refused")
+    # Unedited logs give no such line.
+    for source in (log, lm, ts):
+        r = run(["plot", source, "-o", os.path.join(TMP, "again_plots")])
+        check(r.returncode == 0 and "left out of" not in r.stderr and "skipped" not in r.stderr,
+              f"{source}: exit {r.returncode}, {r.stderr!r}")
+
     # ---- what the figures show: every figure of every log above, and of
     # runs whose metrics have one row (a sine run's final_mse, a shapes run
     # stopped after one step), drawn in this process with the figures
