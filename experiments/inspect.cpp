@@ -473,7 +473,7 @@ std::string inspect_file(const std::string& path, const InspectOptions& opt) {
       fail("inspect: {}", e.what());
     }
   }
-  if (opt.read_values) {
+  if (opt.read_values && !checkpoint) {  // (a checkpoint's were read above)
     std::vector<std::string> datasets;
     try {
       datasets = f.list_datasets("/");
@@ -504,7 +504,8 @@ int run_inspect(const std::vector<std::string>& args) {
       "Prints a summary of a run log or a checkpoint: the experiment and its configuration,\n"
       "each metric (rows, steps, first, last, minimum and the step where it was reached),\n"
       "each series (rows, item shape, steps), the fixed datasets and the groups of named\n"
-      "parameters. Works on a log whose run is still writing it. Layout: docs/log-format.md.\n"
+      "parameters. Works on a log whose run is still writing it. Every value is read, so a\n"
+      "dataset damaged in its data is refused, naming it. Layout: docs/log-format.md.\n"
       "\n"
       "options:\n"
       "  --full    print multi-line attributes (model summaries) in full, and each checkpoint\n"

@@ -153,7 +153,7 @@ std::vector<std::string> plot_log(const std::string& log_path, const std::string
   // more than 10 minutes (a log with one damaged byte).
   try {
     InspectOptions every_value;
-    every_value.read_values = true;
+    every_value.read_values = true;  // (the default, said here: plot needs it)
     inspect_file(log_path, every_value);
   } catch (const Error& e) {
     const std::string what = e.what();

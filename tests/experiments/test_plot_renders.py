@@ -436,6 +436,12 @@ try:
               "Traceback" not in r.stderr, f"a log with a damaged dataset's values: exit {r.returncode}, {r.stderr!r}")
     except subprocess.TimeoutExpired:
         check(False, "heed plot of a log with a damaged dataset's values still ran after 60 s")
+    # heed inspect reads every value too: the same log is refused, naming the
+    # dataset (it passed when inspect read only shapes and attributes).
+    r = run(["inspect", bad_values])
+    check(r.returncode == 1 and r.stdout == "" and "is damaged: its dataset 'series/extra/values' cannot be read" in
+          r.stderr and "Traceback" not in r.stderr, f"heed inspect of a damaged dataset's values: exit {r.returncode}, "
+          f"{r.stderr!r}")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 
