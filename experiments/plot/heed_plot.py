@@ -188,7 +188,8 @@ def text_attr(obj, name, default=None):
 # figure reads is checked against the shape it expects, written like the
 # tables of docs/log-format.md: "[S, T]" (named sizes; a name bound by one
 # dataset must match in the next ones the figure reads, through the dims it
-# passes), "[2, D]" (a fixed size), "[..., T, S]" (any leading sizes). One
+# passes; n, the rows, is each dataset's own), "[2, D]" (a fixed size),
+# "[..., T, S]" (any leading sizes). One
 # that does not fit is skipped, as a missing one is, with one line on stderr
 # naming it, its shape, the shape expected and the figure it is left out of
 # (a series of a program of one's own may still get a figure of its own,
@@ -225,6 +226,8 @@ def fits(path, shape, dtype, spec, dims):
     bound, clash = {}, None
     if ok:
         for name, size in zip(names, shape[:len(names)] if at_end else shape[len(shape) - len(names):]):
+            if name == "n":  # a series' or metric's rows: any number, in each dataset its own
+                continue
             want = int(name) if name.isdigit() else dims[name][0] if name in dims else bound.get(name)
             if want is None:
                 bound[name] = int(size)
