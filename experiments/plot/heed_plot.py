@@ -387,6 +387,16 @@ def save(fig, out_dir, name, written):
     # Every text drawn literally: a probe text, prompt, file or series name
     # holding '$' ("$a^$b") was parsed as math, which failed with a
     # traceback or drew "$x$" as an italic x. No figure uses math.
+    # Tick labels are matplotlib's own: a log axis's formatter writes them as
+    # math ("$\\mathdefault{2^{3}}$"), drawn raw once math is off. They get
+    # plain numbers ("8", "0.001") instead.
+    from matplotlib.ticker import FuncFormatter, LogFormatter, NullFormatter
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if isinstance(axis.get_major_formatter(), LogFormatter):
+                axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            if isinstance(axis.get_minor_formatter(), LogFormatter):
+                axis.set_minor_formatter(NullFormatter())
     for t in fig.findobj(Text):
         t.set_parse_math(False)
     try:
@@ -394,6 +404,11 @@ def save(fig, out_dir, name, written):
     except OSError as e:  # an unwritable directory, a full disk: one line, not a traceback
         print(f"plot: cannot write '{path}': {e.strerror or e}", file=sys.stderr)
         sys.exit(2)
+    # What was drawn (tick labels exist from the draw on): math markup drawn
+    # as text is a figure's bug, said rather than shipped silently.
+    raw = sorted({t.get_text() for t in fig.findobj(Text) if "\\mathdefault" in t.get_text()})
+    if raw:
+        print(f"plot: {name}: labels drawn as raw math markup: {', '.join(raw[:3])}", file=sys.stderr)
     plt.close(fig)
     written.append(path)
     print(path, flush=True)

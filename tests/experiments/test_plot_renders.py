@@ -73,6 +73,8 @@ def plot(log, out_dir=None, schema=True):
     # A log in the documented schema (heed's, or the tests' own): nothing left out.
     if schema:
         check("left out of" not in r.stderr and "skipped" not in r.stderr, f"heed {' '.join(args)}: {r.stderr!r}")
+    # A log axis's tick labels ($\mathdefault{2^{3}}$ on scaling's d_k axes) drawn as plain numbers.
+    check("raw math markup" not in r.stderr, f"heed {' '.join(args)}: {r.stderr!r}")
     return [l for l in r.stdout.splitlines() if l]
 
 
