@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -707,7 +708,7 @@ void Run::check_name(const std::string& name, bool tensor) const {
          "'rng/data')",
          shown_name(name), problem);
   // The counters heed writes itself.
-  if (name == "step" || (!tensor && name == "processes"))
+  if (name == "step" || (!tensor && (name == "processes" || name == "steps")))
     fail("Run::track: '{}' is the name of a counter heed::Run keeps itself; expected another name", name);
   // A data-parallel run keeps each process's own state under ranks/<r>/.
   if (tensor && (name == "ranks" || name.starts_with("ranks/")))
@@ -821,7 +822,7 @@ void Run::restore_state() {
   for (const auto& [k, t] : ck.tensors)
     if (!used.count(k)) unexpected.push_back(k);
   for (const auto& [k, v] : ck.counters)
-    if (k != "step" && k != "processes" && !counters_.count(k)) unexpected.push_back("counter " + k);
+    if (k != "step" && k != "steps" && k != "processes" && !counters_.count(k)) unexpected.push_back("counter " + k);
   if (!missing.empty() || !unexpected.empty())
     fail("{} does not fit this run: missing [{}], unexpected [{}]", where, fmt::join(missing, ", "),
          fmt::join(unexpected, ", "));
@@ -940,7 +941,12 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
   };
   if (resuming()) {
     if (!new_log_) lock();
-    restore_state();
+    try {
+      restore_state();
+    } catch (...) {  // refused: the log is free again for the run that is not refused
+      release_log();
+      throw;
+    }
     resume_ck_.reset();
     make_directories();
     if (new_log_) {
@@ -1057,6 +1063,7 @@ std::string Run::save() const {
   ck.run_id = run_id_;
   for (const auto& [k, v] : args_.values()) ck.config[k] = v;
   ck.counters["step"] = step_;
+  ck.counters["steps"] = steps_;  // the run's length: whether the work after its last step was done
   if (dist::size() > 1) ck.counters["processes"] = dist::size();
   for (const auto& [name, p] : counters_) ck.counters[name] = *p;
   for (const Entry& e : entries_) {
@@ -1135,11 +1142,42 @@ bool Run::next() {
   return true;
 }
 
+int64_t Run::resumed_length() const {
+  if (!resume_ck_) return -1;
+  if (auto it = resume_ck_->counters.find("steps"); it != resume_ck_->counters.end()) return it->second;
+  // A checkpoint from before the counter: a program with --steps saved its length among its options.
+  if (auto it = resume_ck_->config.find("steps"); defaults_.steps_ > 0 && it != resume_ck_->config.end()) {
+    int64_t n = 0;
+    const char* end = it->second.data() + it->second.size();
+    const auto [p, ec] = std::from_chars(it->second.data(), end, n);
+    if (ec == std::errc() && p == end) return n;
+  }
+  return -1;
+}
+
 void Run::check_resumed_step(int64_t at) const {
   if (at < 0 || at > steps_)
     throw UsageError(fmt::format("{}: checkpoint '{}' is at step {}, beyond this run's {} steps (the length may only "
                                  "grow on resume)",
                                  args_.command(), resume_, at, steps_));
+  // A run stopped at step `at` of a longer run did that step's work but not
+  // the work a program does after its last step (a final evaluation, the
+  // last attention maps): next() would end the run at once, without it.
+  const int64_t length = resumed_length();
+  if (at != steps_ || length <= at) return;
+  const bool has_steps = defaults_.steps_ > 0;
+  std::vector<std::string> lengths;  // the options that set a set_steps() program's length (shapes: --epochs)
+  for (const std::string& k : changeable_)
+    if (args_.has(k)) lengths.push_back("--" + k);
+  const std::string expected =
+      has_steps ? fmt::format("--steps above {} (or no --steps: the run's own {})", at, length)
+                : fmt::format("a run longer than {} steps ({}the run's own was {})", at,
+                              lengths.empty() ? "" : fmt::format("a larger {}; ", fmt::join(lengths, " or ")), length);
+  throw UsageError(fmt::format("{}: checkpoint '{}' stopped at step {} of {}, before the work a run does after its "
+                               "last step (a final evaluation, say); {} would end the run there without it; expected {}",
+                               args_.command(), resume_, at, length,
+                               has_steps ? fmt::format("--steps {}", steps_) : fmt::format("a run of {} steps", steps_),
+                               expected));
 }
 
 void Run::owed_work(const std::string& pending, std::vector<std::string> datasets) {

@@ -124,7 +124,7 @@ class Run {
   // optimiser's state lies under its name, so a name equal to, under or
   // above another tracked one is refused ("model/fc.weight" beside "model"
   // would overwrite the weight), as are names under "ranks/" and the
-  // counters "step" and "processes" (heed's own). The Run tracks the default
+  // counters "step", "steps" and "processes" (heed's own). The Run tracks the default
   // generator (dropout draws from it) itself, as "rng/default". Refused
   // when called, naming both names: not at the resume, the run lost.
   void track(const std::string& name, Stateful& s);  // name/<key> for each key of its state dict
@@ -217,7 +217,10 @@ class Run {
                  std::function<void(const Tensor&)> load);
   void check_name(const std::string& name, bool tensor) const;  // tensor: a key under tensors/, else a counter
   void restore_config();
-  void check_resumed_step(int64_t at) const;  // refuses a checkpoint's step beyond the run's length
+  // Refuses a checkpoint's step beyond the run's length, and a length that
+  // ends the run at the step where a longer one stopped (its end-of-run work undone).
+  void check_resumed_step(int64_t at) const;
+  int64_t resumed_length() const;  // the length of the checkpoint's run (-1: not known)
   void check_paths();
   void check_resumed_log();
   void restore_state();

@@ -730,3 +730,59 @@ TEST_CASE("Run: owed work names a tracked counter, before begin()") {
   test::check_error([&] { t.run.owed_work("counter", {"loss"}); }, {"'counter'", "after begin"});
   t.run.finish();
 }
+
+TEST_CASE("Run: a run stopped before its end is refused a length that ends it at the step it stopped, files untouched") {
+  // Step 4 of 10 was trained as an ordinary step: a program's work after its
+  // last step (a final evaluation) was never done, and --steps 4 would end
+  // the run at once without it.
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/s.h5", ck = d.path + "/s.ckpt.h5";
+  REQUIRE(Toy().go({"--out", log, "--stop-after", "4"}) == 130);
+  CHECK(load_checkpoint(ck, "toy").counters.at("steps") == 10);  // the run's length, as written
+  const std::string log_bytes = test::slurp(log), ck_bytes = test::slurp(ck);
+  test::check_error([&] { Toy().go({"--resume", ck, "--steps", "4"}); },
+                    {"checkpoint '" + ck + "' stopped at step 4 of 10", "--steps 4 would end the run there",
+                     "expected --steps above 4 (or no --steps: the run's own 10)"});
+  // A checkpoint from before the counter: the length comes from its --steps.
+  Checkpoint old = load_checkpoint(ck, "toy");
+  old.counters.erase("steps");
+  save_checkpoint(d.path + "/old.ckpt.h5", old);
+  test::check_error([&] { Toy().go({"--resume", d.path + "/old.ckpt.h5", "--out", log, "--steps", "4"}); },
+                    {"stopped at step 4 of 10", "expected --steps above 4"});
+  CHECK(test::slurp(log) == log_bytes);
+  CHECK(test::slurp(ck) == ck_bytes);
+  // The run's own length finishes it; a finished run resumed at its length
+  // has nothing owed and ends at once, as before.
+  Toy rest;
+  REQUIRE(rest.go({"--resume", ck}) == 0);
+  CHECK(rest.counter == 20);
+  Toy done;
+  REQUIRE(done.go({"--resume", ck, "--steps", "10"}) == 0);
+  CHECK(done.counter == 20);
+}
+
+TEST_CASE("Run: a program that sets its own length is refused the same, naming the option that sets it") {
+  test::TempDir d("heed-run-");
+  const std::string ck = d.path + "/e.ckpt.h5";
+  int64_t rounds = 0;
+  // Two steps a round, as shapes has batches an epoch (--epochs).
+  auto program = [&rounds](Toy& t) {
+    t.run.args().integer("rounds", &rounds, "rounds of two steps", 1);
+    t.run.may_change_on_resume("rounds");
+    t.after_parse = [&rounds, &t] { t.run.set_steps(2 * rounds); };
+  };
+  Toy first(RunOptions("unused.h5").checkpoint_every(3).progress_seconds(0));
+  program(first);
+  REQUIRE(first.go({"--out", d.path + "/e.h5", "--rounds", "5", "--stop-after", "4"}) == 130);
+  const std::string ck_bytes = test::slurp(ck);
+  Toy two(RunOptions("unused.h5").checkpoint_every(3).progress_seconds(0));
+  program(two);
+  test::check_error([&] { two.go({"--resume", ck, "--rounds", "2"}); },
+                    {"stopped at step 4 of 10", "a run of 4 steps would end the run there",
+                     "expected a run longer than 4 steps (a larger --rounds; the run's own was 10)"});
+  CHECK(test::slurp(ck) == ck_bytes);
+  Toy three(RunOptions("unused.h5").checkpoint_every(3).progress_seconds(0));
+  program(three);
+  REQUIRE(three.go({"--resume", ck, "--rounds", "3"}) == 0);
+  CHECK(three.counter == 12);
+}

@@ -2,6 +2,7 @@
 // what they claim, read back from their logs (the Run's schema).
 #include "data/h5.h"
 #include "experiments/copy.h"
+#include "experiments/shapes.h"
 #include "experiments/sine.h"
 #include "resume_check.h"
 #include "test_util.h"
@@ -43,4 +44,41 @@ TEST_CASE("sine fit: a few hundred steps cut the MSE by more than 100x; the same
   test::check_same_log(d.path + "/a.h5", d.path + "/b.h5");
   REQUIRE(experiments::run_sine({"--steps", "3", "--seed", "4", "--out", d.path + "/c.h5"}) == 1);
   CHECK(first(d.path + "/c.h5", "train_loss") != initial);
+}
+
+TEST_CASE("copy and shapes: a stopped run resumed with its length at the step it stopped is refused; its own length "
+          "does the end-of-run work") {
+  // The last step's work (copy: the final evaluation and attention map;
+  // shapes: the last epoch's) happens only at the run's last step; a run
+  // stopped at step 10 of 20 never did it, and --steps 10 would print
+  // results it does not have (copy said "accuracy 0.0000").
+  test::TempDir d("heed-learn-resume-");
+  const std::string log = d.path + "/copy.h5", ck = d.path + "/copy.ckpt.h5";
+  REQUIRE(experiments::run_copy({"--steps", "20", "--eval-every", "50", "--stop-after", "10", "--out", log},
+                                {"heed", "run", "copy"}) == 130);
+  const std::string log_bytes = test::slurp(log), ck_bytes = test::slurp(ck);
+  test::check_error([&] { experiments::run_copy({"--resume", ck, "--steps", "10"}, {"heed", "run", "copy"}); },
+                    {"run copy: checkpoint '" + ck + "' stopped at step 10 of 20", "expected --steps above 10"});
+  CHECK(test::slurp(log) == log_bytes);
+  CHECK(test::slurp(ck) == ck_bytes);
+  REQUIRE(experiments::run_copy({"--resume", ck}, {"heed", "run", "copy"}) == 0);
+  const std::vector<double> acc =
+      h5::File(log, h5::File::Mode::read).read_tensor("metrics/accuracy").to_vector<double>();
+  REQUIRE(acc.size() == 3);  // one evaluation, at the end
+  CHECK(acc[0] == 20);
+  CHECK(h5::File(log, h5::File::Mode::read).read_tensor("series/attention/maps/step").to_vector<int64_t>() ==
+        std::vector<int64_t>{20});
+
+  // shapes' length is --epochs x batches an epoch: 2 batches of 8, stopped after epoch 1 of 2.
+  const std::string slog = d.path + "/shapes.h5", sck = d.path + "/shapes.ckpt.h5";
+  const std::vector<std::string> small = {"--train", "16", "--test", "16", "--batch", "8", "--model", "cnn"};
+  std::vector<std::string> start = small;
+  start.insert(start.end(), {"--epochs", "2", "--stop-after", "2", "--out", slog});
+  REQUIRE(experiments::run_shapes(start, {"heed", "run", "shapes"}) == 130);
+  const std::string sck_bytes = test::slurp(sck);
+  test::check_error(
+      [&] { experiments::run_shapes({"--resume", sck, "--epochs", "1"}, {"heed", "run", "shapes"}); },
+      {"stopped at step 2 of 4", "expected a run longer than 2 steps (a larger --epochs; the run's own was 4)"});
+  CHECK(test::slurp(sck) == sck_bytes);
+  REQUIRE(experiments::run_shapes({"--resume", sck}, {"heed", "run", "shapes"}) == 0);
 }
