@@ -94,9 +94,11 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
   try {
     Generator g(static_cast<uint64_t>(c.seed) + 1000003);  // the test set, rebuilt identically on resume
     test = generate_described(c.test, g, task);
-  } catch (const Error& e) {
+  } catch (const UsageError& e) {  // shapes that do not fit, or cannot be drawn apart
     throw UsageError(
         fmt::format("run crossattn: --shapes {} with --length {}: {}", task.shapes, task.length, e.what()));
+  } catch (const Error& e) {  // out of memory: no fault of the options' meaning
+    fail("run crossattn: the test set (--test {} samples of --length {}): {}", c.test, task.length, e.what());
   }
   Generator data(static_cast<uint64_t>(c.seed)), init(static_cast<uint64_t>(c.seed) * 1000 + 1);
   SignalFromTokens m(task, c.dim, c.heads, c.encoder_layers, c.layers, &init);

@@ -160,8 +160,8 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
   try {
     Generator g(static_cast<uint64_t>(c.seed) + 1000003);  // the test set, rebuilt identically on resume
     test = generate_series(c.test, g, so);
-  } catch (const Error& e) {  // options that make no signal, named by the generator
-    throw UsageError(fmt::format("run {}", e.what()));
+  } catch (const Error& e) {  // out of memory: the options were checked above
+    fail("run timeseries: the test set (--test {} signals of --length {}): {}", c.test, so.length, e.what());
   }
   double persistence = 0, seasonal = 0;
   reference_mse(test, first, persistence, seasonal);

@@ -3,6 +3,7 @@
 // same-phase measure on maps made by hand, causal forecasters, a small run in
 // which attention must beat the CNN and look one period back, and the bad
 // options of both lecture experiments (timeseries, crossattn).
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -204,6 +205,7 @@ TEST_CASE("run timeseries and run crossattn: bad options are refused naming them
       {run_timeseries, {"--period-min", "20", "--period-max", "16"}, {"--period-max 16", "--period-min 20"}},
       {run_timeseries, {"--noise-max", "0.01"}, {"--noise-max 0.01", "--noise-min 0.05"}},
       {run_timeseries, {"--heads", "3"}, {"--dim 32", "--heads 3"}},
+      {run_crossattn, {"--shapes", "6"}, {"--shapes 6", "--length 64", "no non-overlapping draw"}},
       {run_crossattn, {"--shapes", "8"}, {"--shapes 8", "--length 64", "do not fit"}},
       {run_crossattn, {"--heads", "5"}, {"--dim 64", "--heads 5"}},
   };
@@ -237,4 +239,29 @@ TEST_CASE("run timeseries: a window no key falls in is said so, not printed as a
   CHECK(r.out.find("nan") == std::string::npos);
   CHECK(r.out.find("no key lies within 0 step(s) of a whole number of periods back") != std::string::npos);
   CHECK(last_value(d.path + "/w.h5", "attention/uniform") == 0.0);
+}
+
+TEST_CASE("run timeseries and run crossattn: a test set too large for memory fails with status 1, naming --test") {
+  // Not a bad option (status 2), and not blamed on --shapes and --length,
+  // as it was: the same command runs on a machine with the memory.
+  test::TempDir d("heed-oom-");
+  struct Case {
+    std::string experiment;
+    std::string named;
+  };
+  for (const Case& c : {Case{"timeseries", "the test set (--test 67108864 signals of --length 128)"},
+                        Case{"crossattn", "the test set (--test 67108864 samples of --length 64)"}}) {
+    CAPTURE(c.experiment);
+    // 3 GB of address space: the test set needs more (34 and 4.8 GB).
+    const test::Result r = test::run_process(
+        {"/bin/sh", "-c", "ulimit -v 3000000; exec \"$0\" \"$@\"", HEED_CLI_PATH, "run", c.experiment, "--test",
+         "67108864", "--steps", "1", "--out", d.path + "/" + c.experiment + ".h5"},
+        d.path);
+    INFO(r.out << r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("heed: run " + c.experiment + ": " + c.named + ": out of memory allocating") != std::string::npos);
+    CHECK(r.err.find("--shapes") == std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_FALSE(std::filesystem::exists(d.path + "/" + c.experiment + ".h5"));
+  }
 }
