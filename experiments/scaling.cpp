@@ -7,6 +7,7 @@
 #include "experiments/scaling.h"
 
 #include <cmath>
+#include <limits>
 
 #include "experiments/common.h"
 #include "experiments/copy.h"
@@ -76,6 +77,13 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
       .integer("eval-every", &s.copy.eval_every, "part 2: accuracy every N steps (and at the end)", 1)
       .integer("seed", &s.copy.seed, "first seed (part 2 uses seed .. seed + seeds - 1; part 1 uses seed)", 0);
   if (!run.parse(args, command_line)) return 0;
+  // Part 2's seeds are --seed .. --seed + --seeds - 1, each an int64 (the
+  // models' names, the log's attribute): the last one must be one too.
+  if (s.copy.seed > std::numeric_limits<int64_t>::max() - (s.seeds - 1))
+    throw UsageError(fmt::format("run scaling: --seed {} with --seeds {} runs past the largest seed, {} (part 2 uses "
+                                 "seeds --seed .. --seed + --seeds - 1); expected --seed at most {}",
+                                 s.copy.seed, s.seeds, std::numeric_limits<int64_t>::max(),
+                                 std::numeric_limits<int64_t>::max() - (s.seeds - 1)));
   // Part 2 compares 2 x --seeds models, each pair of a seed from the same
   // initial draw; one file's weights given to all of them would leave one
   // starting point and nothing to compare, and to one of them a broken pair.

@@ -2,6 +2,7 @@
 // what they claim, read back from their logs (the Run's schema).
 #include "data/h5.h"
 #include "experiments/copy.h"
+#include "experiments/scaling.h"
 #include "experiments/shapes.h"
 #include "experiments/sine.h"
 #include "resume_check.h"
@@ -81,4 +82,23 @@ TEST_CASE("copy and shapes: a stopped run resumed with its length at the step it
       {"stopped at step 2 of 4", "expected a run longer than 2 steps (a larger --epochs; the run's own was 4)"});
   CHECK(test::slurp(sck) == sck_bytes);
   REQUIRE(experiments::run_shapes({"--resume", sck}, {"heed", "run", "shapes"}) == 0);
+}
+
+TEST_CASE("scaling: seeds past the largest int64 are refused naming them; the largest seed itself runs") {
+  test::TempDir d("heed-learn-scaling-");
+  const std::vector<std::string> small = {"--seeds", "2", "--dim", "8", "--dk-max", "4", "--steps", "3"};
+  // --seed 9223372036854775807 --seeds 2 named its second seed -9223372036854775808.
+  std::vector<std::string> over = small;
+  over.insert(over.end(), {"--seed", "9223372036854775807", "--out", d.path + "/ov.h5"});
+  test::check_error([&] { experiments::run_scaling(over, {"heed", "run", "scaling"}); },
+                    {"run scaling: --seed 9223372036854775807 with --seeds 2", "expected --seed at most "
+                                                                                "9223372036854775806"});
+  CHECK_FALSE(std::filesystem::exists(d.path + "/ov.h5"));
+  std::vector<std::string> last = small;
+  last.insert(last.end(), {"--seed", "9223372036854775806", "--out", d.path + "/ok.h5"});
+  REQUIRE(experiments::run_scaling(last, {"heed", "run", "scaling"}) == 0);
+  CHECK(h5::attr_str(h5::File(d.path + "/ok.h5", h5::File::Mode::read).get_attr("/", "seeds")) ==
+        "9223372036854775806..9223372036854775807");
+  CHECK(load_checkpoint(d.path + "/ok.ckpt.h5", "scaling").tensors.count("model/unscaled/seed9223372036854775807/"
+                                                                          "head.weight") == 1);
 }
