@@ -122,13 +122,13 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
       .integer("dim", &c.dim, "attention model: width D", 1, kMaxWidth)
       .integer("heads", &c.heads, "attention model: heads (must divide --dim)", 1, kMaxWidth)
       .integer("layers", &c.layers, "attention model: transformer blocks", 1, 8)
-      .integer("kernel", &c.kernel, "causal convolution width (both models)", 1, kMaxWidth)
+      .integer("kernel", &c.kernel, "causal convolution width (both models; at most --length)", 1, kMaxWidth)
       .integer("cnn-channels", &c.cnn_channels, "CNN: channels per layer", 1, kMaxWidth)
       .integer("cnn-layers", &c.cnn_layers, "CNN: causal convolution layers", 1, kMaxLayers)
       .integer("length", &c.series.length, "signal length T", 8, kMaxLength)
       .real("period-min", &c.series.period_min, "shortest period", 2.0)
       .real("period-max", &c.series.period_max, "longest period (at most half of --length)", 2.0)
-      .integer("harmonics", &c.series.harmonics, "harmonics of the periodic pattern", 1, kMaxWidth)
+      .integer("harmonics", &c.series.harmonics, "harmonics of the periodic pattern (at most --length / 2)", 1, kMaxWidth)
       .real("noise-min", &c.series.noise_min, "smallest noise standard deviation", 0.0)
       .real("noise-max", &c.series.noise_max, "largest noise standard deviation", 0.0)
       .integer("anomalies", &c.series.anomalies_max, "at most this many anomalies per signal", 0, kMaxLength)
@@ -148,6 +148,20 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
   if (2 * so.period_max > static_cast<double>(so.length))
     throw UsageError(fmt::format("run timeseries: --period-max {} leaves fewer than two cycles in --length {}",
                                  so.period_max, so.length));
+  // Taps of a causal convolution beyond the signal's start read only its
+  // zero padding: a kernel longer than the signal has weights that never
+  // see a value (and costs memory and time with the padding it needs).
+  if (c.kernel > so.length)
+    throw UsageError(fmt::format("run timeseries: --kernel {} is longer than the signals (--length {}); expected at "
+                                 "most {}",
+                                 c.kernel, so.length, so.length));
+  // T samples hold T/2 frequencies (a period of at least two steps): a
+  // harmonic beyond that only aliases onto lower ones, and each one costs a
+  // sine at every position of every signal drawn.
+  if (so.harmonics > so.length / 2)
+    throw UsageError(fmt::format("run timeseries: --harmonics {} is more than signals of --length {} can represent "
+                                 "(T samples hold T/2 frequencies); expected at most {}",
+                                 so.harmonics, so.length, so.length / 2));
   if (c.dim % c.heads != 0)
     throw UsageError(fmt::format("run timeseries: --dim {} is not divisible by --heads {}", c.dim, c.heads));
   if (c.batch % dist::size() != 0)

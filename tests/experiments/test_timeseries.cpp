@@ -205,6 +205,12 @@ TEST_CASE("run timeseries and run crossattn: bad options are refused naming them
       {run_timeseries, {"--period-min", "20", "--period-max", "16"}, {"--period-max 16", "--period-min 20"}},
       {run_timeseries, {"--noise-max", "0.01"}, {"--noise-max 0.01", "--noise-min 0.05"}},
       {run_timeseries, {"--heads", "3"}, {"--dim 32", "--heads 3"}},
+      // A kernel longer than the signal reads only padding (65536 ran for minutes at 4.6 GB before step 1).
+      {run_timeseries, {"--kernel", "129"}, {"--kernel 129", "--length 128", "expected at most 128"}},
+      {run_timeseries, {"--kernel", "65536", "--length", "64", "--period-max", "16"},
+       {"--kernel 65536", "--length 64", "expected at most 64"}},
+      // Harmonics beyond T/2 only alias (65536 spent minutes drawing sines before step 1).
+      {run_timeseries, {"--harmonics", "65"}, {"--harmonics 65", "--length 128", "expected at most 64"}},
       {run_crossattn, {"--shapes", "6"}, {"--shapes 6", "--length 64", "no non-overlapping draw"}},
       {run_crossattn, {"--shapes", "8"}, {"--shapes 8", "--length 64", "do not fit"}},
       {run_crossattn, {"--heads", "5"}, {"--dim 64", "--heads 5"}},
