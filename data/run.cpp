@@ -210,9 +210,15 @@ void refuse_replacing(const std::string& command, const std::string& flag, const
 }
 
 std::string format_seconds(double s) {
-  if (s < 60) return fmt::format("{:.1f}s", s);
-  int64_t m = static_cast<int64_t>(s / 60);
-  return fmt::format("{}m{:02d}s", m, static_cast<int>(s - 60.0 * static_cast<double>(m)));
+  if (!(s >= 60)) return fmt::format("{:.1f}s", s);
+  // An ETA from a rate of almost nothing (a first step that took minutes of
+  // a run of millions) would be a number of days no one can use.
+  if (s >= 1000.0 * 86400.0) return "over 999 days";
+  const auto t = static_cast<int64_t>(s);  // whole seconds
+  const int64_t days = t / 86400, hours = t / 3600 % 24, minutes = t / 60 % 60, seconds = t % 60;
+  if (days > 0) return fmt::format("{}d{:02d}h{:02d}m", days, hours, minutes);
+  if (hours > 0) return fmt::format("{}h{:02d}m{:02d}s", hours, minutes, seconds);
+  return fmt::format("{}m{:02d}s", minutes, seconds);
 }
 
 // ---- Ctrl-C ----

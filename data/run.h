@@ -340,7 +340,7 @@ void refuse_replacing(const std::string& command, const std::string& flag, const
                       const std::string& writes, const std::string& again,
                       const std::function<bool(const ExistingFile&)>& replaceable);
 
-// "1m05s", "12.3s"
+// "12.3s", "1m05s", "5h00m00s", "2d03h07m"; "over 999 days" from 1000 days on (an ETA of no use)
 std::string format_seconds(double s);
 std::string cpu_model();
 std::string heed_version();

@@ -786,3 +786,16 @@ TEST_CASE("Run: a program that sets its own length is refused the same, naming t
   REQUIRE(three.go({"--resume", ck, "--rounds", "3"}) == 0);
   CHECK(three.counter == 12);
 }
+
+TEST_CASE("format_seconds: seconds, minutes, hours, days; an ETA beyond any use is capped") {
+  CHECK(format_seconds(12.34) == "12.3s");
+  CHECK(format_seconds(65) == "1m05s");
+  CHECK(format_seconds(3599) == "59m59s");
+  CHECK(format_seconds(5 * 3600) == "5h00m00s");
+  CHECK(format_seconds(3600 + 62) == "1h01m02s");
+  CHECK(format_seconds(2 * 86400 + 3 * 3600 + 7 * 60 + 30) == "2d03h07m");
+  CHECK(format_seconds(999 * 86400.0) == "999d00h00m");
+  CHECK(format_seconds(1000 * 86400.0) == "over 999 days");
+  CHECK(format_seconds(9.16e15) == "over 999 days");  // steps left / a rate of almost nothing
+  CHECK(format_seconds(INFINITY) == "over 999 days");
+}
