@@ -800,6 +800,7 @@ void Run::restore_state() {
   const std::string where = fmt::format("{}: checkpoint '{}'", args_.command(), resume_);
   step_ = ck.counter("step");
   check_resumed_step(step_);  // (a program with --steps: already in parse())
+  check_unfinished(step_);    // here, where the work a program owes is known
   std::set<std::string> used;
   std::vector<std::string> missing;
   for (const Entry& e : entries_) {
@@ -1166,11 +1167,18 @@ void Run::check_resumed_step(int64_t at) const {
     throw UsageError(fmt::format("{}: checkpoint '{}' is at step {}, beyond this run's {} steps (the length may only "
                                  "grow on resume)",
                                  args_.command(), resume_, at, steps_));
+}
+
+void Run::check_unfinished(int64_t at) const {
   // A run stopped at step `at` of a longer run did that step's work but not
   // the work a program does after its last step (a final evaluation, the
   // last attention maps): next() would end the run at once, without it.
+  // Unless that step's work is owed (owed_work(): charlm's evaluation a stop
+  // cut short), which the program does first, as its last step would.
   const int64_t length = resumed_length();
   if (at != steps_ || length <= at) return;
+  for (const auto& [pending, datasets] : owed_)
+    if (auto it = resume_ck_->counters.find(pending); it != resume_ck_->counters.end() && it->second == at) return;
   const bool has_steps = defaults_.steps_ > 0;
   std::vector<std::string> lengths;  // the options that set a set_steps() program's length (shapes: --epochs)
   for (const std::string& k : changeable_)

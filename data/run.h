@@ -217,9 +217,10 @@ class Run {
                  std::function<void(const Tensor&)> load);
   void check_name(const std::string& name, bool tensor) const;  // tensor: a key under tensors/, else a counter
   void restore_config();
-  // Refuses a checkpoint's step beyond the run's length, and a length that
-  // ends the run at the step where a longer one stopped (its end-of-run work undone).
-  void check_resumed_step(int64_t at) const;
+  void check_resumed_step(int64_t at) const;  // refuses a checkpoint's step beyond the run's length
+  // Refuses a length that ends the run at the step where a longer one
+  // stopped (its end-of-run work undone), unless that step's work is owed.
+  void check_unfinished(int64_t at) const;
   int64_t resumed_length() const;  // the length of the checkpoint's run (-1: not known)
   void check_paths();
   void check_resumed_log();

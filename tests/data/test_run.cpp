@@ -799,3 +799,23 @@ TEST_CASE("format_seconds: seconds, minutes, hours, days; an ETA beyond any use 
   CHECK(format_seconds(9.16e15) == "over 999 days");  // steps left / a rate of almost nothing
   CHECK(format_seconds(INFINITY) == "over 999 days");
 }
+
+TEST_CASE("Run: a resume may end the run at the step it stopped when that step's work is owed: the program does it first") {
+  // charlm's evaluation cut short by a stop is owed (owed_work()): resumed
+  // with --steps at that step, the program evaluates it, as its last step would.
+  test::TempDir d("heed-run-");
+  const std::string ck = d.path + "/w.ckpt.h5";
+  Toy first;
+  first.track_later = true;
+  first.later = 4;  // the step whose work is owed, as a program sets it when a stop cuts that work short
+  REQUIRE(first.go({"--out", d.path + "/w.h5", "--stop-after", "4"}) == 130);
+  Toy owing;
+  owing.track_later = true;
+  owing.after_parse = [&owing] { owing.run.owed_work("later", {}); };
+  REQUIRE(owing.go({"--resume", ck, "--steps", "4"}) == 0);
+  CHECK(owing.later == 4);
+  // Without owed work declared, the same checkpoint is refused.
+  Toy plain;
+  plain.track_later = true;
+  test::check_error([&] { plain.go({"--resume", ck, "--steps", "4"}); }, {"stopped at step 4 of 10"});
+}
