@@ -76,6 +76,13 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
       .real("lr", &s.copy.lr, "part 2: Adam learning rate", 0.0, 1e300, true)
       .integer("eval-every", &s.copy.eval_every, "part 2: accuracy every N steps (and at the end)", 1)
       .integer("seed", &s.copy.seed, "first seed (part 2 uses seed .. seed + seeds - 1; part 1 uses seed)", 0);
+  // Part 2 compares 2 x --seeds models, each pair of a seed from the same
+  // initial draw; one file's weights given to all of them would leave one
+  // starting point and nothing to compare, and to one of them a broken pair.
+  // Run's --init-from is therefore neither offered (--help) nor taken.
+  run.args().withhold("init-from", "does not apply: scaling trains 2 x --seeds models (scaled and unscaled) from "
+                                   "initial weights it draws per seed, and starts none of them from a file (heed run "
+                                   "copy --init-from starts one copy model from a file)");
   if (!run.parse(args, command_line)) return 0;
   // Part 2's seeds are --seed .. --seed + --seeds - 1, each an int64 (the
   // models' names, the log's attribute): the last one must be one too.
@@ -84,15 +91,6 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
                                  "seeds --seed .. --seed + --seeds - 1); expected --seed at most {}",
                                  s.copy.seed, s.seeds, std::numeric_limits<int64_t>::max(),
                                  std::numeric_limits<int64_t>::max() - (s.seeds - 1)));
-  // Part 2 compares 2 x --seeds models, each pair of a seed from the same
-  // initial draw; one file's weights given to all of them would leave one
-  // starting point and nothing to compare, and to one of them a broken pair.
-  if (const std::string init = run.args().value("init-from"); !init.empty())
-    throw UsageError(fmt::format("run scaling: --init-from '{}': scaling trains {} models (scaled and unscaled, "
-                                 "seeds {}..{}) from initial weights it draws per seed, and starts none of them from "
-                                 "a file; expected no --init-from (heed run copy --init-from starts one copy model "
-                                 "from a file)",
-                                 init, 2 * s.seeds, s.copy.seed, s.copy.seed + s.seeds - 1));
   if (s.copy.batch % dist::size() != 0)
     throw UsageError(fmt::format("run scaling: --batch {} is not divisible by the {} processes of this job",
                                  s.copy.batch, dist::size()));

@@ -177,8 +177,12 @@ TEST_CASE("export: a checkpoint of several models names them whole, and --model 
                p);
   INFO(r.err);
   CHECK(r.status == 2);
-  CHECK(r.err.find("run scaling: --init-from '" + p + "/u1.safetensors': scaling trains 4 models") !=
-        std::string::npos);
+  CHECK(r.err.find("run scaling: --init-from does not apply: scaling trains 2 x --seeds models") != std::string::npos);
+  // ... and does not offer it.
+  r = heed_cli({"run", "scaling", "--help"}, p);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("--init-from") == std::string::npos);
+  CHECK(r.out.find("--seeds") != std::string::npos);
   CHECK(r.err.find("train one of them") == std::string::npos);
   CHECK(!fs::exists(p + "/sc2.h5"));
 }
