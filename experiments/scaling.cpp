@@ -164,7 +164,7 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
     log.write_tensor("saturation/max_weight", Tensor::from_f64(mx, {2, n}));
     log.write_tensor("saturation/grad_ratio", Tensor::from_f64(gr, {2, n}));
     log.set_attr("variants", std::string("scaled unscaled"));
-    log.set_attr("seeds", fmt::format("{}..{}", s.copy.seed, s.copy.seed + S - 1));
+    log.set_attr("seeds", fmt::format("{}..{}", s.copy.seed, s.copy.seed + (S - 1)));
     log_model(log, "copy", *models[0]);
     log.declare_scalar("train_loss");  // the mean over all 2 x seeds models
     log.declare_series("losses", {2, S});
