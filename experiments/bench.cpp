@@ -177,6 +177,11 @@ constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;
 #endif
+#ifdef __OPTIMIZE__
+constexpr bool kOptimised = true;
+#else
+constexpr bool kOptimised = false;
+#endif
 
 struct Peak {
   double gflops = 0;
@@ -309,10 +314,56 @@ Profiled print_profile(const Workload& w, int64_t steps, double peak) {
   return {wall_ms, at_peak_ms + rest_ms};
 }
 
+// The interpreter of the PyTorch peer: the one that sees Debian's python3-*
+// packages, or HEED_PYTHON (as `heed plot`).
+std::string peer_python() {
+  const char* env = std::getenv("HEED_PYTHON");
+  return env && *env ? env : "/usr/bin/python3";
+}
+
+// The PyTorch peer: in the source tree this program was built from, else
+// installed beside the executable (PREFIX/bin/heed_torch_peer.py).
+std::string torch_peer_script() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates{fs::path(HEED_SOURCE_DIR) / "experiments/bench/torch_peer.py"};
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path() / "heed_torch_peer.py");
+  for (const auto& c : candidates)
+    if (fs::is_regular_file(c, ec)) return c.string();
+  std::string tried;
+  for (const auto& c : candidates) tried += (tried.empty() ? "" : ", ") + c.string();
+  fail("bench --compare: cannot find the PyTorch peer script (looked at: {})", tried);
+}
+
+// The last non-empty line of a program's output: a Python error's message
+// without its traceback.
+std::string last_line(const std::string& out) {
+  size_t end = out.find_last_not_of(" \n\r\t");
+  if (end == std::string::npos) return "(no output)";
+  const size_t begin = out.rfind('\n', end);
+  return out.substr(begin == std::string::npos ? 0 : begin + 1, end + 1 - (begin == std::string::npos ? 0 : begin + 1));
+}
+
+// Before heed's first row: the peer's script is there and its interpreter
+// imports torch, so a missing PyTorch is said at once, not after minutes.
+void check_torch_peer() {
+  torch_peer_script();
+  const std::string cmd = fmt::format("'{}' -c 'import torch, torch.nn' 2>&1", peer_python());
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) fail("bench --compare: cannot run {}: {}", peer_python(), std::strerror(errno));
+  std::string out;
+  char line[4096];
+  while (fgets(line, sizeof line, p)) out += line;
+  if (pclose(p) != 0)
+    fail("bench --compare: {} cannot import PyTorch ({}); install python3-torch (`apt-get install python3-torch`)",
+         peer_python(), last_line(out));
+}
+
 // Runs the PyTorch peer and returns its median ms per workload.
 std::map<std::string, double> run_torch(int64_t threads, int64_t steps, int64_t warmup, const std::string& only,
                                         const std::string& precision = "f32", double dropout = 0) {
-  std::string script = std::string(HEED_SOURCE_DIR) + "/experiments/bench/torch_peer.py";
+  const std::string script = torch_peer_script();
   // On heed's capped instruction set, PyTorch is capped alike: its own
   // kernels (ATen), its oneDNN and OpenBLAS (which both read the cap when
   // they load; the AVX2 pass starts heed with the same OPENBLAS_CORETYPE).
@@ -328,8 +379,8 @@ std::map<std::string, double> run_torch(int64_t threads, int64_t steps, int64_t 
   // GPT-128 at 96-105 ms a step with it and at 155-174 ms at libgomp's
   // default (2026-11-29, alternating), so the comparison is the one that
   // favours PyTorch, not the one that flatters heed.
-  std::string cmd = fmt::format("{}/usr/bin/python3 '{}' --threads {} --steps {} --warmup {} --precision {}{}{} 2>&1",
-                                env, script, threads, steps, warmup, precision, only.empty() ? "" : " --only " + only,
+  std::string cmd = fmt::format("{}'{}' '{}' --threads {} --steps {} --warmup {} --precision {}{}{} 2>&1",
+                                env, peer_python(), script, threads, steps, warmup, precision, only.empty() ? "" : " --only " + only,
                                 dropout > 0 ? fmt::format(" --dropout {}", dropout) : "");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) fail("bench: cannot run {}", cmd);
@@ -344,7 +395,7 @@ std::map<std::string, double> run_torch(int64_t threads, int64_t steps, int64_t 
   }
   int rc = pclose(p);
   if (rc != 0 || out.empty())
-    fail("bench: the PyTorch peer failed (is python3-torch installed? `apt-get install python3-torch`):\n{}", all);
+    fail("bench: the PyTorch peer failed: {} (its whole output: run {})", last_line(all), cmd.substr(0, cmd.size() - 5));
   // The kernel goes on tidying up after the peer's exit for a few tens of
   // ms (measured: ~20 ms of waiting for a core in the next 50 ms); heed's
   // next round starts after that.
@@ -361,6 +412,7 @@ struct AttentionMemoryConfig {
 
 struct AttentionCall {
   double median_ms = 0;
+  int64_t paced_calls = 0;  // measured calls that ended on fewer threads than asked (busy cores)
   int64_t peak_bytes = 0;  // most tensor bytes in use during the call, beyond its inputs
   int64_t scratch_bytes = 0;  // the fused kernels' per-thread scratch held after the calls
 };
@@ -393,7 +445,11 @@ AttentionCall attention_call(bool fused, int64_t T, const AttentionMemoryConfig&
     const double t = 1000 * sw.seconds();
     r.peak_bytes = std::max(r.peak_bytes, alloc::stats().peak_bytes_in_use - before);  // the gradients included
     for (Tensor* x : {&q, &k, &v}) x->zero_grad();
-    if (i >= warmup) ms.push_back(t);
+    if (i >= warmup) {
+      ms.push_back(t);
+      const heed::ThreadPacing p = heed::thread_pacing();
+      if (p.active < p.threads) ++r.paced_calls;
+    }
   }
   std::sort(ms.begin(), ms.end());
   r.median_ms = ms[ms.size() / 2];
@@ -422,8 +478,10 @@ int run_attention_memory(int64_t threads, int64_t max_t, int64_t plain_max_t, in
     std::string line = fmt::format("{:>6} {:>10.2f} {:>11.2f} {:>8.2f} {:>6}   ", T, f.median_ms, f.peak_bytes / MiB,
                                    f.scratch_bytes / MiB, fx);
     const double map_mib = 4.0 * c.N * c.H * T * T / MiB;
+    int64_t plain_paced = 0;
     if (T <= plain_max_t) {
       AttentionCall p = attention_call(false, T, c, warmup, repeats);
+      plain_paced = p.paced_calls;
       std::string px = prev_plain.peak_bytes ? fmt::format("{:.2f}", double(p.peak_bytes) / prev_plain.peak_bytes) : "";
       line += fmt::format("{:>10.2f} {:>11.2f} {:>6}   {:>10.2f} {:>11.1f}x", p.median_ms, p.peak_bytes / MiB, px,
                           map_mib, double(p.peak_bytes) / f.peak_bytes);
@@ -432,6 +490,11 @@ int run_attention_memory(int64_t threads, int64_t max_t, int64_t plain_max_t, in
       line += fmt::format("{:>10} {:>11} {:>6}   {:>10.2f} {:>12}", "-", "-", "", map_mib, "");
     }
     prev_fused = f;
+    // The fused kernels keep scratch per thread that ran: on fewer threads
+    // (busy cores) the row's memory and time are not the machine's.
+    if (f.paced_calls + plain_paced > 0)
+      line += fmt::format("   [on fewer threads, the cores were busy: {} of {} fused calls, {} plain]", f.paced_calls,
+                          repeats, plain_paced);
     fmt::print("{}\n", line);
     std::fflush(stdout);
   }
@@ -916,6 +979,18 @@ int run_bench(const std::vector<std::string>& args) {
   };
   if (prec != "f32" && prec != "bf16" && prec != "both")
     throw UsageError(fmt::format("bench: --precision expects f32, bf16 or both, got '{}'", prec));
+  // The toy models have no bf16 row and no dropout: an option that would
+  // change nothing of what was chosen is refused, not ignored.
+  const bool any_gpt = std::any_of(kWorkloads.begin(), kWorkloads.end(),
+                                   [&](const std::string& n) { return n.rfind("toy", 0) != 0 && chosen(n); });
+  if (!any_gpt && prec == "bf16")
+    throw UsageError(fmt::format("bench: --precision bf16 times the GPT workloads' products in bf16; --only {} has "
+                                 "none (the toy models' convolutions stay float32): expected a GPT workload in --only",
+                                 only));
+  if (!any_gpt && a.given("dropout"))
+    throw UsageError(fmt::format("bench: --dropout applies to the GPT workloads; --only {} has none: expected a GPT "
+                                 "workload in --only, or no --dropout",
+                                 only));
   const std::string no_bf16 = bf16_unsupported_reason();
   if (prec == "bf16" && !no_bf16.empty()) throw UsageError(fmt::format("bench: --precision bf16: {}", no_bf16));
   std::vector<Precision> precisions;
@@ -923,6 +998,7 @@ int run_bench(const std::vector<std::string>& args) {
   if (prec == "bf16" || (prec == "both" && no_bf16.empty())) precisions.push_back(Precision::bf16);
   heed::set_num_threads(static_cast<int>(threads));
 
+  if (compare) check_torch_peer();
   const Peak first = gemm_peak(Precision::f32);
   const double peak = first.gflops;
   const double peak_bf16 = no_bf16.empty() ? gemm_peak_gflops(Precision::bf16) : 0;
@@ -937,7 +1013,11 @@ int run_bench(const std::vector<std::string>& args) {
   if (first.skipped_big)
     fmt::print("(2048^3 skipped: {}, whose figures are not speeds)\n\n",
                kSanitized ? std::string("a sanitized build")
-                          : fmt::format("1024^3 took over {} s, an unoptimised build", kSlowSquareSeconds));
+                          : fmt::format("1024^3 took over {} s, {}", kSlowSquareSeconds,
+                                        heed::cpu_isa() != heed::cpu_isa_max()
+                                            ? fmt::format("on the capped instruction set (--isa {})",
+                                                          heed::cpu_isa_name())
+                                            : std::string(kOptimised ? "a busy machine" : "an unoptimised build")));
   fmt::print("{:<19} {:>9} {:>14} {:>9} {:>7} {:>7} {:>10} {:>12}\n", "workload", "ms/step", "items/s", "GFLOP/s",
              "% peak", "peak", "max RSS MB", "allocs/step");
   // With --compare, each workload's PyTorch run follows its heed run, so a
@@ -1090,6 +1170,7 @@ int run_bench(const std::vector<std::string>& args) {
   // --isa times the toy models and GPT-128 again in a child process capped
   // to AVX2 (heed's kernels and oneDNN; PyTorch capped alike).
   std::map<std::string, double> avx2_ratio;
+  std::map<std::string, bool> avx2_busy;  // the AVX2 pass flagged the row's ratio as not the machine's
   if (compare && isa.empty() && cpu_isa_max() == CpuIsa::avx512 && !avx2_pass_off) {
     std::vector<std::string> want;
     for (const char* n : {"toy-cnn", "toy-attention", "gpt-128"})
@@ -1119,7 +1200,10 @@ int run_bench(const std::vector<std::string>& args) {
         if (l.rfind("heed against the PyTorch peer", 0) == 0) table = true;
         char name[64];
         double h, t, x;
-        if (table && std::sscanf(line, "%63s %lf %lf %lfx", name, &h, &t, &x) == 4) avx2_ratio[name] = x;
+        if (table && std::sscanf(line, "%63s %lf %lf %lfx", name, &h, &t, &x) == 4) {
+          avx2_ratio[name] = x;
+          avx2_busy[name] = l.find("[busy:") != std::string::npos;
+        }
       }
       if (pclose(pipe) != 0) fail("bench: the AVX2 pass failed (its output is above)");
     }
@@ -1127,7 +1211,10 @@ int run_bench(const std::vector<std::string>& args) {
   // On an AVX2-only CPU the main pass is the AVX2 path.
   if (compare && isa.empty() && cpu_isa_max() == CpuIsa::avx2)
     for (const char* n : {"toy-cnn", "toy-attention", "gpt-128"})
-      if (ratios.count(n)) avx2_ratio[n] = median(ratios[n]);
+      if (ratios.count(n)) {
+        avx2_ratio[n] = median(ratios[n]);
+        avx2_busy[n] = paced_steps[n] > 0;
+      }
   // The targets of a full --compare run (printed by the main pass only).
   if (compare && isa.empty()) {
     struct Target {
@@ -1137,21 +1224,27 @@ int run_bench(const std::vector<std::string>& args) {
       bool at_least;
       std::string unit;
       std::string why_unknown = "not measured in this run";  // printed when !known
+      std::string busy = "";  // why the figure is not the machine's (busy cores), printed after the verdict
     };
     std::vector<Target> targets;
+    auto busy_note = [](int64_t paced) {
+      return paced > 0 ? fmt::format(" [busy: {} steps on fewer threads, not the machine's figure]", paced)
+                       : std::string();
+    };
     // The GPT targets are of the workloads without dropout.
     const std::string with_dropout = "not measured: the targets are without dropout (this run has --dropout)";
     auto pct = [&](const std::string& r, double goal) {
       const bool k = pct_peak.count(r) > 0 && dropout == 0;
       targets.push_back({r + " float32, % of the float32 GEMM peak", k, k ? median(pct_peak[r]) : 0, goal, true, "%",
-                         dropout > 0 ? with_dropout : "not measured in this run"});
+                         dropout > 0 ? with_dropout : "not measured in this run", busy_note(paced_steps[r])});
     };
     auto speedup = [&](const std::string& n, double goal) {
       const bool k = bf16_speedup.count(n) > 0 && dropout == 0;
       targets.push_back({n + " bf16 against float32", k, k ? median(bf16_speedup[n]) : 0, goal, true, "x",
                          dropout > 0              ? with_dropout
                          : no_bf16.empty() ? "not measured in this run"
-                                           : "not measured: no bf16 on this CPU"});
+                                           : "not measured: no bf16 on this CPU",
+                         busy_note(paced_steps[n] + paced_steps[n + " bf16"])});
     };
     pct("gpt-128", 80);
     pct("gpt-256", 85);
@@ -1163,7 +1256,9 @@ int run_bench(const std::vector<std::string>& args) {
                          avx2_ratio.count(n) ? avx2_ratio[n] : 0, 3.0, true, "x",
                          gpt_dropout      ? with_dropout
                          : avx2_pass_off ? "not measured: --no-avx2-pass"
-                                         : "not measured in this run"});
+                                         : "not measured in this run",
+                         avx2_busy[n] ? std::string(" [busy: the cores were shared, the ratio is not the machine's]")
+                                      : ""});
     }
     fmt::print("\ntargets (medians of this run):\n");
     for (const auto& t : targets) {
@@ -1172,8 +1267,8 @@ int run_bench(const std::vector<std::string>& args) {
         continue;
       }
       const bool met = t.at_least ? t.value >= t.goal : t.value <= t.goal;
-      fmt::print("  {:<52} {:>8.2f}{:<2} (target >= {}{}): {}\n", t.what, t.value, t.unit, t.goal, t.unit,
-                 met ? "met" : "NOT met");
+      fmt::print("  {:<52} {:>8.2f}{:<2} (target >= {}{}): {}{}\n", t.what, t.value, t.unit, t.goal, t.unit,
+                 met ? "met" : "NOT met", t.busy);
     }
   }
   return 0;

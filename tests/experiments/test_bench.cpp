@@ -1,6 +1,7 @@
 // tests/experiments/test_bench.cpp: `heed bench` as a user runs it: the
 // figures it prints, the --profile table, and its refusals of bad flags.
 // Speed itself is not asserted (that is what the benchmark is for).
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -299,4 +300,43 @@ TEST_CASE("heed bench --attention-memory: the fused path's memory, its scratch i
   CHECK(rows[2][2] / rows[1][2] < 2.5);
   CHECK(rows[2][2] / rows[1][2] > 1.5);
   CHECK(rows[2][6] > 4 * rows[2][2]);
+}
+
+TEST_CASE("heed bench: bf16 or dropout for the toy models alone is refused, not a silent empty table") {
+  BenchRun r = run_cli("bench --precision bf16 --only toy-cnn");
+  CHECK(r.status == 2);
+  CHECK(has(r.out, "--precision bf16"));
+  CHECK(has(r.out, "--only toy-cnn"));
+  CHECK(has(r.out, "expected a GPT workload"));
+  CHECK_FALSE(has(r.out, "GEMM peak"));  // refused before measuring anything
+  r = run_cli("bench --dropout 0.2 --precision f32 --only toy-cnn,toy-attention");
+  CHECK(r.status == 2);
+  CHECK(has(r.out, "--dropout"));
+  CHECK(has(r.out, "--only toy-cnn,toy-attention"));
+  CHECK_FALSE(has(r.out, "GEMM peak"));
+}
+
+TEST_CASE("heed bench --compare without PyTorch: one line naming the interpreter, before heed's first row") {
+  // An interpreter that fails to import torch the way Python does.
+  char dir[] = "/tmp/heed_bench_nopy_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string py = std::string(dir) + "/python3";
+  {
+    FILE* f = std::fopen(py.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("#!/bin/sh\necho 'Traceback (most recent call last):'\necho '  File \"<string>\", line 1'\n"
+               "echo \"ModuleNotFoundError: No module named 'torch'\"\nexit 1\n",
+               f);
+    std::fclose(f);
+  }
+  REQUIRE(chmod(py.c_str(), 0755) == 0);
+  BenchRun r = run_cli("bench --compare --only toy-attention --steps 1 --warmup 0 --no-avx2-pass", "HEED_PYTHON=" + py);
+  CHECK(r.status == 1);
+  CHECK(has(r.out, py));
+  CHECK(has(r.out, "No module named 'torch'"));
+  CHECK(has(r.out, "python3-torch"));
+  CHECK_FALSE(has(r.out, "Traceback"));
+  CHECK_FALSE(has(r.out, "GEMM peak"));  // nothing measured first
+  std::remove(py.c_str());
+  rmdir(dir);
 }

@@ -28,6 +28,10 @@ cmake --install "$build_dir" --prefix "$prefix" >"$work/install.log" || { cat "$
 # The program that inspects, plots and exports what a user's program writes.
 [[ -x $prefix/bin/heed ]] || fail "bin/heed not installed"
 [[ -f $prefix/bin/heed_plot.py ]] || fail "bin/heed_plot.py (heed plot's script) not installed"
+[[ -f $prefix/bin/heed_torch_peer.py ]] || fail "bin/heed_torch_peer.py (heed bench --compare's PyTorch peer) not installed"
+if [[ -x $build_dir/heed_microbench ]]; then
+  [[ -x $prefix/bin/heed_microbench ]] || fail "bin/heed_microbench (heed bench --micro) not installed"
+fi
 "$prefix/bin/heed" inspect --help >"$work/heed-help.log" 2>&1 || { cat "$work/heed-help.log"; fail "bin/heed inspect --help"; }
 
 # The differentiable ops are the only ones a user reaches: heed::reshape
