@@ -68,7 +68,10 @@ void check_has_dims(const Tensor& t, const char* op) {
 }
 
 void check_defined(const Tensor& t, const char* op) {
-  if (!t.defined()) fail("{}: got an undefined tensor", op);
+  if (!t.defined())
+    fail("{}: got an undefined tensor (a default-constructed Tensor, or the grad() of a tensor no backward has "
+         "reached yet)",
+         op);
 }
 
 void check_dtype(const Tensor& t, DType expected, const char* op) {

@@ -272,6 +272,11 @@ std::string nanogpt_unsupported(const GPTOptions& o) {
                        o.kv_heads_, o.heads_);
   if (!o.learned_positions_)
     return "fixed sinusoidal positions (learned_positions(false)); nanoGPT learns transformer.wpe.weight";
+  // nanoGPT's bias=False drops the LayerNorms' biases too, which this GPT
+  // keeps: neither of its layouts holds linears without biases beside them.
+  if (!o.bias_)
+    return "linears without biases beside LayerNorms with them (bias(false)); nanoGPT's bias=True has both, its "
+           "bias=False neither";
   return "";
 }
 

@@ -147,24 +147,57 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
   for (size_t i = 0; i < params_.size(); ++i)
     for (const auto& [key, s] : state_[i]) mine.emplace(params_[i].first + "/" + key, s);
 
+  // Every problem in one message (as Module::load_state_dict): missing,
+  // unexpected and mismatched entries, each list cut after a few.
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::set<std::string> missing_kinds, unexpected_kinds;  // the per-parameter state names ("exp_avg")
+  auto kind = [](const std::string& key) {
+    const size_t slash = key.rfind('/');
+    return slash == std::string::npos ? std::string() : key.substr(slash + 1);
+  };
   for (const auto& [key, t] : mine) {
     auto it = state.find(key);
-    if (it == state.end())
-      fail("{}: load_state_dict: missing entry '{}' (expected shape {}, dtype {})", type_, key, shape_str(t.shape()),
-           dtype_name(t.dtype()));
+    if (it == state.end()) {
+      missing.push_back(fmt::format("'{}' (expected shape {}, dtype {})", key, shape_str(t.shape()), dtype_name(t.dtype())));
+      if (!kind(key).empty()) missing_kinds.insert(kind(key));
+      continue;
+    }
     const Tensor& v = it->second;
-    if (!v.defined()) fail("{}: load_state_dict: entry '{}' is undefined", type_, key);
-    if (v.shape() != t.shape())
-      fail("{}: load_state_dict: entry '{}' has shape {}, the optimiser expects {}", type_, key, shape_str(v.shape()),
-           shape_str(t.shape()));
-    if (v.dtype() != t.dtype())
-      fail("{}: load_state_dict: entry '{}' has dtype {}, the optimiser expects {}", type_, key,
-           dtype_name(v.dtype()), dtype_name(t.dtype()));
+    if (!v.defined())
+      mismatched.push_back(fmt::format("entry '{}' is undefined", key));
+    else if (v.shape() != t.shape())
+      mismatched.push_back(fmt::format("entry '{}' has shape {}, the optimiser expects {}", key, shape_str(v.shape()),
+                                       shape_str(t.shape())));
+    else if (v.dtype() != t.dtype())
+      mismatched.push_back(fmt::format("entry '{}' has dtype {}, the optimiser expects {}", key, dtype_name(v.dtype()),
+                                       dtype_name(t.dtype())));
   }
   for (const auto& [key, t] : state)
-    if (!mine.count(key))
-      fail("{}: load_state_dict: unexpected entry '{}' (shape {}) not in the optimiser", type_, key,
-           t.defined() ? shape_str(t.shape()) : "undefined");
+    if (!mine.count(key)) {
+      unexpected.push_back(fmt::format("'{}' (shape {})", key, t.defined() ? shape_str(t.shape()) : "undefined"));
+      if (!kind(key).empty()) unexpected_kinds.insert(kind(key));
+    }
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    auto some = [](const std::vector<std::string>& v) {
+      constexpr size_t kShown = 6;
+      std::vector<std::string> shown(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), kShown)));
+      return fmt::format("{}{}", fmt::join(shown, ", "),
+                         v.size() > kShown ? fmt::format(" and {} more", v.size() - kShown) : "");
+    };
+    std::string what;
+    if (!missing.empty()) what += fmt::format("; {} missing: {}", missing.size(), some(missing));
+    if (!unexpected.empty())
+      what += fmt::format("; {} unexpected, not in the optimiser: {}", unexpected.size(), some(unexpected));
+    if (!mismatched.empty()) what += fmt::format("; {}", some(mismatched));
+    // State of another kind per parameter: another optimiser's.
+    bool shared = false;
+    for (const auto& k : unexpected_kinds) shared = shared || missing_kinds.count(k);
+    if (!missing_kinds.empty() && !unexpected_kinds.empty() && !shared)
+      what += fmt::format("; the state keeps {} per parameter where {} keeps {}: it is another optimiser's (construct "
+                          "the optimiser the state was written with)",
+                          fmt::join(unexpected_kinds, ", "), type_, fmt::join(missing_kinds, ", "));
+    fail("{}: load_state_dict: the state does not fit this optimiser{}", type_, what);
+  }
   // Values: counts are non-negative, lr is a valid learning rate.
   for (const auto& [key, t] : mine) {
     if (t.dtype() != DType::i64) continue;

@@ -112,6 +112,9 @@ TEST_CASE("an undefined tensor is named with the op that received it") {
   check_error([] { k::binary(k::Binary::add, Tensor(), Tensor::zeros({1})); }, {"add", "undefined"});
   check_error([] { k::sum(Tensor(), {}); }, {"sum", "undefined"});
   check_error([] { k::matmul(Tensor::zeros({1, 1}), Tensor()); }, {"matmul", "undefined"});
+  // The usual way to meet one: reading a gradient before any backward.
+  check_error([] { (void)Tensor::ones({3}).set_requires_grad().grad().to_floats(); },
+              {"undefined", "grad() of a tensor no backward has reached"});
 }
 
 TEST_CASE("an undefined tensor's accessors throw naming the accessor, not crash") {

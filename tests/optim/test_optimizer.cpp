@@ -206,6 +206,26 @@ TEST_CASE("optim: load_state_dict names the missing, unexpected or mismatched en
     sd["lr"] = Tensor::scalar(-0.5, DType::f64);
     expect_refused(sd, {"'lr'", "-0.5"});
   }
+  SUBCASE("every fault in one message, not only the first") {
+    StateDict sd = altered();
+    sd.erase("a/exp_avg");
+    sd.erase("c/exp_avg_sq");
+    sd["zz/exp_avg"] = Tensor::zeros({3});
+    sd["b/exp_avg"] = Tensor::zeros({4});
+    expect_refused(sd, {"2 missing", "'a/exp_avg'", "'c/exp_avg_sq'", "1 unexpected", "'zz/exp_avg'",
+                        "'b/exp_avg' has shape [4]"});
+  }
+  SUBCASE("another optimiser's state is said to be one") {
+    StateDict sd;  // what an SGD with momentum over the same parameters writes
+    for (const auto& [k, t] : good) {
+      const size_t slash = k.find('/');
+      if (slash == std::string::npos) sd[k] = kernel::clone(t);
+      else if (k.substr(slash + 1) == "exp_avg") sd[k.substr(0, slash) + "/momentum_buffer"] = kernel::clone(t);
+    }
+    expect_refused(sd, {"missing", "unexpected", "'a/momentum_buffer'",
+                        "the state keeps momentum_buffer per parameter where Adam keeps", "exp_avg, exp_avg_sq",
+                        "another optimiser's"});
+  }
   SUBCASE("the altered dict itself loads") {
     opt.load_state_dict(altered());
     CHECK(opt.step_count() == 9);
