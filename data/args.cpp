@@ -117,6 +117,10 @@ bool Args::parse(const std::vector<std::string>& args, std::string* positional, 
       fmt::print("{}", help());
       return false;
     }
+  // "--help=1" was "unknown option '--help'": it is known, and takes no value.
+  for (const auto& a : args)
+    if (a.rfind("--help=", 0) == 0 || a.rfind("-h=", 0) == 0)
+      usage("{}: --help takes no value, got '{}' (expected --help alone)", command_, a);
   bool took = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i];
