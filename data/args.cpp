@@ -62,8 +62,16 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
 }
 
 Args& Args::text(const std::string& name, std::string* v, const std::string& help) {
+  return add_text(name, v, help, "TEXT");
+}
+
+Args& Args::path(const std::string& name, std::string* v, const std::string& help, PathKind kind) {
+  return add_text(name, v, help, kind == PathKind::file ? "FILE" : kind == PathKind::dir ? "DIR" : "PATH");
+}
+
+Args& Args::add_text(const std::string& name, std::string* v, const std::string& help, const std::string& metavar) {
   check_new(name);
-  opts_.push_back({name, help, "TEXT", false, [=, this](const std::string& s, bool restoring) {
+  opts_.push_back({name, help, metavar, false, [=, this](const std::string& s, bool restoring) {
                      if (s.empty() && !restoring)
                        usage("{}: --{} expects a value, got an empty string", command_, name);
                      *v = s;

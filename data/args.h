@@ -27,6 +27,11 @@ class Args {
   Args& real(const std::string& name, double* v, const std::string& help, double min = -1e300, double max = 1e300,
              bool min_exclusive = false, bool max_exclusive = false);
   Args& text(const std::string& name, std::string* v, const std::string& help);
+  // A text option that names a file or directory: as text(), and --help
+  // (and a missing value's message) shows its value as FILE, DIR or PATH
+  // (either) rather than TEXT.
+  enum class PathKind { file, dir, any };
+  Args& path(const std::string& name, std::string* v, const std::string& help, PathKind kind = PathKind::file);
   Args& choice(const std::string& name, std::string* v, const std::vector<std::string>& choices,
                const std::string& help);
   Args& flag(const std::string& name, bool* v, const std::string& help);
@@ -80,6 +85,7 @@ class Args {
     std::function<std::string()> show;
   };
   const Opt* find(const std::string& name) const;
+  Args& add_text(const std::string& name, std::string* v, const std::string& help, const std::string& metavar);
   void check_new(const std::string& name) const;
   std::string command_, summary_, program_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // "-o" -> "out"

@@ -424,10 +424,10 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   if (dist::size() > 1 && !dist::is_main() && !std::freopen("/dev/null", "w", stdout))
     fail("{}: rank {} could not silence its standard output", args_.command(), dist::rank());
   if (defaults_.steps_ > 0) args_.integer("steps", &steps_, "training steps (may be raised on --resume to train longer)", 1);
-  args_.text("out", &out_, "HDF5 log file")
-      .text("checkpoint", &checkpoint_, "checkpoint file (default: the log's name with .ckpt.h5; on --resume: that file)")
+  args_.path("out", &out_, "HDF5 log file")
+      .path("checkpoint", &checkpoint_, "checkpoint file (default: the log's name with .ckpt.h5; on --resume: that file)")
       .integer("checkpoint-every", &checkpoint_every_, "write a checkpoint every N steps (0: only at the end and when stopped)", 0)
-      .text("resume", &resume_,
+      .path("resume", &resume_,
             "continue the run saved in this checkpoint, appending to its log; its configuration comes back "
             "with it, and only the run's length, --threads, --stop-after, where and how often it checkpoints, and "
             "where its log is now (--out, for a log that moved) may change")
@@ -437,7 +437,7 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
             "f32, or bf16: matrix products (attention's included) with bfloat16 operands and float32 "
             "accumulation, everything else (weights, optimiser, checkpoints) float32; needs a CPU with "
             "AVX512-BF16")
-      .text("init-from", &init_from_,
+      .path("init-from", &init_from_,
             "start the model from the weights in this .safetensors file (heed export writes one; so can "
             "PyTorch); a run of one model (shapes and timeseries: --model)");
   args_.set_program(defaults_.program_);

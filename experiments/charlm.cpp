@@ -347,7 +347,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
       .integer("eval-every", &c.eval_every, "evaluate every N steps", 1)
       .integer("eval-batches", &c.eval_batches, "fixed batches per evaluation", 1, kMaxBatch)
       .integer("seed", &c.seed, "seed", 0)
-      .text("text", &c.text, "UTF-8 text file to train on (default: the King James Bible)");
+      .path("text", &c.text, "UTF-8 text file to train on (default: the King James Bible)");
   run.reads_file("text");
   run.resolved_default("warmup", "-1");  // resumed, the warm-up the run began with
   if (!run.parse(args, command_line)) return 0;

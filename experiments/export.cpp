@@ -36,7 +36,7 @@ int run_export(const std::vector<std::string>& args) {
     }
   std::string path, out, model, names = "heed";
   Args a("export", "Writes the model weights of a checkpoint to a safetensors file.");
-  a.text("out", &out, "the file to write")
+  a.path("out", &out, "the file to write")
       .text("model", &model, "which model")
       .choice("names", &names, {"heed", "nanogpt"}, "parameter names")
       .alias("o", "out");

@@ -150,7 +150,7 @@ int run_attend(const std::vector<std::string>& args) {
              std::string(kAttendPrompt) +
              "\", cut to the model's context; for a run on a text without its characters, the start of the run's "
              "validation text)")
-      .text("out", &out, "HDF5 file for the maps and statistics (default: CHECKPOINT without .ckpt.h5, plus _attend.h5)");
+      .path("out", &out, "HDF5 file for the maps and statistics (default: CHECKPOINT without .ckpt.h5, plus _attend.h5)");
   a.alias("o", "out");
   std::string path;
   if (!a.parse(args, &path, "a checkpoint path")) return 0;

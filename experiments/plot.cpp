@@ -205,18 +205,8 @@ int run_plot(const std::vector<std::string>& args) {
     }
   std::string file, dir;
   Args a("plot", "Draws a run log as PNG figures.");
-  a.text("out", &dir, "where to write the figures").alias("o", "out");
-  try {
-    a.parse(args, &file, "a log file: heed plot FILE.h5 [-o DIR]");
-  } catch (const UsageError& e) {
-    // Args names a text option's value TEXT; this one is a directory, DIR
-    // as the help says.
-    std::string what = e.what();
-    const std::string text = "--out expects a value (TEXT)";
-    if (const size_t at = what.find(text); at != std::string::npos)
-      what.replace(at, text.size(), "--out expects a value (DIR: where to write the figures)");
-    throw UsageError(what);
-  }
+  a.path("out", &dir, "where to write the figures", Args::PathKind::dir).alias("o", "out");
+  a.parse(args, &file, "a log file: heed plot FILE.h5 [-o DIR]");
   plot_log(file, dir);
   return 0;
 }

@@ -306,8 +306,8 @@ int run_quantize(const std::vector<std::string>& args) {
       .integer("seed", &seed, "seed", 0)
       .text("keep", &keep, "parameters left in float32, comma-separated")
       .text("model", &model, "shapes: only this model")
-      .text("text", &text, "charlm: the text its run trained on, where it is now")
-      .text("out", &out, "the checkpoint to write")
+      .path("text", &text, "charlm: the text its run trained on, where it is now")
+      .path("out", &out, "the checkpoint to write")
       .integer("threads", &threads, "threads", 1, 1024)
       .alias("o", "out");
   a.parse(args, &path, "a checkpoint path");
@@ -449,8 +449,8 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
           "pair-attention score), logs the table to HDF5 and plots quality against bits per weight.",
           RunOptions("runs/compression.h5").checkpoint_every(1).progress_seconds(0));
   run.args()
-      .text("charlm", &charlm, "a charlm checkpoint (heed run charlm)")
-      .text("shapes", &shapes, "a shapes checkpoint holding the attention model (heed run shapes)")
+      .path("charlm", &charlm, "a charlm checkpoint (heed run charlm)")
+      .path("shapes", &shapes, "a shapes checkpoint holding the attention model (heed run shapes)")
       .text("methods", &methods_s, "methods, comma-separated")
       .text("bits", &bits_s, "bit widths, comma-separated (2..16)")
       .choice("range", &range, {"row", "tensor"}, "one range per row or per matrix")

@@ -56,3 +56,70 @@ TEST_CASE("heed: --help=VALUE to a command says --help takes no value (exit stat
     CHECK(!has(r.err, "unknown option"));
   }
 }
+
+TEST_CASE("Args: a path option shows FILE, DIR or PATH for its value, in --help and when the value is missing") {
+  std::string text, file, dir, any;
+  // Made in place (its options refer to it: an Args is not to be moved).
+  auto make = [&] {
+    auto args = std::make_unique<Args>("tool", "a tool");
+    args->text("prompt", &text, "words")
+        .path("out", &file, "the file to write")
+        .path("into", &dir, "where to write", Args::PathKind::dir)
+        .path("from", &any, "a file or a directory", Args::PathKind::any)
+        .alias("o", "out");
+    return args;
+  };
+  const std::string help = make()->help();
+  INFO(help);
+  CHECK(has(help, "--prompt TEXT "));
+  CHECK(has(help, "-o, --out FILE "));
+  CHECK(has(help, "--into DIR "));
+  CHECK(has(help, "--from PATH "));
+  test::check_error([&] { make()->parse({"--out"}); }, {"tool: --out expects a value (FILE)"});
+  test::check_error([&] { make()->parse({"--into"}); }, {"tool: --into expects a value (DIR)"});
+  test::check_error([&] { make()->parse({"--from", "--out", "x"}); },
+                    {"--from expects a value (PATH), got the option '--out'"});
+  // A path is a text option otherwise: its value as given, an empty one refused.
+  test::check_error([&] { make()->parse({"--out="}); }, {"tool: --out expects a value, got an empty string"});
+  REQUIRE(make()->parse({"-o", "a b.h5", "--into", "figs"}));
+  CHECK(file == "a b.h5");
+  CHECK(dir == "figs");
+}
+
+TEST_CASE("heed: every command's --help names a path option's value FILE or DIR, never TEXT") {
+  test::TempDir d("heed-args-metavar-");
+  struct Want {
+    std::vector<std::string> command;
+    std::vector<std::string> lines;  // what the help shows for each path option
+  };
+  const std::vector<std::string> run = {"--out FILE", "--checkpoint FILE", "--resume FILE"};
+  const std::vector<Want> wants = {
+      {{"run", "charlm"}, {"--out FILE", "--checkpoint FILE", "--resume FILE", "--init-from FILE", "--text FILE"}},
+      {{"run", "compression"}, {"--out FILE", "--resume FILE", "--charlm FILE", "--shapes FILE"}},
+      {{"run", "copy"}, {"--out FILE", "--checkpoint FILE", "--resume FILE", "--init-from FILE"}},
+      {{"run", "crossattn"}, run},
+      {{"run", "scaling"}, run},
+      {{"run", "shapes"}, {"--out FILE", "--init-from FILE"}},
+      {{"run", "sine"}, run},
+      {{"run", "timeseries"}, run},
+      {{"attend"}, {"-o, --out FILE"}},
+      {{"quantize"}, {"--text FILE", "-o, --out FILE"}},
+      {{"export"}, {"-o, --out FILE"}},
+      {{"plot"}, {"-o, --out DIR"}},
+  };
+  for (const Want& w : wants) {
+    std::vector<std::string> argv = w.command;
+    argv.push_back("--help");
+    const test::Result r = test::heed_cli(argv, d.path);
+    CAPTURE(argv[0] + (argv.size() > 2 ? " " + argv[1] : std::string()));
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    for (const std::string& line : w.lines) CHECK(has(r.out, "  " + line + " "));
+    for (const char* opt : {"--out", "--checkpoint", "--resume", "--init-from", "--text", "--charlm", "--shapes"})
+      CHECK(!has(r.out, std::string(opt) + " TEXT"));
+  }
+  // The message of a missing value says it too.
+  const test::Result r = test::heed_cli({"run", "copy", "--resume"}, d.path);
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "run copy: --resume expects a value (FILE)"));
+}
