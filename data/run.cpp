@@ -358,6 +358,13 @@ void log_provenance(RunLog& log, const std::vector<std::string>& command_line, c
   if (!run_id.empty()) log.set_attr("run_id", run_id);
 }
 
+void log_machine(RunLog& log, int64_t threads) {
+  log.set_attr("threads", threads);
+  log.set_attr("processes", static_cast<int64_t>(dist::size()));
+  log.set_attr("cpu", cpu_model());
+  log.set_attr("backends", heed::backend_info());
+}
+
 void Run::may_change_on_resume(const std::string& option) { changeable_.insert(option); }
 void Run::resolved_default(const std::string& option, const std::string& placeholder) {
   placeholders_[option] = placeholder;
@@ -1041,10 +1048,7 @@ void Run::write_metadata() {
   RunLog& log = *log_;
   log.set_attr("experiment", experiment_);
   log_provenance(log, command_line_, run_id_);
-  log.set_attr("threads", threads_);
-  log.set_attr("processes", static_cast<int64_t>(dist::size()));
-  log.set_attr("cpu", cpu_model());
-  log.set_attr("backends", heed::backend_info());
+  log_machine(log, threads_);
   for (const auto& [k, v] : args_.values()) log.set_attr("config." + k, v);
 }
 

@@ -353,6 +353,18 @@ std::string new_run_id();
 // command_line (its words joined by spaces), start_time (now, ISO 8601 UTC)
 // and run_id (unless empty). For a log written without a heed::Run.
 void log_provenance(RunLog& log, const std::vector<std::string>& command_line, const std::string& run_id);
+// The root attributes that say what computed a log's numbers, as every
+// run's log has them: threads (the count given), processes (dist::size()),
+// cpu (cpu_model()) and backends (heed::backend_info()).
+void log_machine(RunLog& log, int64_t threads);
+
+// A word as a POSIX shell reads it back: as it is when it holds only
+// letters, digits and _@%+=:,./- (and is not empty), else in single quotes,
+// a ' in it written '\'' ("a b" -> 'a b', "it's" -> 'it'\''s', "" -> '').
+std::string shell_quote(const std::string& word);
+// The words joined by spaces, each shell_quote()d: a line that, pasted into
+// a shell, runs the same command with the same words.
+std::string shell_command(const std::vector<std::string>& words);
 
 class Stopwatch {
  public:

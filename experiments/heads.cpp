@@ -134,13 +134,61 @@ std::vector<bool> word_boundaries(const data::CharTokenizer& tok) {
 }
 
 namespace {
+
 constexpr const char* kAttendPrompt = "And God said unto Moses, I AM THAT I AM";  // for a run on the Bible
+
+// A character that would break a line of output or not show: C0 and C1
+// controls, DEL, and the Unicode line and paragraph separators.
+bool is_control(uint32_t cp) { return cp < 0x20 || (cp >= 0x7f && cp < 0xa0) || cp == 0x2028 || cp == 0x2029; }
+
 }  // namespace
 
-int run_attend(const std::vector<std::string>& args) {
+std::string attend_default_prompt(const std::string& text, int64_t n) {
+  const std::vector<uint32_t> cps = data::decode_utf8(text);
+  size_t best_at = 0, best_len = 0;
+  for (size_t i = 0; i < cps.size();) {
+    if (is_control(cps[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < cps.size() && !is_control(cps[j]) && static_cast<int64_t>(j - i) < n) ++j;
+    if (j - i > best_len) {
+      best_at = i;
+      best_len = j - i;
+    }
+    if (static_cast<int64_t>(best_len) >= n) break;
+    while (j < cps.size() && !is_control(cps[j])) ++j;  // the rest of a line too short
+    i = j;
+  }
+  return data::encode_utf8(std::vector<uint32_t>(cps.begin() + static_cast<std::ptrdiff_t>(best_at),
+                                                 cps.begin() + static_cast<std::ptrdiff_t>(best_at + best_len)));
+}
+
+std::string attend_printable(const std::string& text) {
+  std::string s;
+  for (uint32_t cp : data::decode_utf8(text)) {
+    switch (cp) {
+      case '\\': s += "\\\\"; break;
+      case '"': s += "\\\""; break;
+      case '\n': s += "\\n"; break;
+      case '\r': s += "\\r"; break;
+      case '\t': s += "\\t"; break;
+      default:
+        if (is_control(cp)) s += cp < 0x100 ? fmt::format("\\x{:02x}", cp) : fmt::format("\\u{:04x}", cp);
+        else s += data::encode_utf8({cp});
+    }
+  }
+  return s;
+}
+
+namespace {
+
+int attend(const std::vector<std::string>& args) {
   std::string prompt = kAttendPrompt;
   std::string out;
-  Args a("attend CHECKPOINT",
+  // Its messages begin "attend: " as every other of its own (run_attend).
+  Args a("attend",
          "Shows what every attention head of a character-level GPT (heed run charlm) does over a prompt:\n"
          "a table of per-head statistics (entropy, mean distance looked back, mass on the previous\n"
          "character, the first position, earlier copies of the same character, the start of the current\n"
@@ -148,10 +196,11 @@ int run_attend(const std::vector<std::string>& args) {
   a.text("prompt", &prompt,
          "the text whose attention is shown, every character in the model's vocabulary (default: \"" +
              std::string(kAttendPrompt) +
-             "\", cut to the model's context; for a run on a text without its characters, the start of the run's "
-             "validation text)")
+             "\", cut to the model's context; for a run on a text without its characters, the first line of the "
+             "run's validation text that is as long, or its longest)")
       .path("out", &out, "HDF5 file for the maps and statistics (default: CHECKPOINT without .ckpt.h5, plus _attend.h5)");
   a.alias("o", "out");
+  a.set_program("heed attend CHECKPOINT");
   std::string path;
   if (!a.parse(args, &path, "a checkpoint path")) return 0;
 
@@ -167,7 +216,11 @@ int run_attend(const std::vector<std::string>& args) {
       cm.tok.encode(prompt);
     } catch (const Error&) {
       try {
-        prompt = validation_start(ck, path, cm.tok, "attend", 40);
+        // Its first line of the default's length (a newline or other control
+        // character in a prompt would break the one-line output), or its
+        // longest, from a stretch of the text long enough to hold many lines.
+        prompt = attend_default_prompt(validation_start(ck, path, cm.tok, "attend", 1 << 14),
+                                       std::min<int64_t>(40, context));
       } catch (const Error& e) {
         std::string why = e.what();
         if (why.rfind("attend: ", 0) == 0) why = why.substr(8);
@@ -177,6 +230,11 @@ int run_attend(const std::vector<std::string>& args) {
                                      prompt, path, why));
       }
       cps = data::decode_utf8(prompt);
+      if (cps.size() < 2)
+        throw UsageError(fmt::format("attend: the default --prompt \"{}\" has characters checkpoint '{}' lacks, and "
+                                     "its run's validation text has no line of 2 characters or more to take instead; "
+                                     "expected --prompt TEXT",
+                                     kAttendPrompt, path));
     }
     if (static_cast<int64_t>(cps.size()) > context) {
       cps.resize(static_cast<size_t>(context));
@@ -185,7 +243,8 @@ int run_attend(const std::vector<std::string>& args) {
   }
   std::vector<int64_t> ids = cm.encode_prompt(prompt, "attend", path);
   const int64_t P = static_cast<int64_t>(ids.size());
-  if (P < 2) throw UsageError(fmt::format("attend: --prompt '{}' must hold at least 2 characters", prompt));
+  if (P < 2)
+    throw UsageError(fmt::format("attend: --prompt \"{}\" must hold at least 2 characters", attend_printable(prompt)));
   if (P > cm.model->options.context_)
     throw UsageError(fmt::format("attend: --prompt has {} characters, more than the model's context of {}", P,
                                  cm.model->options.context_));
@@ -215,7 +274,8 @@ int run_attend(const std::vector<std::string>& args) {
   std::vector<double> stats(names.size() * static_cast<size_t>(L * H));
   std::vector<std::string> kinds;
   HeadStats uniform;
-  fmt::print("prompt: \"{}\" ({} characters)\n\n{:>5} {:>4} | {:>7} {:>8} {:>6} {:>6} {:>9} {:>10} | {}\n", prompt, P,
+  fmt::print("prompt: \"{}\" ({} characters)\n\n{:>5} {:>4} | {:>7} {:>8} {:>6} {:>6} {:>9} {:>10} | {}\n",
+             attend_printable(prompt), P,
              "layer", "head", "entropy", "distance", "prev", "first", "same-char", "word-start", "kind");
   for (int64_t l = 0; l < L; ++l) {
     std::vector<HeadStats> hs = head_stats(maps[static_cast<size_t>(l)], x, boundary, &uniform);
@@ -242,6 +302,8 @@ int run_attend(const std::vector<std::string>& args) {
     std::vector<std::string> command_line = {"heed", "attend"};
     command_line.insert(command_line.end(), args.begin(), args.end());
     log_provenance(log, command_line, new_run_id());
+    log_machine(log, num_threads());
+    for (const auto& [k, v] : a.values()) log.set_attr("config." + k, v);  // the prompt and --out as used
     log.set_attr("checkpoint", path);
     log.set_attr("prompt", prompt);
     std::string kind_lines;
@@ -261,6 +323,38 @@ int run_attend(const std::vector<std::string>& args) {
   fmt::print("\nmaps and statistics: {}\n", out);
   plot_log(out, default_plot_dir(out));
   return 0;
+}
+
+}  // namespace
+
+int run_attend(const std::vector<std::string>& args) {
+  // One prefix for every message: "attend: ", also on those of what it
+  // calls (a checkpoint that does not load, a log that cannot be written, the
+  // figures), which name no command of their own.
+  auto prefixed = [](const std::string& what) {
+    return what.rfind("attend: ", 0) == 0 ? what : "attend: " + what;
+  };
+  // A bad command line's message on one line: a prompt's newline or tab
+  // (quoted in it) escaped, as attend_printable shows them.
+  auto one_line = [](const std::string& what) {
+    std::string s;
+    for (const char c : what) {
+      const auto b = static_cast<unsigned char>(c);
+      if (c == '\n') s += "\\n";
+      else if (c == '\r') s += "\\r";
+      else if (c == '\t') s += "\\t";
+      else if (b < 0x20 || b == 0x7f) s += fmt::format("\\x{:02x}", b);
+      else s += c;
+    }
+    return s;
+  };
+  try {
+    return attend(args);
+  } catch (const UsageError& e) {
+    throw UsageError(prefixed(one_line(e.what())));
+  } catch (const Error& e) {
+    throw Error(prefixed(e.what()));
+  }
 }
 
 }  // namespace heed::experiments

@@ -48,7 +48,20 @@ double head_stat(const HeadStats& s, size_t which);
 
 // `heed attend CHECKPOINT --prompt TEXT [-o OUT.h5]`: every head's attention
 // over the prompt, printed as a table of statistics with each head's kind,
-// written to OUT.h5 and drawn by `heed plot` as a grid of layers x heads.
+// written to OUT.h5 (with the attributes of a run's log: docs/log-format.md)
+// and drawn by `heed plot` as a grid of layers x heads. Its messages begin
+// "attend: ".
 int run_attend(const std::vector<std::string>& args);
+
+// heed attend's default prompt from a run's own text (UTF-8): its first n
+// characters in a row free of control characters (a newline, a tab, ...:
+// they would break the one-line output), or, when no line is that long, the
+// first of its longest lines; "" for a text of control characters only.
+std::string attend_default_prompt(const std::string& text, int64_t n);
+
+// A prompt as heed attend shows it between double quotes, on one line:
+// control characters escaped (\n, \r, \t, \x1b, or u and four hex digits after the
+// backslash), and the backslash and " themselves.
+std::string attend_printable(const std::string& text);
 
 }  // namespace heed::experiments

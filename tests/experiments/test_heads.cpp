@@ -9,6 +9,7 @@
 #include "experiments/charlm.h"
 #include "experiments/heads.h"
 #include "experiments/scaling.h"
+#include "spawn.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -158,6 +159,13 @@ TEST_CASE("heed attend: a tiny charlm checkpoint's heads, printed, written and d
   CHECK(id.size() == 32);
   CHECK(id.find_first_not_of("0123456789abcdef") == std::string::npos);
   CHECK(id != h5::attr_str(run_log.get_attr("/", "run_id")));  // its own, not the training run's
+  // What computed it, as a run's log says (it had none of these), and its options as used.
+  CHECK(h5::attr_as<int64_t>(a.get_attr("/", "threads"), "threads") == num_threads());
+  CHECK(h5::attr_as<int64_t>(a.get_attr("/", "processes"), "processes") == 1);
+  CHECK(text("cpu") == h5::attr_str(run_log.get_attr("/", "cpu")));
+  CHECK(text("backends") == h5::attr_str(run_log.get_attr("/", "backends")));
+  CHECK(text("config.prompt") == "In the beginning");
+  CHECK(text("config.out") == d.path + "/a.h5");
 
   test::check_error([&] { run_attend({d.path + "/c.ckpt.h5", "--prompt", "Zebra"}); }, {"Z"});
   test::check_error([&] { run_attend({d.path + "/c.ckpt.h5", "--prompt", std::string(17, 'e')}); },
@@ -207,4 +215,95 @@ TEST_CASE("heed attend's default prompt: the Bible's, cut to the model's context
   test::check_error([&] { run_attend({lower, "-o", d.path + "/g.h5"}); },
                     {"default --prompt", "lower.txt", "expected --prompt TEXT"});
   CHECK_FALSE(std::filesystem::exists(d.path + "/g.h5"));
+}
+
+TEST_CASE("heed attend: every message begins \"attend: \", its own and those of what it calls") {
+  test::TempDir d("heed-attend-prefix-");
+  const std::string corpus = d.path + "/corpus.txt";
+  {
+    std::ofstream f(corpus);
+    for (int i = 0; i < 60; ++i) f << "In the beginning God created the heaven and the earth. ";
+  }
+  REQUIRE(run_charlm({"--text", corpus, "--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
+                      "--batch", "4", "--steps", "2", "--eval-every", "2", "--eval-batches", "1", "--out",
+                      d.path + "/c.h5"},
+                     {"heed", "run", "charlm"}) == 0);
+  const std::string ck = d.path + "/c.ckpt.h5";
+  // Each said it its own way: "attend CHECKPOINT: unknown option", "checkpoint '...' does not exist", "'c.h5' is a
+  // heed run log, not a heed checkpoint", "attend: ...".
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{ck, "--bogus"}, "attend: unknown option '--bogus'"},
+      {{ck, "--prompt"}, "attend: --prompt expects a value (TEXT)"},
+      {{}, "attend: expected a checkpoint path"},
+      {{d.path + "/none.ckpt.h5"}, "attend: checkpoint '" + d.path + "/none.ckpt.h5' does not exist"},
+      {{d.path + "/c.h5"}, "attend: '" + d.path + "/c.h5' is a heed run log, not a heed checkpoint"},
+      {{ck, "--prompt", "Zebra"}, "attend: --prompt 'Zebra'"},
+      {{ck, "--prompt", "I"}, "attend: --prompt \"I\" must hold at least 2 characters"},
+      {{ck, "-o", d.path + "/c.h5"}, "attend: --out '" + d.path + "/c.h5' is a heed run log"},
+  };
+  for (const auto& [args, want] : cases) {
+    CAPTURE(want);
+    std::string msg;
+    try {
+      run_attend(args);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    INFO(msg);
+    CHECK(msg.rfind(want, 0) == 0);
+    CHECK(msg.find("attend: attend:") == std::string::npos);
+  }
+  // Its --help keeps the usage line that names the checkpoint.
+  const std::string help = test::heed_cli({"attend", "--help"}, d.path).out;
+  CHECK(help.rfind("usage: heed attend CHECKPOINT [options]\n", 0) == 0);
+}
+
+TEST_CASE("heed attend's default prompt from a text of short lines has no newline, and a prompt shows on one line") {
+  test::TempDir d("heed-attend-lines-");
+  // Lines of 25 characters, lowercase (no default prompt of the Bible's): the
+  // validation text (the last 10% of the bytes) begins 3 characters before
+  // the end of a line, so its first 16 characters held a newline.
+  const std::string line = "the quick brown fox jumps\n";
+  std::string all;
+  for (int i = 0; i < 81; ++i) all += line;
+  std::ofstream(d.path + "/lines.txt") << all;
+  const size_t val = static_cast<size_t>(static_cast<double>(all.size()) * 0.9);
+  REQUIRE(all.substr(val, 16).find('\n') != std::string::npos);
+  REQUIRE(run_charlm({"--text", d.path + "/lines.txt", "--layers", "1", "--heads", "2", "--width", "16", "--context",
+                      "16", "--batch", "4", "--steps", "2", "--eval-every", "2", "--eval-batches", "1", "--out",
+                      d.path + "/c.h5"},
+                     {"heed", "run", "charlm"}) == 0);
+  const std::string ck = d.path + "/c.ckpt.h5";
+  test::Result r = test::heed_cli({"attend", ck, "-o", d.path + "/a.h5"}, d.path);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  const std::string prompt = h5::attr_str(h5::File(d.path + "/a.h5", h5::File::Mode::read).get_attr("/", "prompt"));
+  // The first 16 characters of the validation text in a row without a newline: the next line's start.
+  const size_t next = all.find('\n', val) + 1;
+  CHECK(prompt == all.substr(next, 16));
+  CHECK(prompt.find('\n') == std::string::npos);
+  CHECK(r.out.find("prompt: \"" + prompt + "\" (16 characters)\n") != std::string::npos);
+  // A prompt given with a newline is shown escaped, on the one line; so is one refused.
+  test::Result g = test::heed_cli({"attend", ck, "--prompt", "fox\njumps", "-o", d.path + "/g.h5"}, d.path);
+  INFO(g.out << g.err);
+  REQUIRE(g.status == 0);
+  CHECK(g.out.rfind("prompt: \"fox\\njumps\" (9 characters)\n", 0) == 0);
+  test::Result bad = test::heed_cli({"attend", ck, "--prompt", "fox\n\tjumps", "-o", d.path + "/b.h5"}, d.path);
+  INFO(bad.err);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("heed: attend: --prompt 'fox\\n\\tjumps': character '\\t' (U+0009)") == 0);
+  CHECK(bad.err.find('\n') == bad.err.size() - 1);  // one line
+  CHECK(!std::filesystem::exists(d.path + "/b.h5"));
+}
+
+TEST_CASE("attend_default_prompt and attend_printable") {
+  CHECK(attend_default_prompt("ab\ncdefgh\nijklmnopq", 4) == "cdef");  // the first line long enough
+  CHECK(attend_default_prompt("abcdefgh", 4) == "abcd");
+  CHECK(attend_default_prompt("ab\r\nabc\tx\n", 5) == "abc");  // none long enough: the first longest
+  CHECK(attend_default_prompt("\n\n\t", 4).empty());
+  CHECK(attend_default_prompt("é\u2028àü", 2) == "àü");  // a Unicode line separator ends a line too
+  CHECK(attend_printable("a\nb\tc\rd") == "a\\nb\\tc\\rd");
+  CHECK(attend_printable("say \"hi\" \\ \x1b") == "say \\\"hi\\\" \\\\ \\x1b");
+  CHECK(attend_printable("\u2029é") == "\\u2029é");
+  CHECK(attend_printable("In the beginning") == "In the beginning");
 }
