@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -345,9 +346,33 @@ std::string new_run_id() {
   return id;
 }
 
-void log_provenance(RunLog& log, const std::vector<std::string>& command_line, const std::string& run_id) {
+namespace {
+std::string quote_word(const std::string& word, bool force) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_@%+=:,./-", c) != nullptr;
+  });
+  if (plain && !force) return word;
+  std::string q = "'";
+  for (char c : word) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+std::string shell_quote(const std::string& word) { return quote_word(word, false); }
+
+std::string shell_command(const std::vector<std::string>& words) {
   std::string cmd;
-  for (const auto& a : command_line) cmd += (cmd.empty() ? "" : " ") + a;
+  for (const auto& w : words) {
+    // A first word with '=' would be read as a variable's assignment.
+    const bool assignment = cmd.empty() && w.find('=') != std::string::npos;
+    if (!cmd.empty()) cmd += ' ';
+    cmd += quote_word(w, assignment);
+  }
+  return cmd;
+}
+
+namespace {
+void write_provenance(RunLog& log, const std::string& cmd, const std::string& run_id) {
   std::time_t now = std::time(nullptr);
   char iso[32];
   std::strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -356,6 +381,11 @@ void log_provenance(RunLog& log, const std::vector<std::string>& command_line, c
   log.set_attr("command_line", cmd);
   log.set_attr("start_time", std::string(iso));
   if (!run_id.empty()) log.set_attr("run_id", run_id);
+}
+}  // namespace
+
+void log_provenance(RunLog& log, const std::vector<std::string>& command_line, const std::string& run_id) {
+  write_provenance(log, shell_command(command_line), run_id);
 }
 
 void log_machine(RunLog& log, int64_t threads) {
@@ -450,11 +480,10 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   args_.set_program(defaults_.program_);
   if (!args_.parse(argv)) return false;
   precision_ = canonical_precision(precision_);  // "bfloat16" is recorded, and compared on resume, as "bf16"
-  if (command_line.empty()) {
-    command_line = {defaults_.program_};
-    command_line.insert(command_line.end(), argv.begin(), argv.end());
-  }
-  command_line_ = std::move(command_line);
+  // The program's name as RunOptions::program gives it is shell text of the
+  // program's own ("mytool train"): as written; every other word quoted.
+  command_line_ = command_line.empty() ? defaults_.program_ + (argv.empty() ? "" : " " + shell_command(argv))
+                                       : shell_command(command_line);
   if (out_.empty()) throw UsageError(fmt::format("{}: --out expects a log file path", args_.command()));
   if (resuming() && args_.given("init-from"))
     throw UsageError(fmt::format("{}: --init-from starts a new run from given weights; --resume continues one "
@@ -1047,7 +1076,7 @@ RunLog& Run::log() {
 void Run::write_metadata() {
   RunLog& log = *log_;
   log.set_attr("experiment", experiment_);
-  log_provenance(log, command_line_, run_id_);
+  write_provenance(log, command_line_, run_id_);
   log_machine(log, threads_);
   for (const auto& [k, v] : args_.values()) log.set_attr("config." + k, v);
 }
@@ -1260,18 +1289,16 @@ int Run::finish() {
   if (stopped_) {
     const std::string launcher = dist::size() > 1 ? fmt::format("mpirun -np {} [mpirun options] ", dist::size()) : "";
     if (stopped_unchanged_ && saved_step_ < 0) {
-      std::string cmd;
-      for (const auto& a : command_line_) cmd += (cmd.empty() ? "" : " ") + a;
       fmt::print("\nstopped before its first step: nothing was trained, and no checkpoint written.\nstart it again "
                  "with: {}{}\n",
-                 launcher, cmd);
+                 launcher, command_line_);
     } else if (stopped_unchanged_)
       fmt::print("\nstopped at step {}/{} before its next step; the checkpoint '{}' holds it, as it was, and the log is "
                  "flushed.\nresume with: {}{} --resume {}\n",
-                 step_, steps_, saved_path_, launcher, defaults_.program_, saved_path_);
+                 step_, steps_, saved_path_, launcher, defaults_.program_, shell_quote(saved_path_));
     else
       fmt::print("\nstopped at step {}/{}; checkpoint written and log flushed.\nresume with: {}{} --resume {}\n",
-                 step_, steps_, launcher, defaults_.program_, checkpoint_);
+                 step_, steps_, launcher, defaults_.program_, shell_quote(checkpoint_));
     std::fflush(stdout);
     return stop_signal_ == SIGTERM ? 128 + SIGTERM : 130;
   }

@@ -239,7 +239,7 @@ class Run {
   std::vector<std::string> input_options_;  // reads_file()
   bool is_input(const std::string& option) const;
   void check_same_job() const;  // under mpirun: every process's options, data and state shapes are rank 0's
-  std::vector<std::string> command_line_;
+  std::string command_line_;  // as a shell reads it (shell_command; a RunOptions::program as written)
   // The run's own options.
   std::string out_, checkpoint_, resume_, init_from_, precision_;
   int64_t checkpoint_every_ = 0, stop_after_ = 0, threads_ = 2, steps_ = 0;
@@ -350,8 +350,9 @@ std::string git_commit();
 std::string new_run_id();
 // The root attributes that say which heed wrote a log, how and when, as
 // every run's log has them (docs/log-format.md): heed_version, git_commit,
-// command_line (its words joined by spaces), start_time (now, ISO 8601 UTC)
-// and run_id (unless empty). For a log written without a heed::Run.
+// command_line (its words as shell_command() joins them), start_time (now,
+// ISO 8601 UTC) and run_id (unless empty). For a log written without a
+// heed::Run.
 void log_provenance(RunLog& log, const std::vector<std::string>& command_line, const std::string& run_id);
 // The root attributes that say what computed a log's numbers, as every
 // run's log has them: threads (the count given), processes (dist::size()),

@@ -123,3 +123,49 @@ TEST_CASE("heed: every command's --help names a path option's value FILE or DIR,
   CHECK(r.status == 2);
   CHECK(has(r.err, "run copy: --resume expects a value (FILE)"));
 }
+
+namespace {
+// The words a POSIX shell makes of line (sh's printf prints each on a line of its own).
+std::vector<std::string> shell_words(const std::string& line, const std::string& dir) {
+  const test::Result r = test::run_process({"/bin/sh", "-c", "printf '%s\\n' " + line}, dir);
+  REQUIRE(r.status == 0);
+  std::vector<std::string> words;
+  size_t at = 0;
+  while (at < r.out.size()) {
+    const size_t nl = r.out.find('\n', at);
+    words.push_back(r.out.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return words;
+}
+}  // namespace
+
+TEST_CASE("shell_command: words a shell reads back as they were, quoted only where needed") {
+  CHECK(shell_quote("--steps") == "--steps");
+  CHECK(shell_quote("runs/a-1_b.h5") == "runs/a-1_b.h5");
+  CHECK(shell_quote("a b") == "'a b'");
+  CHECK(shell_quote("it's") == "'it'\\''s'");
+  CHECK(shell_quote("") == "''");
+  CHECK(shell_quote("$HOME") == "'$HOME'");
+  test::TempDir d("heed-args-shell-");
+  const std::vector<std::string> words = {"heed", "run", "charlm", "--prompt", "a b",  "it's \"so\"", "",
+                                          "$x`y`", "*",   "~",      "tab\tnl", "--out=x y.h5", "é"};
+  const std::string line = shell_command(words);
+  INFO(line);
+  CHECK(line.rfind("heed run charlm --prompt 'a b' ", 0) == 0);
+  CHECK(shell_words(line, d.path) == words);
+  // A first word with '=' is quoted (a shell would take it for an assignment).
+  CHECK(shell_command({"a=b", "c=d"}) == "'a=b' c=d");
+}
+
+TEST_CASE("heed: a log's command_line quotes the words that need it, so that it runs the same command again") {
+  test::TempDir d("heed-args-cmdline-");
+  const std::string out = d.path + "/a b's.h5";
+  const test::Result r = test::heed_cli({"run", "copy", "--steps", "1", "--out", out}, d.path);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const std::string cmd = h5::attr_str(h5::File(out, h5::File::Mode::read).get_attr("/", "command_line"));
+  // It was "heed run copy --steps 1 --out /tmp/.../a b's.h5": three words for the path.
+  CHECK(cmd == "heed run copy --steps 1 --out '" + d.path + "/a b'\\''s.h5'");
+  CHECK(shell_words(cmd, d.path) == std::vector<std::string>{"heed", "run", "copy", "--steps", "1", "--out", out});
+}

@@ -150,7 +150,8 @@ TEST_CASE("heed attend: a tiny charlm checkpoint's heads, printed, written and d
   h5::File run_log(d.path + "/c.h5", h5::File::Mode::read);
   CHECK(text("heed_version") == h5::attr_str(run_log.get_attr("/", "heed_version")));
   CHECK(text("git_commit") == h5::attr_str(run_log.get_attr("/", "git_commit")));
-  CHECK(text("command_line") == "heed attend " + d.path + "/c.ckpt.h5 --prompt In the beginning -o " + d.path + "/a.h5");
+  CHECK(text("command_line") == "heed attend " + d.path + "/c.ckpt.h5 --prompt 'In the beginning' -o " + d.path +
+                                    "/a.h5");
   const std::string start = text("start_time");  // 2026-11-25T23:59:31Z
   CHECK(start.size() == 20);
   CHECK(start.find('T') == 10);
