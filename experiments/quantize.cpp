@@ -440,7 +440,8 @@ std::vector<quant::Method> parse_methods(const std::string& s) {
 }  // namespace
 
 int run_compression(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
-  std::string charlm, shapes, methods_s = "uniform,hadamard,gaussian,e8,lplr", bits_s = "2,3,4,8", range = "row";
+  std::string charlm, shapes, text, methods_s = "uniform,hadamard,gaussian,e8,lplr", bits_s = "2,3,4,8",
+                                   range = "row";
   int64_t seed = 0, rank = 0;
   bool no_plot = false;
   Run run("compression",
@@ -451,6 +452,9 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
   run.args()
       .path("charlm", &charlm, "a charlm checkpoint (heed run charlm)")
       .path("shapes", &shapes, "a shapes checkpoint holding the attention model (heed run shapes)")
+      .path("text", &text,
+            "the text the --charlm run trained on, where it is now (default: that run's --text; a text other "
+            "than the run's is refused, as by heed quantize --text)")
       .text("methods", &methods_s, "methods, comma-separated")
       .text("bits", &bits_s, "bit widths, comma-separated (2..16)")
       .choice("range", &range, {"row", "tensor"}, "one range per row or per matrix")
@@ -463,12 +467,17 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
                                    "of --charlm and --shapes");
   run.reads_file("charlm");
   run.reads_file("shapes");
+  run.reads_file("text");  // resumed, it may name where the text is now, as --charlm and --shapes may
   if (!run.parse(args, command_line)) return 0;
   const std::vector<quant::Method> methods = parse_methods(methods_s);
   const std::vector<int> bits = parse_bits(bits_s);
   if (charlm.empty() && shapes.empty())
     throw UsageError("run compression: expected --charlm CHECKPOINT and/or --shapes CHECKPOINT (trained with heed run "
                      "charlm / heed run shapes --model attention)");
+  if (!text.empty() && charlm.empty())
+    throw UsageError(fmt::format("run compression: --text '{}' gives the text of the --charlm checkpoint's run, and "
+                                 "no --charlm is given; expected --charlm CHECKPOINT with it, or no --text",
+                                 text));
   if (rank > 0 && std::find(methods.begin(), methods.end(), quant::Method::lplr) == methods.end())
     throw UsageError(fmt::format("run compression: --rank {} applies to the lplr method, which --methods leaves out",
                                  rank));
@@ -486,7 +495,8 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
     m.path = path;
     Checkpoint ck = load_checkpoint(path, label);
     refuse_quantized(ck, "run compression", fmt::format("--{} '{}'", label, path));
-    m.tm = trained_models(ck, path, "run compression");
+    m.tm = label == "charlm" ? trained_models(ck, path, "run compression", text, "--text")
+                             : trained_models(ck, path, "run compression");
     if (label == "shapes") {
       std::vector<std::string> n = m.tm->names();
       if (std::find(n.begin(), n.end(), "attention") == n.end())

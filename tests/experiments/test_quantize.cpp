@@ -431,3 +431,61 @@ TEST_CASE("heed run compression: the table of methods x bits logged to HDF5 (8 b
   CHECK(bad.err.find("'20'") != std::string::npos);
   CHECK(!fs::exists(t.dir.path + "/bad.h5"));
 }
+
+TEST_CASE("heed run compression reads a charlm run's text where --text says it is now, and refuses another text") {
+  Trained& t = trained();
+  test::TempDir d("heed-compression-text-");
+  const std::string p = d.path;
+  // The run's text moved: without --text the sweep cannot evaluate the model; with it, the same baseline.
+  const std::string moved = p + "/moved.txt";
+  fs::copy_file(t.text, moved);
+  {
+    Checkpoint c = load_checkpoint(t.lm, "charlm");
+    c.config["text"] = p + "/gone.txt";
+    save_checkpoint(p + "/moved.ckpt.h5", c);
+  }
+  const std::vector<std::string> sweep = {"--methods", "uniform", "--bits", "8", "--threads", "1", "--no-plot"};
+  Result lost = heed_cli(test::cat({"run", "compression", "--charlm", p + "/moved.ckpt.h5", "--out", p + "/l.h5"},
+                                   sweep),
+                         p);
+  INFO(lost.out << lost.err);
+  CHECK(lost.status != 0);
+  CHECK(lost.err.find("gone.txt") != std::string::npos);
+  CHECK(lost.err.find("give --text where it is now") != std::string::npos);  // it was told of an option it lacked
+  CHECK(!fs::exists(p + "/l.h5"));
+  Result here = heed_cli(test::cat({"run", "compression", "--charlm", t.lm, "--out", p + "/a.h5"}, sweep), p);
+  Result there = heed_cli(test::cat({"run", "compression", "--charlm", p + "/moved.ckpt.h5", "--text", moved, "--out",
+                                     p + "/b.h5"},
+                                    sweep),
+                          p);
+  INFO(here.out << here.err << there.out << there.err);
+  REQUIRE(here.status == 0);
+  REQUIRE(there.status == 0);
+  auto baseline = [](const std::string& log) {
+    return h5::File(log, h5::File::Mode::read).read_tensor("baseline/charlm/val_loss").item();
+  };
+  CHECK(baseline(p + "/b.h5") == baseline(p + "/a.h5"));
+  CHECK(h5::attr_str(h5::File(p + "/b.h5", h5::File::Mode::read).get_attr("/", "config.text")) ==
+        fs::absolute(moved).lexically_normal().string());
+  // Another text than the run's is refused by its fingerprint, naming --text; --text without --charlm too.
+  {
+    std::ofstream f(p + "/other.txt");
+    for (int i = 0; i < 60; ++i) f << "And God said, Let there be light: and there was light. The quick brown fix. ";
+  }
+  Result other = heed_cli(test::cat({"run", "compression", "--charlm", p + "/moved.ckpt.h5", "--text", p + "/other.txt",
+                                     "--out", p + "/o.h5"},
+                                    sweep),
+                          p);
+  INFO(other.err);
+  CHECK(other.status == 1);
+  CHECK(other.err.find("run compression: --text '" + p + "/other.txt' is not the text checkpoint") !=
+        std::string::npos);
+  CHECK(!fs::exists(p + "/o.h5"));
+  Result alone = heed_cli(test::cat({"run", "compression", "--shapes", t.shapes, "--text", moved, "--out", p + "/s.h5"},
+                                    sweep),
+                          p);
+  CHECK(alone.status == 2);
+  CHECK(alone.err.find("run compression: --text '" + moved + "' gives the text of the --charlm checkpoint's run") !=
+        std::string::npos);
+  CHECK(!fs::exists(p + "/s.h5"));
+}
