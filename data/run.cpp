@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,6 +82,29 @@ std::string default_checkpoint_path(const std::string& out) {
   return (h5 ? out.substr(0, out.size() - 3) : out) + ".ckpt.h5";
 }
 
+namespace {
+// The kernel's pseudo-filesystem at path ("proc", "sysfs", ...), whose files
+// are views of the kernel's state: nothing a program writes is kept there
+// (creating a file fails, writing one of its files fails or changes the
+// kernel). nullptr for any other filesystem, or when statfs fails.
+const char* pseudo_filesystem(const std::string& path) {
+  struct statfs sf {};
+  if (::statfs(path.c_str(), &sf) != 0) return nullptr;
+  struct Known {
+    unsigned long magic;
+    const char* name;
+  };
+  static const Known known[] = {{0x9fa0, "proc"},          {0x62656572, "sysfs"},     {0x27e0eb, "cgroup"},
+                                {0x63677270, "cgroup2"},   {0x64626720, "debugfs"},   {0x74726163, "tracefs"},
+                                {0x73636673, "securityfs"}, {0xcafe4a11, "bpf"},       {0xde5e81e4, "efivarfs"},
+                                {0x6165676c, "pstore"},    {0x1cd1, "devpts"},        {0x62656570, "configfs"},
+                                {0x65735543, "fusectl"}};
+  for (const Known& k : known)
+    if (static_cast<unsigned long>(sf.f_type) == k.magic) return k.name;
+  return nullptr;
+}
+}  // namespace
+
 void check_output_path(const std::string& path, const std::string& command, const std::string& flag,
                        const std::string& example) {
   // "run copy: " and "--out 'x.h5'": messages read "run copy: --out 'x.h5' is ..." or "run copy: cannot write --out ...".
@@ -122,6 +146,7 @@ void check_output_path(const std::string& path, const std::string& command, cons
                                    named, to, to_dir.string()));
     dir = to_dir;
   }
+  const fs::path wanted = dir;  // where the file goes
   while (!fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
   if (!fs::exists(dir, ec)) dir = ".";
   if (!fs::is_directory(dir, ec))
@@ -129,11 +154,26 @@ void check_output_path(const std::string& path, const std::string& command, cons
                                  target, dir.string()));
   std::string probe = (dir / ".heed-probe-XXXXXX").string();
   const int fd = ::mkstemp(probe.data());
-  if (fd < 0)
-    throw UsageError(
-        fmt::format("{}cannot write {}: {} (in '{}')", in, target, std::strerror(errno), dir.string()));
-  ::close(fd);
-  ::unlink(probe.c_str());
+  const int err = fd < 0 ? errno : 0;
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+  // What the probe did: create a file in dir, or (directories to be made
+  // first) the first of them there.
+  const fs::path below = wanted.lexically_relative(dir);
+  const std::string tried =
+      dir == wanted || below.empty()
+          ? fmt::format("creating a file in '{}'", dir.string())
+          : fmt::format("creating the directory '{}' in '{}'", (dir / *below.begin()).string(), dir.string());
+  // /proc/version is a regular file, /proc a directory: without this, the
+  // probe's failure read "No such file or directory (in '/proc')".
+  if (const char* pseudo = pseudo_filesystem(fs::exists(st) ? path : dir.string()))
+    throw UsageError(fmt::format("{}cannot write {}: it is on the kernel's {} filesystem ('{}'), whose files are the "
+                                 "kernel's{}; expected a path on an ordinary filesystem",
+                                 in, target, pseudo, dir.string(),
+                                 err ? fmt::format(" ({} fails: {})", tried, std::strerror(err)) : std::string()));
+  if (err) throw UsageError(fmt::format("{}cannot write {}: {} fails: {}", in, target, tried, std::strerror(err)));
 }
 
 void prepare_output_path(const std::string& path, const std::string& command, const std::string& flag,

@@ -169,3 +169,50 @@ TEST_CASE("heed: a log's command_line quotes the words that need it, so that it 
   CHECK(cmd == "heed run copy --steps 1 --out '" + d.path + "/a b'\\''s.h5'");
   CHECK(shell_words(cmd, d.path) == std::vector<std::string>{"heed", "run", "copy", "--steps", "1", "--out", out});
 }
+
+TEST_CASE("heed: an --out the system will not let heed write is refused naming the path and the real reason") {
+  test::TempDir d("heed-args-out-");
+  auto slurp = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string version = slurp("/proc/version");
+  REQUIRE(!version.empty());
+  struct Case {
+    std::string out;
+    std::vector<std::string> want;
+  };
+  // /proc/version said "cannot write --out '/proc/version': No such file or directory (in '/proc')": the file
+  // exists; creating the probe beside it failed.
+  const std::vector<Case> cases = {
+      {"/proc/version", {"run copy: cannot write --out '/proc/version': it is on the kernel's proc filesystem ('/proc')"}},
+      {"/proc/heed-x.h5",
+       {"cannot write --out '/proc/heed-x.h5': it is on the kernel's proc filesystem",
+        "(creating a file in '/proc' fails: No such file or directory)"}},
+      {"/proc/heed-none/sub/x.h5",
+       {"cannot write --out '/proc/heed-none/sub/x.h5'",
+        "creating the directory '/proc/heed-none' in '/proc' fails: No such file or directory"}},
+      {"/sys/heed-x.h5", {"cannot write --out '/sys/heed-x.h5': it is on the kernel's sysfs filesystem ('/sys')"}},
+      {"/", {"run copy: --out '/' is a directory; expected a file path like run.h5"}},
+      {"/etc", {"run copy: --out '/etc' is a directory; expected a file path like run.h5"}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.out);
+    const test::Result r = test::heed_cli({"run", "copy", "--steps", "1", "--out", c.out}, d.path);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    for (const std::string& w : c.want) CHECK(has(r.err, w));
+  }
+  CHECK(slurp("/proc/version") == version);
+  CHECK(!std::filesystem::exists("/proc/heed-x.h5"));
+  // The same check for every command that writes a file.
+  const test::Result lib = test::heed_cli({"run", "sine", "--checkpoint", "/proc/version", "--out", d.path + "/s.h5"},
+                                          d.path);
+  CHECK(lib.status == 2);
+  CHECK(has(lib.err, "cannot write --checkpoint '/proc/version': it is on the kernel's proc filesystem"));
+  CHECK(!std::filesystem::exists(d.path + "/s.h5"));
+  // An ordinary path under a file: the system's reason, and the path.
+  std::ofstream(d.path + "/f") << "x";
+  test::check_error([&] { check_output_path(d.path + "/f/sub/x.h5", "tool", "--out"); },
+                    {"tool: cannot write --out '" + d.path + "/f/sub/x.h5': Not a directory"});
+}
