@@ -2,11 +2,22 @@
 #include "optim/data_parallel.h"
 
 #include <chrono>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/kernels.h"
 
 namespace heed::optim {
+
+namespace {
+// The default generator's batch shard belongs to every DataParallel alive:
+// the first one sets it, the last one to go puts back what was there before
+// the first (destroying one of two models' DataParallel must not leave the
+// other's dropout drawing the same masks on every process).
+std::mutex shard_mutex;
+int shard_holders = 0;
+int shard_before_rank = 0, shard_before_processes = 1;
+}  // namespace
 
 DataParallel::DataParallel(NamedParams params, int64_t bucket_bytes) : params_(std::move(params)) {
   if (params_.empty()) fail("DataParallel: expected at least one parameter");
@@ -38,10 +49,21 @@ DataParallel::DataParallel(NamedParams params, int64_t bucket_bytes) : params_(s
       fail("DataParallel: parameter '{}' is listed twice", params_[k].first);
   // Dropout draws each process's rows of the global batch's masks (core/random.h):
   // the same masks as one process, not one mask repeated on every process.
-  default_generator().set_batch_shard(dist::rank(), dist::size());
+  const int rank = dist::rank(), processes = dist::size();
+  std::lock_guard<std::mutex> lock(shard_mutex);
+  Generator& g = default_generator();
+  if (shard_holders == 0) {
+    shard_before_rank = g.shard_rank();
+    shard_before_processes = g.shard_processes();
+  }
+  g.set_batch_shard(rank, processes);
+  ++shard_holders;
 }
 
-DataParallel::~DataParallel() { default_generator().set_batch_shard(0, 1); }
+DataParallel::~DataParallel() {
+  std::lock_guard<std::mutex> lock(shard_mutex);
+  if (--shard_holders == 0) default_generator().set_batch_shard(shard_before_rank, shard_before_processes);
+}
 
 void DataParallel::broadcast_parameters() {
   autograd::NoGradGuard ng;

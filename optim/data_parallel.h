@@ -15,9 +15,11 @@
 //
 // In one process (no mpirun) backward is plain heed::backward.
 //
-// While it lives, the default generator draws dropout's masks as rows of the
+// While one lives, the default generator draws dropout's masks as rows of the
 // global batch (Generator::set_batch_shard): each process gets its rows'
-// masks of the one-process run. Dropout drawn from a generator of the
+// masks of the one-process run. Several may live at once (one per model);
+// when the last one goes, the generator's shard is what it was before the
+// first. Dropout drawn from a generator of the
 // program's own needs gen.set_batch_shard(dist::rank(), dist::size()).
 #pragma once
 

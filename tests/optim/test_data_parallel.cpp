@@ -3,6 +3,7 @@
 // distributed test (tests/experiments/test_distributed.py) runs this file's
 // case again under `mpirun -np 2`.
 #include <cstdlib>
+#include <memory>
 
 #include "heed.h"
 #include "test_util.h"
@@ -34,4 +35,35 @@ TEST_CASE("DataParallel: with no Run and no dist::init, a process of an mpirun j
     const std::vector<Tensor> all = dist::all_gather(p.grad());
     for (const Tensor& t : all) CHECK(test::same_bits(t, all[0]));
   }
+}
+
+TEST_CASE("DataParallel: with no Run, several alive at once keep the batch shard until the last one goes") {
+  // The suite runs this as one process and tests/experiments/test_distributed.py
+  // under mpirun -np 2: the shard must be (rank, processes) of the job while
+  // any DataParallel lives, whichever goes first.
+  Generator& g = default_generator();
+  g.set_batch_shard(1, 3);  // a program's own setting from before
+  Generator init(7);
+  nn::Linear m1(nn::LinearOptions(3, 2).generator(&init)), m2(nn::LinearOptions(2, 2).generator(&init));
+  auto shard_is_the_jobs = [&] {
+    CHECK(g.shard_rank() == dist::rank());
+    CHECK(g.shard_processes() == dist::size());
+  };
+  {
+    optim::DataParallel outer(m1.named_parameters());
+    shard_is_the_jobs();
+    { optim::DataParallel inner(m2.named_parameters()); }  // gone while `outer` lives
+    shard_is_the_jobs();
+  }
+  CHECK(g.shard_rank() == 1);  // the last one gone: the program's setting again
+  CHECK(g.shard_processes() == 3);
+  // Not destroyed in the order made: the first made goes first.
+  auto a = std::make_unique<optim::DataParallel>(m1.named_parameters());
+  auto b = std::make_unique<optim::DataParallel>(m2.named_parameters());
+  a.reset();
+  shard_is_the_jobs();
+  b.reset();
+  CHECK(g.shard_rank() == 1);
+  CHECK(g.shard_processes() == 3);
+  g.set_batch_shard(0, 1);
 }
