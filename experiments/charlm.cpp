@@ -390,6 +390,16 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
          split.train.numel() + split.val.numel(), c.context + 1);
   fmt::print("text: {} characters, vocabulary {} ({})\n", split.train.numel() + split.val.numel(), tok.vocab_size(),
              format_seconds(sw.seconds()));
+  // Memory a step takes at least, refused before anything is written when it
+  // is not there (else the kernel kills the run part way): the batch's
+  // logits (a row of the vocabulary per position) and one activation of
+  // each block per position (float32).
+  check_memory("run charlm", "batch", c.batch,
+               fmt::format("a step's logits and activations ({} sequences of --context {}, {} characters of "
+                           "vocabulary, {} blocks of --width {})",
+                           c.batch, c.context, tok.vocab_size(), c.layers, c.width),
+               static_cast<double>(c.batch) * static_cast<double>(c.context) *
+                   (static_cast<double>(tok.vocab_size()) + static_cast<double>(c.layers * c.width)) * 4);
   // Before any file is made: weights trained on other characters are refused.
   if (const std::string init = run.args().value("init-from"); !init.empty()) check_init_vocabulary(init, tok, c.text);
 

@@ -1,6 +1,10 @@
 // experiments/common.cpp
 #include "experiments/common.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +24,51 @@
 #include "layers/module.h"
 
 namespace heed::experiments {
+
+int64_t memory_available(std::string* source) {
+  int64_t avail = -1;
+  {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    int64_t kb = 0;
+    std::string unit;
+    while (in >> key >> kb) {
+      std::getline(in, unit);
+      if (key == "MemAvailable:") {
+        avail = kb * 1024;
+        if (source) *source = "available memory (MemAvailable)";
+        break;
+      }
+    }
+  }
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    // What the limit leaves: the limit less the address space mapped now.
+    std::ifstream statm("/proc/self/statm");
+    int64_t pages = 0;
+    if (statm >> pages) {
+      const int64_t mapped = pages * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+      const int64_t left = std::max<int64_t>(0, static_cast<int64_t>(lim.rlim_cur) - mapped);
+      if (avail < 0 || left < avail) {
+        avail = left;
+        if (source) *source = "address space left under ulimit -v";
+      }
+    }
+  }
+  return avail;
+}
+
+void check_memory(const std::string& command, const std::string& option, int64_t value, const std::string& what,
+                  double bytes) {
+  std::string source;
+  const int64_t avail = memory_available(&source);
+  if (avail < 0 || bytes <= static_cast<double>(avail)) return;
+  auto gib = [](double b) { return fmt::format("{:.1f} GiB", b / double(int64_t{1} << 30)); };
+  throw UsageError(fmt::format("{}: --{} {} needs {} ({:.0f} bytes) for {}, more than the {} of {}; expected a "
+                               "smaller --{}",
+                               command, option, value, gib(bytes), bytes, what, gib(static_cast<double>(avail)),
+                               source, option));
+}
 
 void check_output(const std::string& command, const std::string& out, const std::string& input,
                   const std::string& writes, const std::string& log_experiment) {

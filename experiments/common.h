@@ -25,6 +25,24 @@ constexpr int64_t kMaxLayers = 256, kMaxWidth = int64_t(1) << 16, kMaxLength = i
 // Sequences whose T x T attention maps are logged (copy, scaling, crossattn).
 constexpr int64_t kMaxMapLength = 4096;
 
+// Memory this process can still allocate, in bytes: the system's available
+// memory (MemAvailable in /proc/meminfo), or less when an address-space limit
+// (ulimit -v) leaves less; -1 when neither is known. `source` (if given) says
+// which: "available memory (MemAvailable)" or "address space left under
+// ulimit -v".
+int64_t memory_available(std::string* source = nullptr);
+
+// Refuses up front (UsageError, status 2) a run whose option makes it
+// allocate more than memory_available(), before anything is written: the
+// kernel would kill it part way (status 137, its log cut off) rather than
+// let an allocation fail. `bytes` is what the run allocates up front at
+// least (a double: products of option values may pass 2^63), `what` says for
+// what. E.g.
+//   run crossattn: --test 67108864 needs 24.3 GiB (26085244928 bytes) for the test set (67108864 samples
+//   of --length 64), more than the 21.6 GiB of available memory (MemAvailable); expected a smaller --test
+void check_memory(const std::string& command, const std::string& option, int64_t value, const std::string& what,
+                  double bytes);
+
 // Describes a model in the log (inside Run::begin's schema): the dataset
 // models/<name>/nb_parameters and the attributes summary (the module tree)
 // and parameters (one "name [shape]" a line) of models/<name>.

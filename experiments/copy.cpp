@@ -73,6 +73,14 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
   if (o.batch % dist::size() != 0)
     throw UsageError(fmt::format("run copy: --batch {} is not divisible by the {} processes of this job", o.batch,
                                  dist::size()));
+  // Memory an evaluation takes at least, refused before anything is written
+  // when it is not there (else the kernel kills the run part way): the
+  // batch's T x T attention maps and its logits (float32).
+  check_memory("run copy", "batch", o.batch,
+               fmt::format("an evaluation's attention maps and logits ({} sequences of --length {}, --vocab {})",
+                           o.batch, o.length, o.vocab),
+               static_cast<double>(o.batch) * static_cast<double>(o.length) *
+                   static_cast<double>(o.length + o.vocab) * 4);
   CopyModel m(o, &init);
   optim::Adam opt(m.named_parameters(), optim::AdamOptions().lr(o.lr));
   optim::DataParallel ddp(m.named_parameters());  // under mpirun; one process: plain backward

@@ -90,6 +90,21 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
 
   const DescribedOptions& task = c.task;
   const int64_t S = 3 * task.shapes;
+  // Memory the options make the run take up front, refused before anything
+  // is written when it is not there (else the kernel kills the run part way):
+  // a set of n samples holds tokens, kinds and centres (int64), signals and
+  // heights (float32); the test set's mean square takes one more signal.
+  {
+    const auto M = static_cast<double>(task.shapes), L = static_cast<double>(task.length);
+    const double sample = 8 * 3 * M + 8 * M + 8 * M + 4 * M + 4 * L;
+    const double test_bytes = static_cast<double>(c.test) * (sample + 4 * L);
+    check_memory("run crossattn", "test", c.test,
+                 fmt::format("the test set ({} samples of --length {})", c.test, task.length),
+                 test_bytes);
+    check_memory("run crossattn", "batch", c.batch,
+                 fmt::format("each step's batch ({} samples of --length {}) beside the test set", c.batch, task.length),
+                 test_bytes + static_cast<double>(c.batch) * sample);
+  }
   DescribedSet test;
   try {
     Generator g(static_cast<uint64_t>(c.seed) + 1000003);  // the test set, rebuilt identically on resume
@@ -106,7 +121,8 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
   optim::DataParallel ddp(m.named_parameters());  // one process: plain backward
   ddp.broadcast_parameters();
   // What drawing nothing would score: the mean square of the test signals.
-  const double zero_mse = mse_loss(test.signal, Tensor::zeros(test.signal.shape())).item();
+  // (mse_loss(signal, zeros)'s value, bit for bit, without two more copies of the signals.)
+  const double zero_mse = kernel::mean(kernel::unary(kernel::Unary::square, test.signal), {}).item();
 
   // Per decoder layer at the last evaluation: the attention on the shape's
   // own tokens (mean over heads), then split by token (kind, position, height).

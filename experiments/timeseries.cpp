@@ -168,6 +168,31 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
     throw UsageError(fmt::format("run timeseries: --batch {} is not divisible by the {} processes of this job",
                                  c.batch, dist::size()));
 
+  // Memory the options make the run take up front, refused before anything
+  // is written when it is not there (else the kernel kills the run part way):
+  // a set of n signals holds input, target and clean signals, the period,
+  // phase and noise (float32), R harmonics' amplitudes and offsets (float32)
+  // and A anomalies' positions, widths (int64) and heights (float32); the
+  // attention model's evaluation keeps each layer's maps of a chunk of test
+  // signals.
+  {
+    const auto T = static_cast<double>(so.length), R = static_cast<double>(so.harmonics),
+               A = static_cast<double>(so.anomalies_max);
+    const double signal = 3 * 4 * T + 3 * 4 + 2 * 4 * R + (8 + 8 + 4) * A;
+    const double test_bytes = static_cast<double>(c.test) * signal;
+    check_memory("run timeseries", "test", c.test,
+                 fmt::format("the test set ({} signals of --length {})", c.test, so.length), test_bytes);
+    const double batch_bytes = test_bytes + static_cast<double>(c.batch) * signal;
+    check_memory("run timeseries", "batch", c.batch,
+                 fmt::format("each step's batch ({} signals of --length {}) beside the test set", c.batch, so.length),
+                 batch_bytes);
+    if (c.model != "cnn")
+      check_memory("run timeseries", "length", so.length,
+                   fmt::format("the attention maps of an evaluation ({} layer(s) x {} heads x {} test signals x "
+                               "{} x {} positions) beside the data",
+                               c.layers, c.heads, std::min(kSignalsPerEval, c.test), so.length, so.length),
+                   batch_bytes + static_cast<double>(c.layers * c.heads * std::min(kSignalsPerEval, c.test)) * 4 * T * T);
+  }
   const int64_t first = first_scored_position(so);
   Generator data(static_cast<uint64_t>(c.seed));
   SeriesSet test;
