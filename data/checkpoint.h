@@ -56,7 +56,8 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
 // Reads every tensor under /tensors of an open checkpoint file and checks it
 // against the CRC-32 stored with it (its crc32 attribute), then hands it to
 // visit (if given). The one check that load_checkpoint and `heed inspect`
-// share. Throws heed::Error naming the file and the first bad tensor:
+// share. Without a visitor, each tensor is read in blocks of a few MB, so a
+// checkpoint of any size is checked in bounded memory. Throws heed::Error naming the file and the first bad tensor:
 //   checkpoint 'runs/sine.ckpt.h5': tensor 'model/l1.weight' is corrupt (CRC mismatch): ...
 using TensorVisitor = std::function<void(const std::string& key, const Tensor& t)>;
 void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit = {});

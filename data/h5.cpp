@@ -354,6 +354,81 @@ bool File::is_numeric(const std::string& path) const {
   return cls == H5T_FLOAT || cls == H5T_INTEGER;
 }
 
+DType File::dataset_dtype(const std::string& path) const {
+  Handle ds(check(H5Dopen2(id_, path.c_str(), H5P_DEFAULT), "open dataset " + path, path_), H5Dclose);
+  Handle ftype(H5Dget_type(ds), H5Tclose);
+  H5T_class_t cls = H5Tget_class(ftype);
+  if (cls == H5T_FLOAT) return H5Tget_size(ftype) == 8 ? DType::f64 : DType::f32;
+  if (cls == H5T_INTEGER) return DType::i64;
+  fail("'{}': dataset '{}' is not numeric", path_, path);
+}
+
+Tensor File::read_block(const std::string& path, const std::vector<int64_t>& start,
+                        const std::vector<int64_t>& count) const {
+  const Shape shape = dataset_shape(path);
+  const DType dt = dataset_dtype(path);
+  if (start.size() != shape.size() || count.size() != shape.size())
+    fail("'{}': dataset '{}' has {} dimensions, got a block of {} and {}", path_, path, shape.size(), start.size(),
+         count.size());
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (start[d] < 0 || count[d] < 0 || start[d] > shape[d] || count[d] > shape[d] - start[d])
+      fail("'{}': dataset '{}' of shape {}: a block from {} of {} lies outside it", path_, path, shape_str(shape),
+           shape_str(Shape(start.begin(), start.end())), shape_str(Shape(count.begin(), count.end())));
+  Tensor t = Tensor::empty(Shape(count.begin(), count.end()), dt);
+  if (t.numel() == 0) return t;
+  Handle ds(check(H5Dopen2(id_, path.c_str(), H5P_DEFAULT), "open dataset " + path, path_), H5Dclose);
+  if (shape.empty()) {  // a scalar: the whole of it
+    check_ok(H5Dread(ds, h5_type(dt), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw_data()),
+             "read dataset " + path + " (truncated or corrupt file?)", path_);
+    return t;
+  }
+  std::vector<hsize_t> at(start.begin(), start.end()), n(count.begin(), count.end());
+  Handle fspace(check(H5Dget_space(ds), "read the shape of " + path, path_), H5Sclose);
+  check_ok(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, at.data(), nullptr, n.data(), nullptr),
+           "select a block of " + path, path_);
+  Handle mspace(check(H5Screate_simple(static_cast<int>(n.size()), n.data(), nullptr), "make a block's shape", path_),
+                H5Sclose);
+  check_ok(H5Dread(ds, h5_type(dt), mspace, fspace, H5P_DEFAULT, t.raw_data()),
+           "read dataset " + path + " (truncated or corrupt file?)", path_);
+  return t;
+}
+
+void File::read_in_blocks(const std::string& path, int64_t max_bytes,
+                          const std::function<void(const Tensor& block)>& visit) const {
+  const Shape shape = dataset_shape(path);
+  const DType dt = dataset_dtype(path);
+  const int64_t total = shape_numel(shape);
+  if (total == 0) return;
+  if (shape.empty()) {
+    visit(read_tensor(path).reshape({1}));
+    return;
+  }
+  const int64_t elements = std::max<int64_t>(1, max_bytes / static_cast<int64_t>(dtype_size(dt)));
+  // The first dimension k whose trailing elements (those after it) fit in a
+  // block: blocks are then runs along k of whole trailing slices, one index
+  // of each dimension before k at a time.
+  const size_t nd = shape.size();
+  std::vector<int64_t> trailing(nd, 1);  // elements after dimension d
+  for (size_t d = nd - 1; d-- > 0;) trailing[d] = trailing[d + 1] * shape[d + 1];
+  size_t k = 0;
+  while (trailing[k] > elements) ++k;
+  const int64_t run = std::max<int64_t>(1, elements / trailing[k]);
+  std::vector<int64_t> start(nd, 0), count(shape.begin(), shape.end());
+  for (size_t d = 0; d < k; ++d) count[d] = 1;
+  for (;;) {
+    for (int64_t i = 0; i < shape[k]; i += run) {
+      start[k] = i;
+      count[k] = std::min(run, shape[k] - i);
+      Tensor b = read_block(path, start, count);
+      visit(b.reshape({b.numel()}));
+    }
+    // The next index of the dimensions before k, the last one fastest.
+    size_t d = k;
+    while (d > 0 && ++start[d - 1] == shape[d - 1]) start[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
 Tensor File::read_tensor(const std::string& path) const {
   Shape shape = dataset_shape(path);
   Handle ds(check(H5Dopen2(id_, path.c_str(), H5P_DEFAULT), "open dataset " + path, path_), H5Dclose);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <variant>
@@ -55,6 +56,19 @@ class File {
   void write_tensor(const std::string& path, const Tensor& t);
   // Reads a dataset of float32/float64/int64 into a tensor of that dtype.
   Tensor read_tensor(const std::string& path) const;
+  // The block of a dataset that starts at `start` and spans `count` along
+  // each dimension (an HDF5 hyperslab), read as read_tensor reads the whole:
+  // a tensor of shape `count`. Nothing else of the dataset is read.
+  Tensor read_block(const std::string& path, const std::vector<int64_t>& start,
+                    const std::vector<int64_t>& count) const;
+  // Reads a numeric dataset in row-major order, in blocks of at most
+  // max_bytes (at least one element each), handing each block to visit
+  // flattened ([n] elements, the next n of the whole read_tensor would give):
+  // a dataset of any size in bounded memory.
+  void read_in_blocks(const std::string& path, int64_t max_bytes,
+                      const std::function<void(const Tensor& block)>& visit) const;
+  // The dtype read_tensor gives a numeric dataset: f32, f64 or i64.
+  DType dataset_dtype(const std::string& path) const;
   // Whether a dataset holds numbers (floats or integers: read_tensor reads it).
   bool is_numeric(const std::string& path) const;
   Shape dataset_shape(const std::string& path) const;

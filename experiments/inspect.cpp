@@ -157,24 +157,37 @@ struct StateGroup {
   int64_t values = 0;
 };
 
+// Datasets are read in blocks of at most this many bytes: a log of any size
+// is inspected in bounded memory.
+constexpr int64_t kBlockBytes = int64_t{16} << 20;
+
 Metric read_metric(const h5::File& f, const std::string& path) {
   Metric m;
   m.name = path.substr(8);
-  std::vector<double> r = f.read_tensor(path).to_vector<double>();  // [n, 3]
-  m.rows = static_cast<int64_t>(r.size() / 3);
-  if (m.rows == 0) return m;
-  m.first_step = r[0];
-  m.first = r[1];
-  m.last_step = r[3 * (m.rows - 1)];
-  m.last = r[3 * (m.rows - 1) + 1];
-  m.last_wall = r[3 * (m.rows - 1) + 2];
-  for (int64_t i = 0; i < m.rows; ++i) {
-    double v = r[3 * i + 1];
-    if (!std::isnan(v) && (std::isnan(m.min) || v < m.min)) {
-      m.min = v;
-      m.min_step = r[3 * i];
+  // [n, 3] rows of (step, value, wall_seconds), in blocks of whole rows.
+  const int64_t n = f.dataset_shape(path)[0];
+  const int64_t rows = std::max<int64_t>(1, kBlockBytes / (3 * 8));
+  for (int64_t at = 0; at < n; at += rows) {
+    const std::vector<double> r = f.read_block(path, {at, 0}, {std::min(rows, n - at), 3}).to_vector<double>();
+    const int64_t got = static_cast<int64_t>(r.size() / 3);
+    if (at == 0 && got > 0) {
+      m.first_step = r[0];
+      m.first = r[1];
+    }
+    for (int64_t i = 0; i < got; ++i) {
+      double v = r[3 * i + 1];
+      if (!std::isnan(v) && (std::isnan(m.min) || v < m.min)) {
+        m.min = v;
+        m.min_step = r[3 * i];
+      }
+    }
+    if (at + got == n && got > 0) {
+      m.last_step = r[3 * (got - 1)];
+      m.last = r[3 * (got - 1) + 1];
+      m.last_wall = r[3 * (got - 1) + 2];
     }
   }
+  m.rows = n;
   return m;
 }
 
@@ -182,8 +195,15 @@ Fixed read_fixed(const h5::File& f, const std::string& path) {
   Fixed d;
   d.path = path;
   d.shape = f.dataset_shape(path);
-  // Values are read only to learn the dtype and show small tensors.
+  // The dtype, and the values of small tensors (the rest are read in blocks
+  // by the check of every value, when it is asked for).
   if (shape_numel(d.shape) > (int64_t{1} << 24)) return d;
+  if (!f.is_numeric(path)) {
+    d.dtype = "(not numeric)";
+    return d;
+  }
+  d.dtype = dtype_name(f.dataset_dtype(path));
+  if (shape_numel(d.shape) < 1 || shape_numel(d.shape) > 4) return d;
   Tensor t;
   try {
     t = f.read_tensor(path);
@@ -191,8 +211,7 @@ Fixed read_fixed(const h5::File& f, const std::string& path) {
     d.dtype = "(not numeric)";
     return d;
   }
-  d.dtype = dtype_name(t.dtype());
-  if (t.numel() >= 1 && t.numel() <= 4) {
+  {
     std::vector<std::string> vs;
     if (t.dtype() == DType::i64)
       for (int64_t v : t.to_vector<int64_t>()) vs.push_back(std::to_string(v));
@@ -283,13 +302,21 @@ std::string summary(const h5::File& f, const std::string& path, const std::map<s
                f.exists(parent + "/step")) {
       Series s;
       s.name = parent.substr(7);
-      std::vector<int64_t> steps = f.read_tensor(parent + "/step").to_vector<int64_t>();
+      const Shape step_shape = f.dataset_shape(parent + "/step");
       // A live writer appends the step before the values: count what both hold.
-      s.rows = std::min<int64_t>(shape[0], static_cast<int64_t>(steps.size()));
+      s.rows = std::min<int64_t>(shape[0], shape_numel(step_shape));
       s.item = Shape(shape.begin() + 1, shape.end());
-      if (s.rows > 0) {
-        s.first_step = steps[0];
-        s.last_step = steps[static_cast<size_t>(s.rows - 1)];
+      if (s.rows > 0) {  // the first and the last step, read alone
+        auto step_at = [&](int64_t i) {  // element i in row-major order
+          std::vector<int64_t> at(step_shape.size()), one(step_shape.size(), 1);
+          for (size_t d = step_shape.size(); d-- > 0;) {
+            at[d] = i % step_shape[d];
+            i /= step_shape[d];
+          }
+          return f.read_block(parent + "/step", at, one).to_vector<int64_t>()[0];
+        };
+        s.first_step = step_at(0);
+        s.last_step = step_at(s.rows - 1);
       }
       series.push_back(s);
     } else if (starts_with(p, "series/") && ends_with(p, "/step") && f.exists(parent + "/values")) {
@@ -482,7 +509,7 @@ std::string inspect_file(const std::string& path, const InspectOptions& opt) {
     }
     for (const std::string& d : datasets) {
       try {
-        if (f.is_numeric(d)) (void)f.read_tensor(d);
+        if (f.is_numeric(d)) f.read_in_blocks(d, kBlockBytes, [](const Tensor&) {});
       } catch (const Error& e) {
         fail("inspect: '{}' is damaged: its dataset '{}' cannot be read ({})", path, d, e.what());
       }

@@ -111,3 +111,46 @@ TEST_CASE("h5: has_signature of a directory is false at once (it looked for a si
   { h5::File f(file, h5::File::Mode::create); }
   CHECK(h5::has_signature(file));
 }
+
+TEST_CASE("h5: read_block reads a box of a dataset; read_in_blocks reads it all, in order, in bounded blocks") {
+  const std::string path = test::temp_path("blocks.h5");
+  Tensor t = Tensor::empty({3, 5, 7}, DType::f64);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = static_cast<double>(i);
+  {
+    h5::File f(path, h5::File::Mode::create);
+    f.write_tensor("t", t);
+    f.write_tensor("i", Tensor::full({4}, 7, DType::i64));
+    f.write_tensor("s", Tensor::scalar(2.5, DType::f32));
+    f.write_tensor("e", Tensor::zeros({0, 3}));
+  }
+  h5::File f(path, h5::File::Mode::read);
+  CHECK(f.dataset_dtype("t") == DType::f64);
+  CHECK(f.dataset_dtype("i") == DType::i64);
+  CHECK(f.dataset_dtype("s") == DType::f32);
+  // The box [1..3) x [2..5) x [6..7).
+  const Tensor b = f.read_block("t", {1, 2, 6}, {2, 3, 1});
+  CHECK(b.shape() == Shape{2, 3, 1});
+  CHECK(b.to_vector<double>() == std::vector<double>{55, 62, 69, 90, 97, 104});
+  test::check_error([&] { (void)f.read_block("t", {1, 2, 6}, {2, 3, 2}); }, {"lies outside it", "[3, 5, 7]"});
+  test::check_error([&] { (void)f.read_block("t", {0, 0}, {1, 1}); }, {"has 3 dimensions"});
+  // Whole slices, runs of rows, parts of a row, one element at a time: the
+  // blocks, in order, are the dataset's values in row-major order.
+  for (int64_t max_bytes : {int64_t{1}, int64_t{8}, int64_t{24}, int64_t{56}, int64_t{300}, int64_t{1000}, int64_t{1} << 20}) {
+    CAPTURE(max_bytes);
+    std::vector<double> all;
+    int64_t biggest = 0;
+    f.read_in_blocks("t", max_bytes, [&](const Tensor& block) {
+      CHECK(block.dim() == 1);
+      biggest = std::max(biggest, block.numel());
+      for (double v : block.to_vector<double>()) all.push_back(v);
+    });
+    CHECK(all == t.to_vector<double>());
+    CHECK(biggest * 8 <= std::max<int64_t>(8, max_bytes));
+  }
+  std::vector<double> scalar;
+  f.read_in_blocks("s", 16, [&](const Tensor& block) { scalar = block.to_vector<double>(); });
+  CHECK(scalar == std::vector<double>{2.5});
+  int64_t calls = 0;
+  f.read_in_blocks("e", 16, [&](const Tensor&) { ++calls; });
+  CHECK(calls == 0);
+}

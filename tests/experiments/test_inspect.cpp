@@ -1,9 +1,12 @@
 // tests/experiments/test_inspect.cpp: `heed inspect` summarises run logs and
 // checkpoints, works while the writer runs, and refuses bad files by name.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -328,4 +331,82 @@ TEST_CASE("inspect: a checkpoint's checksums are counted in one line (--full lis
   const std::string e = inspect_error(path);
   CHECK(e == "inspect: checkpoint '" + path +
                  "' is damaged: not a readable heed checkpoint (truncated, or HDF5's structure is damaged)");
+}
+
+namespace {
+// Peak resident memory (kB) of `heed inspect path`, and its output.
+std::pair<long, test::Result> inspect_peak_kb(const std::string& path, const std::string& dir) {
+  test::Result r;
+  const pid_t pid = test::start({HEED_CLI_PATH, "inspect", path}, dir + "/.out", dir + "/.err");
+  int status = 0;
+  struct rusage use {};
+  REQUIRE(wait4(pid, &status, 0, &use) == pid);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = test::slurp(dir + "/.out");
+  r.err = test::slurp(dir + "/.err");
+  return {use.ru_maxrss, r};
+}
+}  // namespace
+
+TEST_CASE("inspect: datasets of any size are read in blocks, in bounded memory, with the same summary") {
+  // It read every dataset whole (the check of every value, a metric's rows,
+  // a checkpoint's tensors for their CRCs): a log of several GB needed as
+  // much memory. Here: 128 MB datasets, inspected in well under that.
+  test::TempDir d("heed-inspect-big-");
+#ifdef __SANITIZE_ADDRESS__
+  // Freed blocks would wait in AddressSanitizer's quarantine (256 MB).
+  const char* asan_was = std::getenv("ASAN_OPTIONS");
+  const std::string asan_before = asan_was ? asan_was : "";
+  setenv("ASAN_OPTIONS", (asan_before + ":quarantine_size_mb=0").c_str(), 1);
+#endif
+  const int64_t rows = 2'000'000;  // 48 MB of metric rows: three blocks
+  const std::string log = d.path + "/big.h5", ck = d.path + "/big.ckpt.h5", small = d.path + "/small.h5";
+  {
+    h5::File f(log, h5::File::Mode::create);
+    f.set_attr("/", "heed_log_format", int64_t{1});
+    f.set_attr("/", "experiment", std::string("copy"));
+    Tensor m = Tensor::empty({rows, 3}, DType::f64);
+    double* p = m.data<double>();
+    for (int64_t i = 0; i < rows; ++i) {
+      p[3 * i] = static_cast<double>(i);
+      // Smallest at row 1'500'001 (in the third block), a NaN before it.
+      p[3 * i + 1] = i == 1'500'001 ? -1.0 : i == 1'000'000 ? NAN : 1.0 + static_cast<double>(i % 1000);
+      p[3 * i + 2] = 0.5 * static_cast<double>(i);
+    }
+    f.write_tensor("metrics/loss", m);
+    f.write_tensor("samples/big", Tensor::zeros({4096, 8192}));  // 128 MB
+    f.write_tensor("samples/wide", Tensor::zeros({2, 10'000'000}));  // rows of 40 MB each
+  }
+  {
+    Checkpoint c;
+    c.experiment = "copy";
+    c.counters["step"] = 1;
+    c.tensors["model/big"] = randn({4096, 8192});  // 128 MB
+    save_checkpoint(ck, c);
+  }
+  {
+    h5::File f(small, h5::File::Mode::create);
+    f.set_attr("/", "heed_log_format", int64_t{1});
+    f.write_tensor("samples/small", Tensor::zeros({4}));
+  }
+  const std::string s = experiments::inspect_file(log);
+  INFO(s);
+  CHECK(has_line(s, "loss 2000000 0..2e+06 1 1000 -1 1.5e+06"));  // first, last, min and its step across blocks
+  CHECK(has(s, "last row 999999.5 s after the start"));
+  CHECK(has_line(s, "samples/big [4096, 8192]"));
+  const auto [base, rs] = inspect_peak_kb(small, d.path);
+  REQUIRE(rs.status == 0);
+  for (const std::string& path : {log, ck}) {
+    CAPTURE(path);
+    const auto [peak, r] = inspect_peak_kb(path, d.path);
+    INFO(r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out == experiments::inspect_file(path));
+    // Blocks of 16 MB: far below one 128 MB dataset.
+    CHECK(peak - base < 80 * 1024);
+  }
+#ifdef __SANITIZE_ADDRESS__
+  setenv("ASAN_OPTIONS", asan_before.c_str(), 1);
+  if (!asan_was) unsetenv("ASAN_OPTIONS");
+#endif
 }
