@@ -311,6 +311,121 @@ int lock_log(const std::string& path) {
   return fd;
 }
 
+// A running Run also holds a lock on its checkpoint, through a file beside
+// it, "<checkpoint>.lock" (the checkpoint itself is replaced by a rename at
+// every write, which a lock on it would not survive): an OFD write lock too,
+// dropped by the kernel when the process ends however it ends, so a run
+// killed with SIGKILL leaves no stale lock, only the file, which the next run
+// takes over. The holder writes its process id and its log's path in it
+// (for the message that refuses another run) and removes the file when done.
+std::string lock_path_of(const std::string& checkpoint) { return checkpoint + ".lock"; }
+
+struct LockHolder {
+  bool held = false;
+  long pid = 0;     // 0: not known
+  std::string log;  // the holder's log, "" when not known
+};
+
+// Who holds the lock file at path (nobody when there is no such file).
+LockHolder lock_holder(const std::string& path) {
+  LockHolder h;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return h;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return h;
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  h.held = ::fcntl(fd, F_OFD_GETLK, &l) == 0 && l.l_type != F_UNLCK;
+  if (h.held) {
+    char buf[4096];
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    if (n > 0) {
+      const std::string text(buf, static_cast<size_t>(n));
+      const size_t nl = text.find('\n');
+      const std::string first = text.substr(0, nl);
+      long pid = 0;
+      const auto [end, err] = std::from_chars(first.data(), first.data() + first.size(), pid);
+      if (err == std::errc() && end == first.data() + first.size() && pid > 0) h.pid = pid;
+      if (nl != std::string::npos) {
+        h.log = text.substr(nl + 1);
+        if (!h.log.empty() && h.log.back() == '\n') h.log.pop_back();
+      }
+    }
+  }
+  ::close(fd);
+  return h;
+}
+
+// " (process 1234)" or " (another process)", for messages.
+std::string holder_words(const LockHolder& h) {
+  return h.pid > 0 ? fmt::format(" (process {})", h.pid) : std::string(" (another process)");
+}
+
+// Takes the lock file at path for this process, writing `log` in it: the
+// descriptor holding it, or -1 when another holds it (then *holder tells
+// who). *created: the file was not there before.
+int take_lock_file(const std::string& path, const std::string& log, bool* created, LockHolder* holder) {
+  for (int attempt = 0;; ++attempt) {
+    *created = false;
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0) {
+      *created = true;
+    } else if (errno == EEXIST) {
+      fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+      if (fd < 0 && errno == ENOENT && attempt < 100) continue;  // its holder removed it meanwhile
+    }
+    if (fd < 0) fail("cannot open the lock file '{}': {}", path, std::strerror(errno));
+    struct stat held {};
+    if (::fstat(fd, &held) != 0 || !S_ISREG(held.st_mode)) {
+      ::close(fd);
+      fail("cannot use the lock file '{}': not a regular file", path);
+    }
+    struct flock l {};
+    l.l_type = F_WRLCK;
+    l.l_whence = SEEK_SET;
+    if (::fcntl(fd, F_OFD_SETLK, &l) != 0) {
+      ::close(fd);
+      *holder = lock_holder(path);
+      return -1;
+    }
+    // Locked; but the file may have been removed (by its previous holder,
+    // done) between the open and the lock: the lock is then on a file
+    // nobody else will open. Again, on the file at path.
+    struct stat now {};
+    if (::stat(path.c_str(), &now) != 0 || now.st_dev != held.st_dev || now.st_ino != held.st_ino) {
+      ::close(fd);
+      if (attempt < 100) continue;
+      fail("cannot lock '{}': the file keeps being replaced", path);
+    }
+    const std::string text = fmt::format("{}\n{}\n", ::getpid(), log);
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+      // The lock holds without the words: messages then say "another process".
+    }
+    return fd;
+  }
+}
+
+// Who holds the lock of the checkpoint at path (through a symbolic link: of
+// the file it leads to, as the writer locks it).
+LockHolder checkpoint_holder(const std::string& path) {
+  std::string target = path;
+  try {
+    target = files::replace_target(path, "checkpoint");
+  } catch (const Error&) {  // refused later, for what it is
+  }
+  return lock_holder(lock_path_of(target));
+}
+
+// What is known of the run writing the log at path (locked: log_in_use): the
+// holder of the checkpoint lock of its default checkpoint, when that run's
+// log is this one; else nothing.
+LockHolder log_writer(const std::string& path) {
+  const LockHolder h = checkpoint_holder(default_checkpoint_path(path));
+  if (h.held && !h.log.empty() && same_file(h.log, path)) return h;
+  return {};
+}
+
 // The log a checkpoint's run wrote (its config.out), or "" when the file is
 // not a readable heed checkpoint.
 std::string checkpoint_log(const std::string& path) {
@@ -375,6 +490,31 @@ Run::~Run() { release_log(); }
 void Run::release_log() {
   if (log_lock_ >= 0) ::close(log_lock_);
   log_lock_ = -1;
+  if (checkpoint_lock_ >= 0) {
+    // Removed while still held (a run that opens it meanwhile finds it gone
+    // once it has the lock, and makes a new one); a lock file that was there
+    // before a refused run stays as it was.
+    if (begun_ || checkpoint_lock_created_) ::unlink(checkpoint_lock_path_.c_str());
+    ::close(checkpoint_lock_);
+  }
+  checkpoint_lock_ = -1;
+}
+
+void Run::lock_checkpoint() {
+  if (!dist::is_main() || checkpoint_lock_ >= 0) return;
+  const std::string path = lock_path_of(files::replace_target(checkpoint_, "checkpoint"));
+  std::error_code ec;
+  LockHolder holder;
+  bool created = false;
+  const int fd = take_lock_file(path, fs::absolute(out_, ec).string(), &created, &holder);
+  if (fd < 0)
+    fail("{}: {} '{}' is being written by a run that is still going{}{}; expected another --checkpoint, or that run "
+         "to end (its lock: '{}')",
+         args_.command(), args_.given("checkpoint") ? "--checkpoint" : "the checkpoint", checkpoint_,
+         holder_words(holder), holder.log.empty() ? "" : fmt::format(", whose log is '{}'", holder.log), path);
+  checkpoint_lock_ = fd;
+  checkpoint_lock_path_ = path;
+  checkpoint_lock_created_ = created;
 }
 
 // A new run's identity: 128 random bits in hex, from the system's entropy
@@ -650,16 +790,28 @@ void Run::check_paths() {
     throw UsageError(fmt::format("{}: --checkpoint '{}' is the log --out '{}'; they must be two files",
                                  args_.command(), checkpoint_, out_));
   if (!dist::is_main()) return;  // rank 0 writes both
-  // Another process's run: its log (or the log its checkpoint belongs to) is locked.
+  // Another process's run: its log (or the log its checkpoint belongs to) is
+  // locked, or its checkpoint's lock file is.
   if (log_in_use(out_))
-    fail("{}: the log '{}' is being written by a run that is still going (another process); expected another "
-         "--out, or that run to end",
-         args_.command(), out_);
+    fail("{}: the log '{}' is being written by a run that is still going{}; expected another --out, or that run to "
+         "end",
+         args_.command(), out_, holder_words(log_writer(out_)));
+  if (const LockHolder h = checkpoint_holder(out_); h.held)
+    fail("{}: --out '{}' is the checkpoint of a run that is still going{}{}; expected another --out",
+         args_.command(), out_, holder_words(h), h.log.empty() ? "" : fmt::format(", whose log is '{}'", h.log));
   const std::string owner = checkpoint_log(checkpoint_);
   if (!owner.empty() && !same_file(owner, out_) && log_in_use(owner))
-    fail("{}: --checkpoint '{}' is the checkpoint of the run writing '{}', which is still going (another "
-         "process); expected another --checkpoint",
-         args_.command(), checkpoint_, owner);
+    fail("{}: --checkpoint '{}' is the checkpoint of the run writing '{}', which is still going{}; expected another "
+         "--checkpoint",
+         args_.command(), checkpoint_, owner, holder_words(log_writer(owner)));
+  if (const LockHolder h = checkpoint_holder(checkpoint_); h.held)
+    fail("{}: {} '{}' is being written by a run that is still going{}{}; expected another --checkpoint, or that run "
+         "to end",
+         args_.command(), args_.given("checkpoint") ? "--checkpoint" : "the checkpoint", checkpoint_, holder_words(h),
+         h.log.empty() ? "" : fmt::format(", whose log is '{}'", h.log));
+  if (!same_file(checkpoint_, out_) && log_in_use(checkpoint_))
+    fail("{}: --checkpoint '{}' is the log of a run that is still going{}; expected another --checkpoint",
+         args_.command(), checkpoint_, holder_words(log_writer(checkpoint_)));
   if (!resuming()) check_output_path(out_, args_.command(), "--out");
   check_output_path(checkpoint_, args_.command(), "--checkpoint");  // a device or FIFO refused before the log is begun
   files::replace_target(checkpoint_, "checkpoint");
@@ -1009,9 +1161,11 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
   // The log's lock, taken just before the log is opened (an empty file is
   // created for it when there is none: nothing may fail after that).
   auto lock = [this] {
-    if (dist::is_main() && log_lock_ < 0 && (log_lock_ = lock_log(out_)) < 0)
-      fail("{}: the log '{}' is being written by a run that is still going (another process)", args_.command(),
-           out_);
+    if (dist::is_main() && log_lock_ < 0 && (log_lock_ = lock_log(out_)) < 0) {
+      release_log();  // the checkpoint's lock too
+      fail("{}: the log '{}' is being written by a run that is still going{}", args_.command(), out_,
+           holder_words(log_writer(out_)));
+    }
   };
   // A new log: the run's metadata, then the program's schema.
   auto start_log = [&](const std::string& continues) {
@@ -1031,7 +1185,13 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
       throw;
     }
     resume_ck_.reset();
-    make_directories();
+    try {
+      make_directories();
+      lock_checkpoint();
+    } catch (...) {
+      release_log();
+      throw;
+    }
     if (new_log_) {
       start_log(fmt::format("the run of checkpoint '{}' from step {}", resume_, step_));
       fmt::print("resumed from {} at step {}/{} into a new log, {} (it continues the run after step {})\n", resume_, step_,
@@ -1047,6 +1207,7 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
   } else {
     if (!init_from_.empty()) init_model();  // before any file or directory: weights that do not fit leave none
     make_directories();
+    lock_checkpoint();
     run_id_ = new_run_id();
     if (dist::is_main())
       start_log("");

@@ -253,7 +253,13 @@ class Run {
   std::map<std::string, std::vector<std::string>> owed_;  // owed_work(): pending counter -> its datasets
   std::unique_ptr<RunLog> log_;
   int log_lock_ = -1;  // the descriptor holding the log's lock while the run goes (data/run.cpp)
-  void release_log();
+  // The checkpoint's lock ("<checkpoint>.lock" beside it) while the run goes:
+  // its descriptor, path, and whether this run made the file.
+  int checkpoint_lock_ = -1;
+  std::string checkpoint_lock_path_;
+  bool checkpoint_lock_created_ = false;
+  void lock_checkpoint();
+  void release_log();  // both locks
   struct StopGuard;
   std::unique_ptr<StopGuard> ctrl_c_;
   int64_t step_ = 0, start_step_ = 0;

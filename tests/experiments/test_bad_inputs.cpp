@@ -5,10 +5,12 @@
 // be refused and are now accepted.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 
 #include "core/safetensors.h"
 #include "data/checkpoint.h"
@@ -384,6 +386,61 @@ TEST_CASE("a run's log and checkpoint are its own while it runs: a second run on
   Result r = heed_cli({"run", "copy", "--resume", p + "/a.ckpt.h5", "--stop-after", std::to_string(at + 2)}, p);
   INFO(r.err);
   CHECK(r.status == 130);
+}
+
+TEST_CASE("a run's checkpoint is locked from its start: a second run on it is refused, naming the process") {
+  // With --checkpoint-every 0 the first checkpoint comes at the end: a
+  // second run given the same --checkpoint (and another --out) went ahead,
+  // both wrote 'c.ckpt.h5' and its '.tmp', and one died in the middle.
+  test::TempDir d("heed-ckpt-lock-");
+  const std::string p = d.path, ck = p + "/c.ckpt.h5";
+  const pid_t live = test::start({HEED_CLI_PATH, "run", "copy", "--steps", "100000000", "--checkpoint-every", "0",
+                                  "--out", p + "/a.h5", "--checkpoint", ck},
+                                 p + "/live.out", p + "/live.err");
+  for (int i = 0; i < 6000 && slurp(p + "/live.out").find("logging to") == std::string::npos; ++i) usleep(10000);
+  REQUIRE(slurp(p + "/live.out").find("logging to") != std::string::npos);
+  REQUIRE(!fs::exists(ck));  // no checkpoint yet to tell whose it is
+  CHECK(slurp(ck + ".lock") == std::to_string(live) + "\n" + p + "/a.h5\n");
+  const std::string by = "a run that is still going (process " + std::to_string(live) + ")";
+  auto names = [&] {
+    std::set<std::string> n;
+    for (const auto& e : fs::directory_iterator(p)) n.insert(e.path().filename().string());
+    return n;
+  };
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const Case& c :
+       {Case{{"run", "sine", "--steps", "3", "--out", p + "/b.h5", "--checkpoint", ck},
+             "run sine: --checkpoint '" + ck + "' is being written by " + by + ", whose log is '" + p + "/a.h5'"},
+        Case{{"run", "copy", "--steps", "3", "--out", ck}, "run copy: --out '" + ck + "' is the checkpoint of " + by},
+        Case{{"run", "copy", "--steps", "3", "--out", p + "/b.h5", "--checkpoint", p + "/a.h5"},
+             "run copy: --checkpoint '" + p + "/a.h5' is the log of a run that is still going"},
+        Case{{"run", "copy", "--steps", "3", "--out", p + "/a.h5"},
+             "the log '" + p + "/a.h5' is being written by a run that is still going"}}) {
+    CAPTURE(c.args);
+    const std::set<std::string> before = names();
+    Result r = heed_cli(c.args, p);
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(names() == before);  // nothing written (the live run's log grows meanwhile)
+    CHECK(slurp(ck + ".lock") == std::to_string(live) + "\n" + p + "/a.h5\n");
+  }
+  // Killed, the run leaves its lock file and maybe a half-written '.tmp',
+  // but no lock: the next run takes both over, and removes its lock at the end.
+  kill(live, SIGKILL);
+  CHECK(test::wait_status(live) == 128 + SIGKILL);
+  CHECK(fs::exists(ck + ".lock"));
+  std::ofstream(ck + ".tmp") << "half a checkpoint";
+  Result r = heed_cli({"run", "copy", "--steps", "3", "--out", p + "/b.h5", "--checkpoint", ck}, p);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(load_checkpoint(ck, "copy").counter("step") == 3);
+  CHECK(!fs::exists(ck + ".lock"));
+  CHECK(!fs::exists(ck + ".tmp"));
 }
 
 TEST_CASE("a diverged run stops at its first non-finite loss or weights with status 1, and writes no checkpoint after") {
