@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace heed::alloc {
@@ -31,7 +32,7 @@ size_t round_up(size_t n) { return n == 0 ? kAlign : ((n + kAlign - 1) / kAlign)
 // A training step streams hundreds of MB of them: on 4 KiB pages the TLB
 // covers a few MB and every few KB read costs a page walk.
 constexpr size_t kHuge = size_t{2} << 20;
-// HEED_NO_HUGE_PAGES=1 in the environment keeps them on the ordinary path
+// HEED_NO_HUGE_PAGES=1 (or on, true, yes: core/env.h) in the environment keeps them on the ordinary path
 // (to measure the difference); so does the sanitized build, where
 // AddressSanitizer must see every block.
 bool huge_pages_enabled() {
@@ -39,8 +40,7 @@ bool huge_pages_enabled() {
   return false;
 #else
   static const bool on = [] {
-    const char* env = std::getenv("HEED_NO_HUGE_PAGES");
-    return !(env && env[0] == '1');
+    return !env::flag("HEED_NO_HUGE_PAGES", false);
   }();
   return on;
 #endif
@@ -124,8 +124,7 @@ struct Cache {
 #ifdef HEED_SANITIZE_BUILD
     enabled = false;
 #else
-    const char* env = std::getenv("HEED_NO_CACHE");
-    enabled = !(env && env[0] == '1');
+    enabled = !env::flag("HEED_NO_CACHE", false);  // HEED_NO_CACHE=1: every block from the system
 #endif
   }
   ~Cache() {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/runtime.h"
@@ -32,15 +33,9 @@
 namespace heed {
 
 namespace {
-// HEED_ADAPTIVE_THREADS: adaptive threads unless 0 or off.
-bool env_adaptive() {
-  const char* v = std::getenv("HEED_ADAPTIVE_THREADS");
-  if (!v) return true;
-  const std::string s(v);
-  if (s == "0" || s == "off") return false;
-  if (s == "1" || s == "on") return true;
-  fail("HEED_ADAPTIVE_THREADS: expected 0, 1, off or on, got '{}'", s);
-}
+// HEED_ADAPTIVE_THREADS: adaptive threads unless 0, off, false or no
+// (core/env.h); another value throws, naming it.
+bool env_adaptive() { return env::flag("HEED_ADAPTIVE_THREADS", true); }
 
 // With OMP_PROC_BIND set, the cores of all of libgomp's places (the cores
 // the process may use: the initial thread's own mask is narrowed to the

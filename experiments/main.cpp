@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "experiments/inspect.h"
 #include "experiments/plot.h"
 #include "experiments/bench.h"
@@ -51,6 +52,11 @@ int run(const std::vector<std::string>& args) {
     fmt::print(stderr, "heed: expected a command\n{}", usage());
     return 2;
   }
+  // The HEED_* variables, checked before any command touches a file: they
+  // are otherwise read at their first use, after a run has opened its log or
+  // while a checkpoint is being read.
+  if (const std::string bad = heed::env::problem(); !bad.empty())
+    throw heed::UsageError(fmt::format("{} (README.md, \"Environment variables\")", bad));
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     fmt::print("{}", usage());
     return 0;

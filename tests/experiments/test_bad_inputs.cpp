@@ -639,3 +639,61 @@ TEST_CASE("a full disk (a file size limit) ends a run with status 1 naming the f
     CHECK(heed_cli({"run", "copy", "--resume", p + "/c.ckpt.h5", "--steps", "400"}, p).status == 0);
   }
 }
+
+TEST_CASE("a bad HEED_* environment variable is refused before any file is touched, naming it, status 2") {
+  test::TempDir d("heed-env-");
+  const std::string p = d.path;
+  const std::string text = p + "/t.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 100; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  REQUIRE(heed_cli(cat({"run", "charlm", "--text", text, "--steps", "2", "--out", p + "/lm.h5"}, kTinyLM), p).status ==
+          0);
+  REQUIRE(heed_cli({"run", "copy", "--steps", "4", "--out", p + "/c.h5"}, p).status == 0);
+  const std::string ckpt = p + "/lm.ckpt.h5";
+  // heed with one variable set, as `VAR=value heed ...` in a shell.
+  auto heed_with = [&](const std::string& var, const std::vector<std::string>& args) {
+    return test::run_process(cat({"/usr/bin/env", var, HEED_CLI_PATH}, args), p);
+  };
+  struct Case {
+    std::string var;
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const Case& c : {
+           // The variable was read at the first kernel: after the run had
+           // truncated the previous log (or made a new, empty one).
+           Case{"HEED_CPU_ISA=bogus", {"run", "copy", "--steps", "4", "--out", p + "/c.h5"},
+                "HEED_CPU_ISA: expected one of baseline|avx2|avx512, got 'bogus'"},
+           Case{"HEED_CPU_ISA=bogus", {"run", "sine", "--out", p + "/sine2.h5"}, "HEED_CPU_ISA: expected one of"},
+           Case{"HEED_CPU_ISA=bogus", {"run", "charlm", "--text", text, "--out", p + "/new.h5"},
+                "HEED_CPU_ISA: expected one of baseline|avx2|avx512, got 'bogus'"},
+           // Read while the checkpoint's tensors were: reported as a damaged checkpoint.
+           Case{"HEED_ADAPTIVE_THREADS=2", {"sample", ckpt}, "HEED_ADAPTIVE_THREADS='2': expected 1, on, true, yes"},
+           Case{"HEED_ADAPTIVE_THREADS=2", {"export", ckpt}, "HEED_ADAPTIVE_THREADS='2'"},
+           Case{"HEED_ADAPTIVE_THREADS=2", {"inspect", ckpt}, "HEED_ADAPTIVE_THREADS='2'"},
+           Case{"HEED_ADAPTIVE_THREADS=2", {"run", "charlm", "--resume", ckpt, "--steps", "4"}, "HEED_ADAPTIVE_THREADS='2'"},
+           // Were silently ignored: only 1 counted.
+           Case{"HEED_NO_CACHE=maybe", {"run", "copy", "--steps", "4", "--out", p + "/c.h5"}, "HEED_NO_CACHE='maybe'"},
+           Case{"HEED_NO_HUGE_PAGES=sometimes", {"info"}, "HEED_NO_HUGE_PAGES='sometimes'"},
+       }) {
+    CAPTURE(c.var);
+    CAPTURE(c.args);
+    const auto before = snapshot(p);
+    Result r = heed_with(c.var, c.args);
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind("heed: " + c.message, 0) == 0);
+    CHECK(r.err.find("damaged") == std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(snapshot(p) == before);
+  }
+  // The yes/no values every flag now takes.
+  for (const std::string var : {"HEED_NO_CACHE=yes", "HEED_NO_HUGE_PAGES=TRUE", "HEED_ADAPTIVE_THREADS=off"}) {
+    CAPTURE(var);
+    Result r = heed_with(var, {"run", "copy", "--steps", "2", "--out", p + "/ok.h5"});
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 0);
+  }
+}

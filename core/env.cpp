@@ -1,0 +1,57 @@
+// core/env.cpp: the HEED_* environment variables (core/env.h).
+#include "core/env.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/runtime.h"
+
+namespace heed::env {
+
+namespace {
+constexpr const char* kFlagValues = "1, on, true, yes, 0, off, false or no";
+
+// The yes/no variables and their meaning when unset.
+constexpr const char* kFlags[] = {"HEED_ADAPTIVE_THREADS", "HEED_NO_HUGE_PAGES", "HEED_NO_CACHE"};
+}  // namespace
+
+std::optional<bool> parse_flag(const std::string& value) {
+  std::string v = value;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (v == "1" || v == "on" || v == "true" || v == "yes") return true;
+  if (v == "0" || v == "off" || v == "false" || v == "no") return false;
+  return std::nullopt;
+}
+
+bool flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  if (const std::optional<bool> b = parse_flag(v)) return *b;
+  fail("{}='{}': expected {}", name, v, kFlagValues);
+}
+
+std::string problem() {
+  try {
+    for (const char* name : kFlags) flag(name, false);
+    // An instruction set this CPU has (core/cpu_isa.cpp reads it once, at
+    // first use: checked here on its own, also after that).
+    if (const char* v = std::getenv("HEED_CPU_ISA"); v && *v)
+      kernel::check_cpu_has(parse_cpu_isa(v, "HEED_CPU_ISA"), cpu_isa_max(), fmt::format("HEED_CPU_ISA={}", v));
+    // The fault injection of the checkpoint tests: a count.
+    if (const char* v = std::getenv("HEED_FAULT_KILL_IN_CHECKPOINT_WRITE"); v && *v) {
+      const std::string s(v);
+      if (s.size() > 9 || !std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); }))
+        fail("HEED_FAULT_KILL_IN_CHECKPOINT_WRITE='{}': expected a count of checkpoints (an integer >= 0)", s);
+    }
+    // HEED_PYTHON (a program's path, any) and HEED_SHARE_CORES (set or not)
+    // take any value.
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace heed::env

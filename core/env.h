@@ -1,0 +1,26 @@
+// core/env.h: the HEED_* environment variables heed reads (README.md,
+// "Environment variables"), read one way.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace heed::env {
+
+// A yes/no value: 1, on, true, yes or 0, off, false, no, in any case;
+// nothing for anything else.
+std::optional<bool> parse_flag(const std::string& value);
+
+// The yes/no variable `name`: `fallback` when it is unset or empty, else its
+// value (parse_flag); any other value throws heed::Error naming the
+// variable, the value and the values expected.
+bool flag(const char* name, bool fallback);
+
+// What is wrong with the HEED_* variables of the environment, as a one-line
+// message naming the first bad one, its value and what is expected; "" when
+// every one is well-formed. A program checks this before it touches any file
+// (heed's command-line program does, for every command): the variables are
+// otherwise read where they are first used, in the middle of the work.
+std::string problem();
+
+}  // namespace heed::env

@@ -1,0 +1,99 @@
+// tests/core/test_env.cpp: the HEED_* environment variables (core/env.h):
+// one set of yes/no values for every flag, and a bad value of any variable
+// named by env::problem().
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "core/env.h"
+#include "test_util.h"
+
+using namespace heed;
+
+namespace {
+// Sets `name` to `value` for its scope (nullptr: unset), then puts back what was there.
+struct EnvFor {
+  std::string name;
+  std::optional<std::string> was;
+  EnvFor(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) was = v;
+    if (value) setenv(n, value, 1);
+    else unsetenv(n);
+  }
+  ~EnvFor() {
+    if (was) setenv(name.c_str(), was->c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+};
+}  // namespace
+
+TEST_CASE("env::parse_flag: 1/on/true/yes and 0/off/false/no in any case, nothing else") {
+  for (const char* v : {"1", "on", "true", "yes", "ON", "True", "YES"}) {
+    CAPTURE(v);
+    CHECK(env::parse_flag(v) == std::optional<bool>(true));
+  }
+  for (const char* v : {"0", "off", "false", "no", "OFF", "False", "No"}) {
+    CAPTURE(v);
+    CHECK(env::parse_flag(v) == std::optional<bool>(false));
+  }
+  for (const char* v : {"2", "", "y", "enable", "yes please", " 1", "onn"}) {
+    CAPTURE(v);
+    CHECK_FALSE(env::parse_flag(v).has_value());
+  }
+}
+
+TEST_CASE("env::flag: the default when unset or empty, the value, or an error naming the variable and value") {
+  const char* n = "HEED_NO_CACHE";
+  {
+    EnvFor e(n, nullptr);
+    CHECK(env::flag(n, false) == false);
+    CHECK(env::flag(n, true) == true);
+  }
+  {
+    EnvFor e(n, "");
+    CHECK(env::flag(n, true) == true);
+  }
+  {
+    EnvFor e(n, "yes");  // was silently ignored: only "1" counted
+    CHECK(env::flag(n, false) == true);
+  }
+  {
+    EnvFor e(n, "maybe");
+    CHECK_THROWS_WITH_AS(env::flag(n, false), "HEED_NO_CACHE='maybe': expected 1, on, true, yes, 0, off, false or no",
+                         Error);
+  }
+}
+
+TEST_CASE("env::problem names the first bad HEED_* variable, its value and what it takes") {
+  // The suite may itself run under HEED_CPU_ISA or HEED_ADAPTIVE_THREADS: EnvFor puts them back.
+  EnvFor isa("HEED_CPU_ISA", nullptr);
+  EnvFor adaptive("HEED_ADAPTIVE_THREADS", nullptr);
+  EnvFor huge("HEED_NO_HUGE_PAGES", nullptr);
+  EnvFor cache("HEED_NO_CACHE", nullptr);
+  EnvFor fault("HEED_FAULT_KILL_IN_CHECKPOINT_WRITE", nullptr);
+  CHECK(env::problem() == "");
+  struct Case {
+    const char* name;
+    const char* value;
+    std::string message;  // "" when the value is fine
+  };
+  for (const Case& c : {Case{"HEED_CPU_ISA", "bogus", "HEED_CPU_ISA: expected one of baseline|avx2|avx512, got 'bogus'"},
+                        Case{"HEED_CPU_ISA", "baseline", ""},
+                        Case{"HEED_ADAPTIVE_THREADS", "2", "HEED_ADAPTIVE_THREADS='2': expected 1, on, true, yes"},
+                        Case{"HEED_ADAPTIVE_THREADS", "No", ""},
+                        Case{"HEED_NO_HUGE_PAGES", "yes", ""},
+                        Case{"HEED_NO_HUGE_PAGES", "sometimes", "HEED_NO_HUGE_PAGES='sometimes': expected"},
+                        Case{"HEED_NO_CACHE", "true", ""},
+                        Case{"HEED_NO_CACHE", "11", "HEED_NO_CACHE='11': expected"},
+                        Case{"HEED_FAULT_KILL_IN_CHECKPOINT_WRITE", "3", ""},
+                        Case{"HEED_FAULT_KILL_IN_CHECKPOINT_WRITE", "x3",
+                             "HEED_FAULT_KILL_IN_CHECKPOINT_WRITE='x3': expected a count"}}) {
+    CAPTURE(c.name);
+    CAPTURE(c.value);
+    EnvFor e(c.name, c.value);
+    const std::string p = env::problem();
+    if (c.message.empty()) CHECK(p == "");
+    else CHECK(p.rfind(c.message, 0) == 0);
+    CHECK(p.find('\n') == std::string::npos);
+  }
+}
