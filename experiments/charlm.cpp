@@ -1,6 +1,7 @@
 // experiments/charlm.cpp: `heed run charlm` (a character-level GPT trained on
 // real text, the King James Bible by default) and `heed sample` (text
-// generation from its checkpoint with cached keys and values).
+// generation from its checkpoint, with cached keys and values within the
+// model's context).
 #include "experiments/charlm.h"
 
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "core/kernels.h"
 #include "core/safetensors.h"
@@ -81,6 +83,54 @@ data::CharTokenizer tokenizer_of(const Checkpoint& ck, const std::string& path, 
   } catch (const Error& e) {
     fail("{}checkpoint '{}': tokenizer/codepoints: {}", who, path, e.what());
   }
+}
+
+// The model options a charlm checkpoint's run saved (config.layers, heads,
+// width, context), each checked before a model is built from them: in range,
+// heads dividing width, and width, context and layers those of the weights
+// (config.* attributes are not covered by the tensors' checksums, and an
+// altered one gave "MultiHeadAttention: d_model=32 is not divisible by
+// heads=3" or an allocation of terabytes). Errors begin with `who`
+// ("sample: " or "") and name the checkpoint and the attribute. (A changed
+// config.heads that still divides width changes no weight's shape: nothing
+// in the checkpoint can tell it from the run's.)
+CharLMConfig model_config(const Checkpoint& ck, const std::string& path, const std::string& who) {
+  auto num = [&](const char* k, int64_t lo, int64_t hi) {
+    auto it = ck.config.find(k);
+    if (it == ck.config.end()) fail("{}checkpoint '{}': config.{} is missing", who, path, k);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || errno != 0 || v < lo || v > hi)
+      fail("{}checkpoint '{}': config.{} is '{}', expected an integer in {}..{}", who, path, k, it->second, lo, hi);
+    return static_cast<int64_t>(v);
+  };
+  CharLMConfig c;
+  c.layers = num("layers", 1, kMaxLayers);
+  c.heads = num("heads", 1, kMaxWidth);
+  c.width = num("width", 1, kMaxWidth);
+  c.context = num("context", 2, kMaxLength);
+  if (c.width % c.heads != 0)
+    fail("{}checkpoint '{}': config.heads is {}, expected a divisor of config.width ({})", who, path, c.heads, c.width);
+  auto weight = [&](const std::string& k) -> const Tensor* {
+    auto it = ck.tensors.find("model/" + k);
+    return it != ck.tensors.end() && it->second.dim() == 2 ? &it->second : nullptr;
+  };
+  auto differs = [&](const char* k, int64_t v, const std::string& tensor, int64_t want) {
+    fail("{}checkpoint '{}': config.{} is {}, but its weights model/{} have shape {}: expected config.{} {}", who, path,
+         k, v, tensor, shape_str(weight(tensor)->shape()), k, want);
+  };
+  if (const Tensor* e = weight("wte.weight"); e && e->size(1) != c.width) differs("width", c.width, "wte.weight", e->size(1));
+  if (const Tensor* e = weight("wpe.weight"); e && e->size(0) != c.context)
+    differs("context", c.context, "wpe.weight", e->size(0));
+  std::set<int64_t> blocks;
+  for (const auto& [k, t] : ck.tensors)
+    if (k.rfind("model/blocks.", 0) == 0) blocks.insert(std::atoll(k.c_str() + 13));
+  if (!blocks.empty() && static_cast<int64_t>(blocks.size()) != c.layers)
+    fail("{}checkpoint '{}': config.layers is {}, but its weights hold {} blocks (model/blocks.0 to model/blocks.{}): "
+         "expected config.layers {}",
+         who, path, c.layers, blocks.size(), *blocks.rbegin(), blocks.size());
+  return c;
 }
 
 // A character for a message: "'a' (U+0061)", or only "U+000A" for one that
@@ -216,16 +266,17 @@ class CharLMModels : public TrainedModels {
   CharLMModels(const Checkpoint& ck, const std::string& path, const std::string& who, const std::string& text,
                const std::string& text_option) {
     experiment_ = "charlm";
-    c_.layers = config_int(ck, path, "layers");
-    c_.heads = config_int(ck, path, "heads");
-    c_.width = config_int(ck, path, "width");
-    c_.context = config_int(ck, path, "context", 2);
+    c_ = model_config(ck, path, who.empty() ? std::string() : who + ": ");
     c_.batch = config_int(ck, path, "batch");
     c_.eval_batches = config_int(ck, path, "eval-batches");
     tok_ = tokenizer_of(ck, path, "");
     val_ = validation_tokens(ck, path, tok_, c_.context, who, text, text_option);
     model_ = make_model(c_, tok_.vocab_size(), nullptr);
-    model_->load_state_dict(ck.get("model"));
+    try {
+      model_->load_state_dict(ck.get("model"));
+    } catch (const Error& e) {
+      fail("{}{}checkpoint '{}': {}", who, who.empty() ? "" : ": ", path, e.what());
+    }
   }
   std::vector<std::string> names() const override { return {""}; }
   nn::Module& model(const std::string&) override { return *model_; }
@@ -281,11 +332,16 @@ std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt
       for (auto& v : l)
         if (v < kth) v = -INFINITY;
     }
+    // exp((v - max) / T): the largest logit weighs 1 and the others less,
+    // whatever T. (Dividing first, v / T overflowed to inf for a tiny T, such
+    // as 1e-310, inf - inf was NaN, and every draw fell through to the last
+    // character.) As T goes to 0 this is greedy decoding: the others' weights
+    // underflow to 0.
     double mx = -INFINITY;
-    for (double v : l) mx = std::max(mx, v / o.temperature);
+    for (double v : l) mx = std::max(mx, v);
     double z = 0;
     for (auto& v : l) {
-      v = std::exp(v / o.temperature - mx);
+      v = std::exp((v - mx) / o.temperature);
       z += v;
     }
     double u = g.uniform() * z, acc = 0;
@@ -583,23 +639,13 @@ CharModel load_charlm(const std::string& path, const char* command) {
 CharModel charlm_from(const Checkpoint& ck, const std::string& path, const char* command) {
   CharModel cm;
   cm.tok = tokenizer_of(ck, path, fmt::format("{}: ", command));
-  CharLMConfig c;
-  auto num = [&](const char* k) {
-    auto it = ck.config.find(k);
-    if (it == ck.config.end()) fail("{}: checkpoint '{}': config.{} is missing", command, path, k);
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(it->second.c_str(), &end, 10);
-    if (it->second.empty() || *end != '\0' || errno != 0 || v < 1)
-      fail("{}: checkpoint '{}': config.{} is '{}', expected an integer >= 1", command, path, k, it->second);
-    return static_cast<int64_t>(v);
-  };
-  c.layers = num("layers");
-  c.heads = num("heads");
-  c.width = num("width");
-  c.context = num("context");
+  const CharLMConfig c = model_config(ck, path, fmt::format("{}: ", command));
   cm.model = make_model(c, cm.tok.vocab_size(), nullptr);
-  cm.model->load_state_dict(ck.get("model"));
+  try {
+    cm.model->load_state_dict(ck.get("model"));
+  } catch (const Error& e) {
+    fail("{}: checkpoint '{}': {}", command, path, e.what());
+  }
   // A diverged run's weights (or a file altered after its checksums) would
   // give nonsense that looks like output: refuse, naming the parameter.
   for (const auto& [name, p] : cm.model->named_parameters())
@@ -614,15 +660,20 @@ int run_sample(const std::vector<std::string>& args) {
   SampleOptions o;
   std::string prompt = kSamplePrompt;
   bool no_cache = false;
-  Args a("sample CHECKPOINT",
-         "Generates text from a character-level GPT checkpoint (written by heed run charlm),\n"
-         "reusing cached keys and values for each new character.");
+  Args a("sample",
+         "Generates text from a character-level GPT checkpoint (written by heed run charlm). Until the\n"
+         "text (prompt included) fills the model's context, each new character reuses the cached keys\n"
+         "and values of the ones before it; past the context, every character runs the model on the\n"
+         "whole window of the last CONTEXT characters again (the positions are learned and absolute: each\n"
+         "step moves every character to another one), with or without the cache.");
   a.text("prompt", &prompt, "text to continue")
       .integer("tokens", &o.tokens, "characters to generate", 1, kMaxLength)
       .real("temperature", &o.temperature, "softmax temperature", 0.0, 1e300, true)
       .integer("top-k", &o.top_k, "sample among the k most likely characters (0: all)", 0)
       .integer("seed", &o.seed, "seed", 0)
-      .flag("no-cache", &no_cache, "recompute the whole prefix for every character (slower; same tokens)");
+      .flag("no-cache", &no_cache, "run the model on the whole window for every character, also before the context is full (slower "
+            "there; same tokens)");
+  a.set_program("heed sample CHECKPOINT");  // errors begin "sample: ", as every command's
   if (!a.parse(args, &path, "a checkpoint path")) return 0;
   o.use_cache = !no_cache;
   CharModel cm = load_charlm(path, "sample");

@@ -21,8 +21,12 @@ struct SampleOptions {
 };
 
 // Continues prompt (token ids) by o.tokens sampled tokens; returns the new ones.
-// With or without the cache, the same seed gives the same tokens (within one
-// context window; past it the window slides and positions restart).
+// With or without the cache, the same seed gives the same tokens. The cache
+// saves work only until the sequence fills the context: past it, every token
+// runs the model on the whole last window again (positions 0..context-1; the
+// learned absolute positions move every token at each step, so no keys or
+// values can be kept). As the temperature goes to 0 (a positive one, however
+// small) sampling becomes greedy decoding.
 std::vector<int64_t> generate(nn::GPT& model, const std::vector<int64_t>& prompt, const SampleOptions& o);
 
 // A trained character-level GPT and its tokenizer, from a checkpoint of `heed

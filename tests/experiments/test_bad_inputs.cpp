@@ -235,7 +235,7 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"an option given twice", {"run", "sine", "--steps", "5", "--steps", "7", "--out", p + "/x.h5"}, 2,
        {"run sine: --steps is given twice; expected it once"}},
       {"an option given twice, the second as --name=value", {"sample", ckpt, "--tokens", "5", "--tokens=7"}, 2,
-       {"sample CHECKPOINT: --tokens is given twice"}},
+       {"heed: sample: --tokens is given twice"}},  // was "sample CHECKPOINT: ", unlike every other command
       {"an option given by its short and its long name", {"export", ckpt, "-o", p + "/a.safetensors", "--out",
                                                            p + "/b.safetensors"},
        2, {"export: --out is given twice"}},
@@ -695,5 +695,55 @@ TEST_CASE("a bad HEED_* environment variable is refused before any file is touch
     Result r = heed_with(var, {"run", "copy", "--steps", "2", "--out", p + "/ok.h5"});
     INFO("stderr: " << r.err);
     CHECK(r.status == 0);
+  }
+}
+
+TEST_CASE("a charlm checkpoint whose config.* attributes were altered is refused naming the file and the attribute") {
+  test::TempDir d("heed-config-");
+  const std::string p = d.path;
+  const std::string text = p + "/t.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 100; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  // kTinyLM: 1 layer, 2 heads, width 16, context 16.
+  REQUIRE(heed_cli(cat({"run", "charlm", "--text", text, "--steps", "2", "--out", p + "/lm.h5"}, kTinyLM), p).status ==
+          0);
+  struct Case {
+    std::string key, value, message;
+  };
+  for (const Case& c : {
+           // Was "MultiHeadAttention: d_model=16 is not divisible by heads=3", naming no file.
+           Case{"heads", "3", "config.heads is 3, expected a divisor of config.width (16)"},
+           Case{"heads", "0", "config.heads is '0', expected an integer in 1..65536"},
+           // Was "out of memory allocating ... bytes".
+           Case{"context", "200000000000", "config.context is '200000000000', expected an integer in 2..1048576"},
+           Case{"context", "1000000",
+                "config.context is 1000000, but its weights model/wpe.weight have shape [16, 16]: expected "
+                "config.context 16"},
+           Case{"width", "64", "config.width is 64, but its weights model/wte.weight have shape"},
+           Case{"layers", "3", "config.layers is 3, but its weights hold 1 blocks"},
+       }) {
+    CAPTURE(c.key);
+    CAPTURE(c.value);
+    const std::string bad = p + "/bad.ckpt.h5";
+    {
+      Checkpoint ck = load_checkpoint(p + "/lm.ckpt.h5", "charlm");
+      ck.config[c.key] = c.value;
+      save_checkpoint(bad, ck);
+    }
+    for (const std::string command : {"sample", "export", "quantize"}) {
+      CAPTURE(command);
+      std::vector<std::string> args = {command, bad};
+      if (command == "sample") args = cat(args, {"--tokens", "5"});
+      if (command == "export") args = cat(args, {"-o", p + "/bad.safetensors"});
+      if (command == "quantize") args = cat(args, {"--text", text, "--out", p + "/q.ckpt.h5"});
+      const auto before = snapshot(p);
+      Result r = heed_cli(args, p);
+      INFO("stdout: " << r.out << "\nstderr: " << r.err);
+      CHECK(r.status == 1);
+      CHECK(r.err.rfind("heed: " + command + ": checkpoint '" + bad + "': " + c.message, 0) == 0);
+      CHECK(snapshot(p) == before);
+    }
   }
 }

@@ -29,6 +29,61 @@ TEST_CASE("charlm: sampling with cached keys and values gives the same tokens as
   }
 }
 
+TEST_CASE("charlm: past the context window too, cached and recomputed sampling give the same tokens") {
+  // Past the window the cache is refilled with the whole window for every
+  // character (learned absolute positions: every position moves), as the
+  // recomputed prefix is: the same tokens.
+  Generator g(4);
+  nn::GPT m(nn::GPTOptions(11, 16, 2, 2, 12).generator(&g));
+  experiments::SampleOptions o;
+  o.tokens = 40;  // prompt 4 + 40: more than three windows of 12
+  o.temperature = 1.0;
+  o.use_cache = true;
+  auto cached = experiments::generate(m, {1, 2, 3, 4}, o);
+  o.use_cache = false;
+  CHECK(cached == experiments::generate(m, {1, 2, 3, 4}, o));
+}
+
+TEST_CASE("charlm: a tiny temperature (even subnormal) samples greedily, not the last character over and over") {
+  Generator g(5);
+  const int64_t V = 11, context = 12;
+  nn::GPT m(nn::GPTOptions(V, 16, 2, 2, context).generator(&g));
+  // Greedy decoding by hand: the most likely next character, every time.
+  std::vector<int64_t> seq = {1, 2, 3, 4};
+  std::vector<int64_t> greedy;
+  {
+    autograd::NoGradGuard ng;
+    m.eval();
+    for (int i = 0; i < 30; ++i) {
+      const size_t w = std::min<size_t>(seq.size(), static_cast<size_t>(context));
+      std::vector<int64_t> window(seq.end() - static_cast<std::ptrdiff_t>(w), seq.end());
+      const std::vector<double> l =
+          m.forward(Tensor::from_i64(window, {1, static_cast<int64_t>(w)})).to_vector<double>();
+      const auto last = l.end() - V;
+      const int64_t best = std::max_element(last, l.end()) - last;
+      seq.push_back(best);
+      greedy.push_back(best);
+    }
+  }
+  REQUIRE(std::count(greedy.begin(), greedy.end(), V - 1) < static_cast<std::ptrdiff_t>(greedy.size()));
+  for (double t : {1e-15, 1e-30, 1e-300, 1e-310, 4.9e-324}) {
+    for (bool cache : {true, false}) {
+      for (int64_t top_k : {0, 3}) {
+        CAPTURE(t);
+        CAPTURE(cache);
+        CAPTURE(top_k);
+        experiments::SampleOptions o;
+        o.tokens = 30;
+        o.temperature = t;
+        o.use_cache = cache;
+        o.top_k = top_k;
+        o.seed = 9;
+        CHECK(experiments::generate(m, {1, 2, 3, 4}, o) == greedy);
+      }
+    }
+  }
+}
+
 TEST_CASE("charlm: a tiny run on a given text trains, checkpoints and refuses bad input") {
   test::TempDir scratch("heed-charlm-");
   const std::filesystem::path dir = scratch.path;
