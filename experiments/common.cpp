@@ -12,6 +12,7 @@
 #include <map>
 
 #include "core/files.h"
+#include "core/safetensors.h"
 #include "data/h5.h"
 #include "experiments/charlm.h"
 #include "experiments/quantize.h"
@@ -74,6 +75,17 @@ void check_output(const std::string& command, const std::string& out, const std:
                   const std::string& writes, const std::string& log_experiment) {
   if (files::same_file(out, input))
     throw UsageError(fmt::format("{}: --out '{}' is the checkpoint being read; expected another file", command, out));
+  // A safetensors file without heed export's metadata may still be heed's:
+  // a program's own Module::save writes none. Refused all the same (it may
+  // be a PyTorch user's only copy), in words that do not say whose it is.
+  if (writes == "safetensors") {
+    const ExistingFile e = existing_file(out);
+    if (e.kind == ExistingFile::Kind::not_hdf5 && e.safetensors && e.experiment.empty())
+      throw UsageError(fmt::format("{}: --out '{}' is a safetensors file {} did not write (its metadata names no "
+                                   "heed_experiment: a PyTorch file, or weights a program saved with Module::save); "
+                                   "expected a new file (or remove that one first)",
+                                   command, out, command));
+  }
   const std::string what = writes == "safetensors" ? "a safetensors file"
                            : writes == "checkpoint" ? "a quantized checkpoint"
                                                     : "a log of its own";
@@ -82,6 +94,31 @@ void check_output(const std::string& command, const std::string& out, const std:
     if (writes == "checkpoint") return e.kind == ExistingFile::Kind::checkpoint && e.quantized;
     return e.kind == ExistingFile::Kind::log && !log_experiment.empty() && e.experiment == log_experiment;
   });
+}
+
+void check_init_from(const std::string& command, const std::string& file, const std::string& experiment,
+                     const std::string& model) {
+  if (file.empty()) return;
+  std::map<std::string, std::string> meta;
+  try {
+    meta = safetensors::metadata(file);
+  } catch (const Error&) {
+    return;  // Run's --init-from reports it, naming the file
+  }
+  const auto exp = meta.find(kExperimentKey);
+  if (exp != meta.end() && exp->second != experiment) {
+    const auto m = meta.find(kModelKey);
+    fail("{}: --init-from '{}' holds a {} model{} (heed export of a {} checkpoint: its {} metadata); expected the "
+         "weights of a {} model",
+         command, file, exp->second, m == meta.end() ? std::string() : " (" + m->second + ")", exp->second,
+         kExperimentKey, experiment);
+  }
+  const auto m = meta.find(kModelKey);
+  const std::string theirs = m == meta.end() ? std::string() : m->second;
+  if (exp != meta.end() && theirs != model && !(theirs.empty() || model.empty()))
+    fail("{}: --init-from '{}' holds the {} model of a {} checkpoint (its {} metadata); this run trains the {} model: "
+         "expected its weights (heed export --model {})",
+         command, file, theirs, experiment, kModelKey, model, model);
 }
 
 void log_model(RunLog& log, const std::string& name, const nn::Module& model) {

@@ -19,7 +19,8 @@ int run_export(const std::vector<std::string>& args) {
           "Writes the model weights of a checkpoint (any experiment's, or a program's on heed::Run) to a\n"
           "safetensors file, under the model's own parameter names (e.g. blocks.0.attn.q_proj.weight), with\n"
           "the run's experiment, step and configuration as metadata (heed_experiment, heed_step,\n"
-          "heed_config.<option>; an absolute path as its file name), for charlm the vocabulary:\n"
+          "heed_config.<option>; an absolute path as its file name), the model exported of a checkpoint\n"
+          "with several (heed_model, e.g. cnn), for charlm the vocabulary:\n"
           "heed_vocabulary, the code points of the token ids in order as a JSON array, and for a\n"
           "checkpoint heed quantize wrote, heed_quantized: its methods (e.g. \"e8 4 bits\"; the weights\n"
           "are the dequantized ones). PyTorch reads it\n"
@@ -28,7 +29,7 @@ int run_export(const std::vector<std::string>& args) {
           "options:\n"
           "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
           "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention;\n"
-          "                     scaling: scaled/seed0, unscaled/seed0, ...)\n"
+          "                     scaling: scaled/seed0, unscaled/seed0, ...); the only one by default\n"
           "  --names nanogpt    charlm: a plain PyTorch GPT's names (nanoGPT: transformer.h.0.attn.c_attn.weight\n"
           "                     with q, k and v fused, ...); heed's own by default. heed loads either.\n"
           "  --help             show this help\n");
@@ -62,6 +63,9 @@ int run_export(const std::vector<std::string>& args) {
   std::set<std::string> models;
   for (const auto& [k, t] : all)
     if (auto slash = k.rfind('/'); slash != std::string::npos) models.insert(k.substr(0, slash));
+  // One model under its name (shapes --model attention): that one.
+  if (model.empty() && models.size() == 1 && all.size() == ck.get("model/" + *models.begin()).size())
+    model = *models.begin();
   if (model.empty() && !models.empty())
     throw UsageError(fmt::format("export: checkpoint '{}' holds several models ({}); choose one with --model", path,
                                  fmt::join(models, ", ")));
@@ -102,6 +106,10 @@ int run_export(const std::vector<std::string>& args) {
   // directory: of no use to the file's reader, who gets its name.
   for (const auto& [k, v] : ck.config)
     meta["heed_config." + k] = !v.empty() && v[0] == '/' ? std::filesystem::path(v).filename().string() : v;
+  // Which model of the checkpoint's (shapes: cnn or attention; its
+  // heed_config.model is the run's choice, "both"): --init-from refuses
+  // another model's weights naming it.
+  if (!model.empty()) meta[kModelKey] = model;
   // A quantized checkpoint's weights are the dequantized ones: its reader
   // must know they are not the trained weights.
   if (const std::optional<std::string> by = quantized_by(ck)) meta["heed_quantized"] = *by;

@@ -203,10 +203,12 @@ TEST_CASE("export: -o replaces only a safetensors file heed wrote, and says what
     r = heed_cli({"export", ckpt, "-o", p + "/" + name + ".safetensors"}, p);
     INFO(r.err);
     CHECK(r.status == 2);
+    // It said "a safetensors file heed did not write", of a file a heed program may have written (Module::save).
     CHECK(r.err.find("export: --out '" + p + "/" + name +
-                     ".safetensors' is a safetensors file heed did not write (its metadata names no "
-                     "heed_experiment), which this would replace with a safetensors file; expected a new file (or "
-                     "one export wrote before)") != std::string::npos);
+                     ".safetensors' is a safetensors file export did not write (its metadata names no "
+                     "heed_experiment: a PyTorch file, or weights a program saved with Module::save); expected a new "
+                     "file (or remove that one first)") != std::string::npos);
+    CHECK(r.err.find("heed did not write") == std::string::npos);
     CHECK(snapshot(p) == before);
   }
   // Its own export, written again.
@@ -251,4 +253,78 @@ TEST_CASE("export: a checkpoint heed quantize wrote says so in its metadata; a t
     CHECK(meta.count("heed_quantized") == (expected.empty() ? 0u : 1u));
     if (!expected.empty() && meta.count("heed_quantized")) CHECK(meta.at("heed_quantized") == expected);
   }
+}
+
+TEST_CASE("export: a shapes checkpoint of one model exports it and records which; --init-from checks the model and "
+          "the experiment") {
+  test::TempDir d("heed-export-");
+  const std::string p = d.path;
+  const std::vector<std::string> tiny = {"--epochs", "1", "--train", "100", "--test", "15", "--batch", "50",
+                                         "--threads", "1"};
+  Result r = heed_cli(test::cat({"run", "shapes", "--model", "attention", "--out", p + "/s.h5"}, tiny), p);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  // It said "holds several models (attention); choose one with --model".
+  r = heed_cli({"export", p + "/s.ckpt.h5", "-o", p + "/s.safetensors"}, p);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const Checkpoint ck = load_checkpoint(p + "/s.ckpt.h5", "shapes");
+  CHECK(safetensors::load(p + "/s.safetensors").tensors.size() == ck.get("model/attention").size());
+  auto meta = safetensors::metadata(p + "/s.safetensors");
+  CHECK(meta["heed_model"] == "attention");
+  CHECK(meta["heed_experiment"] == "shapes");
+  // The run of both models: which one was exported is recorded (heed_config.model is the run's "both").
+  r = heed_cli(test::cat({"run", "shapes", "--out", p + "/b.h5"}, tiny), p);
+  REQUIRE(r.status == 0);
+  r = heed_cli({"export", p + "/b.ckpt.h5", "--model", "cnn", "-o", p + "/cnn.safetensors"}, p);
+  REQUIRE(r.status == 0);
+  meta = safetensors::metadata(p + "/cnn.safetensors");
+  CHECK(meta["heed_model"] == "cnn");
+  CHECK(meta["heed_config.model"] == "both");
+  // The CNN's weights into the attention model: one line naming both (was a long list of mismatched keys).
+  auto before = snapshot(p);
+  r = heed_cli(test::cat({"run", "shapes", "--model", "attention", "--init-from", p + "/cnn.safetensors", "--out",
+                          p + "/x.h5"},
+                         tiny),
+               p);
+  INFO(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err == "heed: run shapes: --init-from '" + p +
+                     "/cnn.safetensors' holds the cnn model of a shapes checkpoint (its heed_model metadata); this run "
+                     "trains the attention model: expected its weights (heed export --model attention)\n");
+  CHECK(snapshot(p) == before);
+  // The attention model's own export starts it.
+  r = heed_cli(test::cat({"run", "shapes", "--model", "attention", "--init-from", p + "/s.safetensors", "--out",
+                          p + "/x.h5"},
+                         tiny),
+               p);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  // A shapes export into charlm: refused naming the experiment (it said the file "records no vocabulary" and took
+  // its ids to be the Bible's).
+  const std::string text = p + "/t.txt";
+  write_text(text, "the quick brown fox jumps over the lazy dog. ", 100);
+  before = snapshot(p);
+  r = heed_cli({"run", "charlm", "--text", text, "--init-from", p + "/s.safetensors", "--out", p + "/lm.h5"}, p);
+  INFO(r.out << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.rfind("heed: run charlm: --init-from '" + p +
+                        "/s.safetensors' holds a shapes model (attention) (heed export of a shapes checkpoint: its "
+                        "heed_experiment metadata); expected the weights of a charlm model",
+                    0) == 0);
+  CHECK(r.out.find("records no vocabulary") == std::string::npos);
+  CHECK(snapshot(p) == before);
+}
+
+TEST_CASE("export: the C++ tour's weights and heed export's default output for its checkpoint are two files") {
+  // The tour (docs/cpp-api.md) wrote runs/tour.safetensors, the very file `heed export runs/tour.ckpt.h5`
+  // writes by default, and export then refused it as a file "heed did not write".
+  std::ifstream in(std::string(HEED_SOURCE_DIR) + "/docs/cpp-api.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = doc.find("std::string export_path = \"");
+  REQUIRE(at != std::string::npos);
+  const std::string tour_export = doc.substr(at + 27, doc.find('"', at + 27) - at - 27);
+  CHECK(tour_export.size() > 12);
+  CHECK(tour_export != "runs/tour.safetensors");  // export's default for runs/tour.ckpt.h5
+  CHECK(tour_export.rfind(".safetensors") == tour_export.size() - 12);
 }
