@@ -20,6 +20,13 @@ Args& Args::integer(const std::string& name, int64_t* v, const std::string& help
                       : max == INT64_MAX ? fmt::format("an integer >= {}", min)
                                          : fmt::format("an integer in {}..{}", min, max);
   check_new(name);
+  // A program's own declaration: bounds that admit nothing, or a default
+  // its own range refuses, would surface only when a resume reads it back.
+  if (min > max)
+    fail("{}: --{} is declared with the range {}..{}: its lower bound exceeds its upper", command_, name, min, max);
+  if (*v < min || *v > max)
+    fail("{}: --{}'s default {} is outside its declared range: {}", command_, name, *v,
+         max == INT64_MAX ? fmt::format(">= {}", min) : fmt::format("{}..{}", min, max));
   opts_.push_back({name, help, "N", false,
                    [=, this](const std::string& s, bool) {
                      // The whole text, as written: no space, no '+' (strtoll took ' 5' and '+5').
@@ -45,6 +52,14 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
                                      : fmt::format("a number in {}{}, {}{}", min_exclusive ? "(" : "[", min, max,
                                                    max_exclusive ? ")" : "]");
   check_new(name);
+  if (!(min <= max) || ((min_exclusive || max_exclusive) && min == max))
+    fail("{}: --{} is declared with the range {}: it admits no number", command_, name, range);
+  {
+    const double x = *v;
+    const bool low = min_exclusive ? x <= min : x < min, high = max_exclusive ? x >= max : x > max;
+    if (x != x || low || high)
+      fail("{}: --{}'s default {} is outside its declared range: {}", command_, name, x, range);
+  }
   opts_.push_back({name, help, "X", false,
                    [=, this](const std::string& s, bool) {
                      // Decimal or scientific only (strtod also took ' 5', '+5' and hex: '0x10' was 16).

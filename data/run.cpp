@@ -655,8 +655,8 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
             "accumulation, everything else (weights, optimiser, checkpoints) float32; needs a CPU with "
             "AVX512-BF16")
       .path("init-from", &init_from_,
-            "start the model from the weights in this .safetensors file (heed export writes one; so can "
-            "PyTorch); a run of one model (shapes and timeseries: --model)");
+            "start the model from the weights in this .safetensors file (heed export writes one; so do "
+            "Module::save and PyTorch); for a run that trains one model");
   args_.set_program(defaults_.program_);
   if (!args_.parse(argv)) return false;
   precision_ = canonical_precision(precision_);  // "bfloat16" is recorded, and compared on resume, as "bf16"

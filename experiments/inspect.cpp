@@ -547,6 +547,8 @@ int run_inspect(const std::vector<std::string>& args) {
     }
     if (a == "--full") {
       opt.full = true;
+    } else if (starts_with(a, "--help=")) {
+      throw UsageError(fmt::format("inspect: --help takes no value, got '{}'", a));
     } else if (starts_with(a, "-")) {
       throw UsageError(fmt::format("inspect: unknown option '{}' (see heed inspect --help)", a));
     } else if (file.empty()) {

@@ -57,6 +57,11 @@ int run(const std::vector<std::string>& args) {
   // while a checkpoint is being read.
   if (const std::string bad = heed::env::problem(); !bad.empty())
     throw heed::UsageError(fmt::format("{} (README.md, \"Environment variables\")", bad));
+  // `--help=1` where a command's own options are not parsed (the commands'
+  // parsers say the same of theirs).
+  for (size_t i = 0; i < std::min<size_t>(args.size(), 2); ++i)
+    if (args[i].rfind("--help=", 0) == 0 && (i == 0 || args[0] == "run" || args[0] == "info" || args[0] == "demo"))
+      throw heed::UsageError(fmt::format("--help takes no value, got '{}'", args[i]));
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     fmt::print("{}", usage());
     return 0;

@@ -40,12 +40,38 @@ TEST_CASE("Args: --help=VALUE is refused as --help taking no value, not as an un
   CHECK_FALSE(args.parse({"--help"}));
 }
 
+TEST_CASE("Args: a program's own default outside its declared range, or a range that admits nothing, is refused at once") {
+  int64_t k = -3;
+  double v = 5, p = 0;
+  // Before, both were accepted: the run trained, printed its resume command,
+  // and that command was refused reading the default back.
+  test::check_error([&] { Args("tool", "a tool").integer("k", &k, "a count >= 0", 0); },
+                    {"tool: --k's default -3 is outside its declared range: >= 0"});
+  test::check_error([&] { Args("tool", "a tool").real("v", &v, "in [0, 1]", 0.0, 1.0); },
+                    {"tool: --v's default 5 is outside its declared range", "[0, 1]"});
+  test::check_error([&] { Args("tool", "a tool").real("p", &p, "a probability", 0.0, 1.0, true); },
+                    {"--p's default 0", "(0, 1]"});
+  k = 5;
+  test::check_error([&] { Args("tool", "a tool").integer("k", &k, "a count", 10, 1); },
+                    {"tool: --k is declared with the range 10..1"});
+  v = 0.5;
+  test::check_error([&] { Args("tool", "a tool").real("v", &v, "x", 1.0, 0.0); }, {"--v is declared with the range"});
+  // In range, at either bound, is fine.
+  k = 0;
+  v = 1.0;
+  Args ok("tool", "a tool");
+  ok.integer("k", &k, "a count >= 0", 0).real("v", &v, "in [0, 1]", 0.0, 1.0);
+  CHECK(ok.parse({"--k", "4"}));
+  CHECK(k == 4);
+}
+
 TEST_CASE("heed: --help=VALUE to a command says --help takes no value (exit status 2)") {
   test::TempDir d("heed-args-help-");
   for (const std::vector<std::string>& cmd :
        {std::vector<std::string>{"run", "copy", "--help=1"}, {"run", "charlm", "--help=anything"},
         {"attend", "x.ckpt.h5", "--help=1"}, {"quantize", "x.ckpt.h5", "--help=1"}, {"plot", "x.h5", "--help=1"},
-        {"export", "x.ckpt.h5", "--help=1"}, {"sample", "x.ckpt.h5", "--help=1"}}) {
+        {"export", "x.ckpt.h5", "--help=1"}, {"sample", "x.ckpt.h5", "--help=1"}, {"inspect", "x.h5", "--help=1"},
+        {"--help=1"}, {"run", "--help=1"}, {"info", "--help=yes"}, {"demo", "--help=1"}}) {
     std::vector<std::string> argv{HEED_CLI_PATH};
     argv.insert(argv.end(), cmd.begin(), cmd.end());
     const test::Result r = test::run_process(argv, d.path);

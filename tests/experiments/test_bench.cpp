@@ -247,11 +247,14 @@ TEST_CASE("HEED_ADAPTIVE_THREADS turns the adaptive threads off or on, and a bad
   CHECK(has(r.out, "(adaptive off)"));
   r = run_cli("info", "HEED_ADAPTIVE_THREADS=on");
   CHECK(has(r.out, "(adaptive on)"));
+  r = run_cli("info", "HEED_ADAPTIVE_THREADS=false");
+  CHECK(has(r.out, "(adaptive off)"));
+  // Checked before any command runs: a bad command line's status.
   r = run_cli("info", "HEED_ADAPTIVE_THREADS=maybe");
-  CHECK(r.status == 1);
+  CHECK(r.status == 2);
   CHECK(has(r.out, "HEED_ADAPTIVE_THREADS"));
   CHECK(has(r.out, "'maybe'"));
-  CHECK(has(r.out, "0, 1, off or on"));
+  CHECK(has(r.out, "expected 1, on, true, yes, 0, off, false or no"));
 }
 
 TEST_CASE("with OMP_PROC_BIND=true, heed's restart keeps libgomp's places: its threads run on different cores") {
