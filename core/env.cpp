@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/kernels.h"
@@ -52,6 +53,26 @@ std::string problem() {
     return e.what();
   }
   return "";
+}
+
+const std::vector<std::string>& known() {
+  // HEED_PLOT_PARENT: set by `heed plot` for its plotting script.
+  static const std::vector<std::string> names{"HEED_ADAPTIVE_THREADS", "HEED_CPU_ISA", "HEED_FAULT_KILL_IN_CHECKPOINT_WRITE",
+                                              "HEED_NO_CACHE", "HEED_NO_HUGE_PAGES", "HEED_PLOT_PARENT",
+                                              "HEED_PYTHON", "HEED_SHARE_CORES"};
+  return names;
+}
+
+std::vector<std::string> unknown() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry(*e);
+    if (entry.rfind("HEED_", 0) != 0) continue;
+    const std::string name = entry.substr(0, entry.find('='));
+    if (std::find(known().begin(), known().end(), name) == known().end()) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace heed::env

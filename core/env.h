@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace heed::env {
 
@@ -22,5 +23,12 @@ bool flag(const char* name, bool fallback);
 // (heed's command-line program does, for every command): the variables are
 // otherwise read where they are first used, in the middle of the work.
 std::string problem();
+
+// The HEED_* names in the environment that heed does not read (a misspelled
+// HEED_NO_CACHHE would otherwise be ignored without a word), sorted.
+std::vector<std::string> unknown();
+
+// Every HEED_* variable heed reads.
+const std::vector<std::string>& known();
 
 }  // namespace heed::env

@@ -1,6 +1,7 @@
 // tests/core/test_env.cpp: the HEED_* environment variables (core/env.h):
 // one set of yes/no values for every flag, and a bad value of any variable
 // named by env::problem().
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -96,4 +97,18 @@ TEST_CASE("env::problem names the first bad HEED_* variable, its value and what 
     else CHECK(p.rfind(c.message, 0) == 0);
     CHECK(p.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("env::unknown names the HEED_* variables heed does not read, a misspelling among them") {
+  EnvFor typo("HEED_NO_CACHHE", "1");
+  EnvFor other("HEED_ZZ_OTHER", "");
+  EnvFor fine("HEED_NO_CACHE", "0");
+  const std::vector<std::string> odd = env::unknown();
+  CHECK(std::find(odd.begin(), odd.end(), "HEED_NO_CACHHE") != odd.end());
+  CHECK(std::find(odd.begin(), odd.end(), "HEED_ZZ_OTHER") != odd.end());
+  CHECK(std::find(odd.begin(), odd.end(), "HEED_NO_CACHE") == odd.end());
+  CHECK(std::is_sorted(odd.begin(), odd.end()));
+  for (const char* name : {"HEED_CPU_ISA", "HEED_ADAPTIVE_THREADS", "HEED_NO_HUGE_PAGES", "HEED_PYTHON",
+                           "HEED_SHARE_CORES", "HEED_FAULT_KILL_IN_CHECKPOINT_WRITE"})
+    CHECK(std::find(env::known().begin(), env::known().end(), name) != env::known().end());
 }
