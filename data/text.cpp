@@ -220,8 +220,14 @@ std::vector<int64_t> CharTokenizer::encode(const std::string& text) const {
   for (size_t i = 0; i < cps.size(); ++i) {
     int64_t id = cps[i] < lookup_.size() ? lookup_[cps[i]] : -1;
     if (id < 0)
-      fail("CharTokenizer: character '{}' (U+{:04X}) at position {} is not in the vocabulary of {} characters",
-           encode_utf8({cps[i]}), cps[i], i, chars_.size());
+    {
+      // A control character is named by its code point alone: printed, it
+      // would break the message's line (a newline) or the terminal.
+      const bool control = cps[i] < 0x20 || (cps[i] >= 0x7f && cps[i] <= 0x9f);
+      fail("CharTokenizer: {}(U+{:04X}) at position {} is not in the vocabulary of {} characters",
+           control ? std::string("control character ") : fmt::format("character '{}' ", encode_utf8({cps[i]})),
+           cps[i], i, chars_.size());
+    }
     ids[i] = id;
   }
   return ids;

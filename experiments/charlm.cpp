@@ -630,7 +630,10 @@ std::vector<int64_t> CharModel::encode_prompt(const std::string& prompt, const c
   } catch (const Error& e) {
     std::string why = e.what();
     if (why.rfind("CharTokenizer: ", 0) == 0) why = why.substr(15);
-    throw UsageError(fmt::format("{}: --prompt '{}': {} of checkpoint '{}'", command, prompt, why, path));
+    // On one line: a newline or other control character in the prompt is
+    // shown escaped, as heed attend shows prompts.
+    throw UsageError(
+        fmt::format("{}: --prompt \"{}\": {} of checkpoint '{}'", command, attend_printable(prompt), why, path));
   }
 }
 

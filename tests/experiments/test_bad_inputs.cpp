@@ -181,7 +181,10 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"size beyond its bound", {"run", "charlm", "--layers", "100000000", "--out", p + "/x.h5"}, 2,
        {"--layers expects an integer in 1..256, got '100000000'"}},
       {"a prompt character outside the vocabulary", {"sample", ckpt, "--prompt", "QZ"}, 2,
-       {"sample: --prompt 'QZ'", "'Q'", "not in the vocabulary", "lm.ckpt.h5"}},
+       {"sample: --prompt \"QZ\"", "'Q'", "not in the vocabulary", "lm.ckpt.h5"}},
+      // It was printed raw: the newline split the message over two lines.
+      {"a prompt with a control character outside the vocabulary", {"sample", ckpt, "--prompt", "th\ne\x01"}, 2,
+       {"sample: --prompt \"th\\ne\\x01\": control character (U+000A) at position 2"}},
       {"resume NaN weights (trained on NaN with status 0)", {"run", "charlm", "--resume", p + "/nan.ckpt.h5", "--steps", "4"}, 1,
        {"nan.ckpt.h5", "model/lm_head.weight", "not finite", "diverged by step 2"}},
       {"sample: NaN weights", {"sample", p + "/nan.ckpt.h5"}, 1,

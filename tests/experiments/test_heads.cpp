@@ -238,7 +238,7 @@ TEST_CASE("heed attend: every message begins \"attend: \", its own and those of 
       {{}, "attend: expected a checkpoint path"},
       {{d.path + "/none.ckpt.h5"}, "attend: checkpoint '" + d.path + "/none.ckpt.h5' does not exist"},
       {{d.path + "/c.h5"}, "attend: '" + d.path + "/c.h5' is a heed run log, not a heed checkpoint"},
-      {{ck, "--prompt", "Zebra"}, "attend: --prompt 'Zebra'"},
+      {{ck, "--prompt", "Zebra"}, "attend: --prompt \"Zebra\""},
       {{ck, "--prompt", "I"}, "attend: --prompt \"I\" must hold at least 2 characters"},
       {{ck, "-o", d.path + "/c.h5"}, "attend: --out '" + d.path + "/c.h5' is a heed run log"},
   };
@@ -292,7 +292,7 @@ TEST_CASE("heed attend's default prompt from a text of short lines has no newlin
   test::Result bad = test::heed_cli({"attend", ck, "--prompt", "fox\n\tjumps", "-o", d.path + "/b.h5"}, d.path);
   INFO(bad.err);
   CHECK(bad.status == 2);
-  CHECK(bad.err.find("heed: attend: --prompt 'fox\\n\\tjumps': character '\\t' (U+0009)") == 0);
+  CHECK(bad.err.find("heed: attend: --prompt \"fox\\n\\tjumps\": control character (U+0009)") == 0);
   CHECK(bad.err.find('\n') == bad.err.size() - 1);  // one line
   CHECK(!std::filesystem::exists(d.path + "/b.h5"));
 }
