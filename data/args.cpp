@@ -20,13 +20,9 @@ Args& Args::integer(const std::string& name, int64_t* v, const std::string& help
                       : max == INT64_MAX ? fmt::format("an integer >= {}", min)
                                          : fmt::format("an integer in {}..{}", min, max);
   check_new(name);
-  // A program's own declaration: bounds that admit nothing, or a default
-  // its own range refuses, would surface only when a resume reads it back.
+  // A program's own declaration: bounds that admit nothing.
   if (min > max)
     fail("{}: --{} is declared with the range {}..{}: its lower bound exceeds its upper", command_, name, min, max);
-  if (*v < min || *v > max)
-    fail("{}: --{}'s default {} is outside its declared range: {}", command_, name, *v,
-         max == INT64_MAX ? fmt::format(">= {}", min) : fmt::format("{}..{}", min, max));
   opts_.push_back({name, help, "N", false,
                    [=, this](const std::string& s, bool) {
                      // The whole text, as written: no space, no '+' (strtoll took ' 5' and '+5').
@@ -40,7 +36,8 @@ Args& Args::integer(const std::string& name, int64_t* v, const std::string& help
                              s);
                      *v = x;
                    },
-                   [v] { return std::to_string(*v); }});
+                   [v] { return std::to_string(*v); },
+                   [v, min, max, range] { return *v < min || *v > max ? range : std::string(); }});
   if (min != INT64_MIN && max != INT64_MAX) limits_[name] = fmt::format("{}..{}", min, max);
   return *this;
 }
@@ -54,12 +51,6 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
   check_new(name);
   if (!(min <= max) || ((min_exclusive || max_exclusive) && min == max))
     fail("{}: --{} is declared with the range {}: it admits no number", command_, name, range);
-  {
-    const double x = *v;
-    const bool low = min_exclusive ? x <= min : x < min, high = max_exclusive ? x >= max : x > max;
-    if (x != x || low || high)
-      fail("{}: --{}'s default {} is outside its declared range: {}", command_, name, x, range);
-  }
   opts_.push_back({name, help, "X", false,
                    [=, this](const std::string& s, bool) {
                      // Decimal or scientific only (strtod also took ' 5', '+5' and hex: '0x10' was 16).
@@ -70,7 +61,12 @@ Args& Args::real(const std::string& name, double* v, const std::string& help, do
                        usage("{}: --{} expects {}, got '{}'", command_, name, range, s);
                      *v = x;
                    },
-                   [v] { return fmt::format("{}", *v); }});
+                   [v] { return fmt::format("{}", *v); },
+                   [=] {
+                     const double x = *v;
+                     const bool low = min_exclusive ? x <= min : x < min, high = max_exclusive ? x >= max : x > max;
+                     return x != x || low || high ? range : std::string();
+                   }});
   if (min > -1e300 && max < 1e300)
     limits_[name] = fmt::format("{}{}, {}{}", min_exclusive ? "(" : "[", min, max, max_exclusive ? ")" : "]");
   return *this;
@@ -190,7 +186,17 @@ bool Args::parse(const std::vector<std::string>& args, std::string* positional, 
     o->set(value, false);
   }
   if (positional && !took) usage("{}: expected {} (see --help)", command_, what);
+  if (!defer_default_check_) check_defaults();
   return true;
+}
+
+void Args::check_defaults() const {
+  for (const Opt& o : opts_) {
+    if (given(o.name) || !o.out_of_range) continue;
+    if (const std::string range = o.out_of_range(); !range.empty())
+      usage("{}: --{} was not given, and its default {} is not {}: expected --{} on the command line", command_,
+            o.name, o.show(), range, o.name);
+  }
 }
 
 bool Args::given(const std::string& name) const {

@@ -57,6 +57,14 @@ class Args {
     return *this;
   }
   std::string help() const;
+  // Options not given whose default lies outside their own declared range
+  // (an integer >= 1 left at 0: a value the program expects the user to
+  // give) are refused, naming the option, its default and the range. parse()
+  // checks this at its end, unless defer_default_check() was called first:
+  // heed::Run calls check_defaults() itself for a new run, since a resume
+  // restores those options from its checkpoint.
+  void defer_default_check() { defer_default_check_ = true; }
+  void check_defaults() const;
   // How the usage line names the program (default: "heed <command>"), e.g.
   // a user's own program's path.
   void set_program(std::string program) { program_ = std::move(program); }
@@ -83,7 +91,9 @@ class Args {
     bool is_flag = false;
     std::function<void(const std::string&, bool restoring)> set;
     std::function<std::string()> show;
+    std::function<std::string()> out_of_range = {};  // the declared range when the value lies outside it, else ""
   };
+  bool defer_default_check_ = false;
   const Opt* find(const std::string& name) const;
   Args& add_text(const std::string& name, std::string* v, const std::string& help, const std::string& metavar);
   void check_new(const std::string& name) const;

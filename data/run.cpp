@@ -658,7 +658,9 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
             "start the model from the weights in this .safetensors file (heed export writes one; so do "
             "Module::save and PyTorch); for a run that trains one model");
   args_.set_program(defaults_.program_);
+  args_.defer_default_check();  // a resume restores them: checked below for a new run
   if (!args_.parse(argv)) return false;
+  if (!resuming()) args_.check_defaults();
   precision_ = canonical_precision(precision_);  // "bfloat16" is recorded, and compared on resume, as "bf16"
   // The program's name as RunOptions::program gives it is shell text of the
   // program's own ("mytool train"): as written; every other word quoted.

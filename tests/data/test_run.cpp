@@ -787,6 +787,29 @@ TEST_CASE("Run: a program that sets its own length is refused the same, naming t
   CHECK(three.counter == 12);
 }
 
+TEST_CASE("Run: an option whose default lies outside its range must be given for a new run, not for a resume") {
+  test::TempDir d("heed-run-");
+  int64_t rounds = 0;  // no default the range takes: the user says how many
+  auto program = [&rounds](Toy& t) {
+    t.run.args().integer("rounds", &rounds, "rounds of two steps", 1);
+    t.after_parse = [&rounds, &t] { t.run.set_steps(2 * rounds); };
+  };
+  Toy none(RunOptions("unused.h5").checkpoint_every(3).progress_seconds(0));
+  program(none);
+  test::check_error([&] { none.go({"--out", d.path + "/n.h5"}); },
+                    {"--rounds was not given, and its default 0 is not an integer >= 1"});
+  CHECK(!std::filesystem::exists(d.path + "/n.h5"));
+  Toy first(RunOptions("unused.h5").checkpoint_every(3).progress_seconds(0));
+  program(first);
+  REQUIRE(first.go({"--out", d.path + "/e.h5", "--rounds", "5", "--stop-after", "4"}) == 130);
+  rounds = 0;
+  Toy again(RunOptions("unused.h5").checkpoint_every(3).progress_seconds(0));
+  program(again);
+  REQUIRE(again.go({"--resume", d.path + "/e.ckpt.h5"}) == 0);  // --rounds 5 restored
+  CHECK(rounds == 5);
+  CHECK(again.counter == 20);  // 2 a step, 10 steps
+}
+
 TEST_CASE("format_seconds: seconds, minutes, hours, days; an ETA beyond any use is capped") {
   CHECK(format_seconds(12.34) == "12.3s");
   CHECK(format_seconds(65) == "1m05s");
