@@ -295,20 +295,25 @@ bool log_in_use(const std::string& path) {
   return busy;
 }
 
+// Takes the whole-file write lock on fd for this open file description (the
+// kernel drops it when the process dies): true, or false (fd closed) when
+// another holds it.
+bool try_lock(int fd) {
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_OFD_SETLK, &l) == 0) return true;
+  ::close(fd);
+  return false;
+}
+
 // The lock on path for this run (the descriptor holding it), or -1 when
 // another holds it. Creates an empty file when there is none (the log's
 // writer replaces it at once).
 int lock_log(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot open '{}' to lock it: {}", path, std::strerror(errno));
-  struct flock l {};
-  l.l_type = F_WRLCK;
-  l.l_whence = SEEK_SET;
-  if (::fcntl(fd, F_OFD_SETLK, &l) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
+  return try_lock(fd) ? fd : -1;
 }
 
 // A running Run also holds a lock on its checkpoint, through a file beside
@@ -381,11 +386,7 @@ int take_lock_file(const std::string& path, const std::string& log, bool* create
       ::close(fd);
       fail("cannot use the lock file '{}': not a regular file", path);
     }
-    struct flock l {};
-    l.l_type = F_WRLCK;
-    l.l_whence = SEEK_SET;
-    if (::fcntl(fd, F_OFD_SETLK, &l) != 0) {
-      ::close(fd);
+    if (!try_lock(fd)) {
       *holder = lock_holder(path);
       return -1;
     }
