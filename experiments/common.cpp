@@ -190,4 +190,16 @@ std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::s
        who, path, ck.experiment);
 }
 
+int with_command_prefix(const std::string& command, const std::function<int()>& body) {
+  const std::string p = command + ": ";
+  auto prefixed = [&p](const std::string& what) { return what.rfind(p, 0) == 0 ? what : p + what; };
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    throw UsageError(prefixed(e.what()));
+  } catch (const Error& e) {
+    throw Error(prefixed(e.what()));
+  }
+}
+
 }  // namespace heed::experiments

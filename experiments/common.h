@@ -3,6 +3,8 @@
 // experiments the command-line program dispatches from.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -127,5 +129,10 @@ class TrainedModels {
 // refused.
 std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::string& path, const std::string& who,
                                               const std::string& text = "", const std::string& text_option = "");
+
+// Runs a command's body so that every message it throws starts with
+// "<command>: " once, as those of Args do: what it calls (a checkpoint
+// that does not load, a file that cannot be written) names no command.
+int with_command_prefix(const std::string& command, const std::function<int()>& body);
 
 }  // namespace heed::experiments

@@ -113,11 +113,14 @@ int run(const std::vector<std::string>& args) {
     fmt::print("inspect it: heed inspect {}\n", log);
     return 0;
   }
-  if (args[0] == "export") return heed::experiments::run_export({args.begin() + 1, args.end()});
-  if (args[0] == "quantize") return heed::experiments::run_quantize({args.begin() + 1, args.end()});
+  if (args[0] == "export")
+    return heed::experiments::with_command_prefix("export", [&] { return heed::experiments::run_export({args.begin() + 1, args.end()}); });
+  if (args[0] == "quantize")
+    return heed::experiments::with_command_prefix("quantize", [&] { return heed::experiments::run_quantize({args.begin() + 1, args.end()}); });
   if (args[0] == "inspect") return heed::experiments::run_inspect({args.begin() + 1, args.end()});
   if (args[0] == "plot") return heed::experiments::run_plot({args.begin() + 1, args.end()});
-  if (args[0] == "sample") return heed::experiments::run_sample({args.begin() + 1, args.end()});
+  if (args[0] == "sample")
+    return heed::experiments::with_command_prefix("sample", [&] { return heed::experiments::run_sample({args.begin() + 1, args.end()}); });
   if (args[0] == "attend") return heed::experiments::run_attend({args.begin() + 1, args.end()});
   if (args[0] == "bench") return heed::experiments::run_bench({args.begin() + 1, args.end()});
   if (args[0] == "run") {

@@ -750,3 +750,20 @@ TEST_CASE("a charlm checkpoint whose config.* attributes were altered is refused
     }
   }
 }
+
+TEST_CASE("sample, export and quantize name themselves in every message, also one from what they call") {
+  test::TempDir d("heed-prefix-");
+  const std::string missing = d.path + "/nx.ckpt.h5";
+  for (const std::vector<std::string>& cmd :
+       {std::vector<std::string>{"sample", missing}, {"export", missing}, {"quantize", missing}}) {
+    CAPTURE(cmd[0]);
+    const test::Result r = heed_cli(cmd, d.path);
+    INFO(r.err);
+    CHECK(r.status != 0);
+    // It said "heed: checkpoint '...' does not exist", naming no command.
+    CHECK(r.err.rfind("heed: " + cmd[0] + ": checkpoint '" + missing + "' does not exist", 0) == 0);
+  }
+  // Their own messages keep one prefix.
+  const test::Result r = heed_cli({"sample", missing, "--tokens", "0"}, d.path);
+  CHECK(r.err.rfind("heed: sample: --tokens expects", 0) == 0);
+}
