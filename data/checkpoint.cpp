@@ -145,9 +145,15 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
 
 namespace {
 // HDF5 refuses a damaged structure in its own words ("could not open group
-// tensors"); what the user needs to hear is that the file is damaged.
-[[noreturn]] void damaged(const std::string& path, const Error& e) {
-  fail("checkpoint '{}' is damaged: not a readable heed checkpoint ({})", path, e.what());
+// tensors"); what the user needs to hear is that the file is damaged. Only
+// what HDF5 itself refused (H5Error) says so: any other error met while
+// reading (memory for a tensor that cannot be allocated, a dataset of text)
+// is said as it is, naming the checkpoint (`what`: "", or " tensor 'k'"),
+// never calling a good file damaged, which its owner might then delete.
+[[noreturn]] void unreadable(const std::string& path, const std::string& what, const Error& e) {
+  if (dynamic_cast<const H5Error*>(&e))
+    fail("checkpoint '{}' is damaged: not a readable heed checkpoint ({})", path, e.what());
+  fail("checkpoint '{}':{} cannot be read: {}", path, what, e.what());
 }
 
 // The file at path, opened for reading; refuses files that are not HDF5 or
@@ -158,7 +164,7 @@ h5::File open_checkpoint(const std::string& path) {
     fail("cannot open checkpoint '{}': {}", path, why);
   try {
     return h5::File(path, h5::File::Mode::read);
-  } catch (const Error&) {
+  } catch (const H5Error&) {
     if (!h5::has_signature(path)) fail("'{}' is not a heed checkpoint (not an HDF5 file)", path);
     fail("checkpoint '{}' is damaged: not a readable heed checkpoint (truncated, or HDF5's structure is damaged)",
          path);
@@ -172,7 +178,7 @@ void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit) {
   try {
     if (f.exists("tensors")) keys = f.list_datasets("tensors");
   } catch (const Error& e) {
-    damaged(path, e);
+    unreadable(path, "", e);
   }
   for (const std::string& k : keys) {
     const std::string object = "tensors/" + k;
@@ -193,7 +199,7 @@ void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit) {
       }
       if (f.has_attr(object, "crc32")) crc = f.get_attr(object, "crc32");
     } catch (const Error& e) {
-      damaged(path, e);
+      unreadable(path, fmt::format(" tensor '{}'", k), e);
     }
     if (!crc) fail("checkpoint '{}': tensor '{}' has no checksum (not written by heed, or damaged)", path, k);
     const int64_t want =
@@ -219,7 +225,7 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
   try {
     root = f.attrs("/");
   } catch (const Error& e) {
-    damaged(path, e);
+    unreadable(path, " its attributes", e);
   }
   if (!root.count("heed_checkpoint_format")) {
     if (root.count("heed_log_format"))

@@ -59,6 +59,9 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
 // share. Without a visitor, each tensor is read in blocks of a few MB, so a
 // checkpoint of any size is checked in bounded memory. Throws heed::Error naming the file and the first bad tensor:
 //   checkpoint 'runs/sine.ckpt.h5': tensor 'model/l1.weight' is corrupt (CRC mismatch): ...
+// The file is said to be damaged only when HDF5 itself refused it (H5Error,
+// data/h5.h); any other failure (memory for a tensor) is said as it is:
+//   checkpoint 'runs/sine.ckpt.h5': tensor 'model/l1.weight' cannot be read: out of memory allocating ... bytes
 using TensorVisitor = std::function<void(const std::string& key, const Tensor& t)>;
 void verify_checkpoint_tensors(const h5::File& f, const TensorVisitor& visit = {});
 

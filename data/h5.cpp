@@ -25,6 +25,14 @@ extern char** environ;
 
 namespace heed::h5 {
 
+namespace {
+// Throws H5Error (data/h5.h): HDF5 itself refused.
+template <class... Args>
+[[noreturn]] void refused(fmt::format_string<Args...> f, Args&&... args) {
+  throw H5Error(fmt::format(f, std::forward<Args>(args)...));
+}
+}  // namespace
+
 void silence_errors() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -77,11 +85,11 @@ std::string because() {
   return r.empty() ? "" : ": " + r;
 }
 hid_t check(hid_t id, const std::string& what, const std::string& path) {
-  if (id < 0) fail("HDF5: could not {} in '{}'{}", what, path, because());
+  if (id < 0) refused("HDF5: could not {} in '{}'{}", what, path, because());
   return id;
 }
 void check_ok(herr_t r, const std::string& what, const std::string& path) {
-  if (r < 0) fail("HDF5: could not {} in '{}'{}", what, path, because());
+  if (r < 0) refused("HDF5: could not {} in '{}'{}", what, path, because());
 }
 
 hid_t h5_type(DType t) {
@@ -251,9 +259,9 @@ File::File(const std::string& path, Mode mode) : path_(path) {
   if (id_ < 0) {
     if (mode == Mode::create) {
       const std::string why = system_reason();
-      fail("cannot create HDF5 file '{}': {}", path, why.empty() ? "is the directory writable?" : why);
+      refused("cannot create HDF5 file '{}': {}", path, why.empty() ? "is the directory writable?" : why);
     }
-    fail("cannot open '{}' as an HDF5 file (missing, not HDF5, truncated, or still open for writing; "
+    refused("cannot open '{}' as an HDF5 file (missing, not HDF5, truncated, or still open for writing; "
          "a file left by a killed writer may need `h5clear -s --increment`)",
          path);
   }
@@ -305,7 +313,7 @@ bool File::exists(const std::string& object) const {
           Handle p(H5Oopen(id_, parent.c_str(), H5P_DEFAULT), H5Oclose);
           if (p.id >= 0 && H5Iget_type(p) == H5I_DATASET) return false;
         }
-        fail("HDF5: could not look up {} in '{}'", prefix, path_);
+        refused("HDF5: could not look up {} in '{}'", prefix, path_);
       }
       parent = prefix;
     }
@@ -317,7 +325,7 @@ std::vector<std::string> File::list_datasets(const std::string& group) const {
   Visit v;
   Handle g(check(H5Gopen2(id_, group.c_str(), H5P_DEFAULT), "open group " + group, path_), H5Gclose);
   if (H5Lvisit(g, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v) < 0)
-    fail("HDF5: could not list group {} in '{}'{}", group, path_,
+    refused("HDF5: could not list group {} in '{}'{}", group, path_,
          v.unreadable.empty() ? std::string() : fmt::format(" (cannot open {})", v.unreadable));
   return v.datasets;
 }
@@ -341,7 +349,7 @@ Shape File::dataset_shape(const std::string& path) const {
   Handle ds(check(H5Dopen2(id_, path.c_str(), H5P_DEFAULT), "open dataset " + path, path_), H5Dclose);
   Handle space(H5Dget_space(ds), H5Sclose);
   int nd = H5Sget_simple_extent_ndims(space);
-  if (nd < 0) fail("'{}': dataset '{}' has an unreadable shape", path_, path);
+  if (nd < 0) refused("'{}': dataset '{}' has an unreadable shape", path_, path);
   std::vector<hsize_t> dims(static_cast<size_t>(nd));
   H5Sget_simple_extent_dims(space, dims.data(), nullptr);
   return Shape(dims.begin(), dims.end());
@@ -487,7 +495,7 @@ void File::set_attr(const std::string& object, const std::string& name, const At
 bool File::has_attr(const std::string& object, const std::string& name) const {
   if (!exists(object)) return false;
   htri_t r = H5Aexists_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT);
-  if (r < 0) fail("HDF5: could not look up attribute {} of {} in '{}'", name, object, path_);
+  if (r < 0) refused("HDF5: could not look up attribute {} of {} in '{}'", name, object, path_);
   return r > 0;
 }
 

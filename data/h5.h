@@ -10,7 +10,22 @@
 #include <variant>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
+
+namespace heed {
+
+// What HDF5 itself refused while heed opened, read or wrote a file through
+// this layer (a file it cannot open, a group, dataset or attribute it cannot
+// read or write: a truncated or damaged file, a full disk). Every other error
+// this layer passes on (memory that cannot be allocated for a tensor read, a
+// FIFO given as a file, a dataset of text read as numbers) is a plain
+// heed::Error: a reader that calls a file "damaged" does so on an H5Error only.
+struct H5Error : Error {
+  using Error::Error;
+};
+
+}  // namespace heed
 
 namespace heed::h5 {
 

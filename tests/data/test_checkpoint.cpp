@@ -6,6 +6,7 @@
 #include "data/h5.h"
 #include "data/runlog.h"
 #include "data/unreadable.h"
+#include "experiments/spawn.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -38,6 +39,63 @@ TEST_CASE("checkpoint: a flipped byte in HDF5's structure says the file is damag
     test::check_error([&] { load_checkpoint(path, "sine"); },
                       {"checkpoint '" + path + "' is damaged: not a readable heed checkpoint"});
   }
+}
+
+TEST_CASE("checkpoint: an error that is not HDF5's while reading (memory) names the checkpoint, never calls it damaged") {
+  // A tensor of 2^46 float32 (256 TiB, more than any address space): HDF5
+  // stores its shape in a few bytes (no data written), and reading it needs
+  // memory the allocator cannot give. It was reported as "checkpoint '...'
+  // is damaged: not a readable heed checkpoint (out of memory allocating
+  // ... bytes)": a good file, which its owner might delete.
+  test::DamageDir d("heed-ckpt-oom-");
+  const std::string path = d.file("big.ckpt.h5");
+  const test::Result py = test::run_process(
+      {"/usr/bin/python3", "-c",
+       "import sys, h5py, numpy as np\n"
+       "f = h5py.File(sys.argv[1], 'w', libver='latest')\n"
+       "f.attrs['heed_checkpoint_format'] = np.int64(1)\n"
+       "f.attrs['experiment'] = 'sine'\n"
+       "f.attrs['counter.step'] = np.int64(5)\n"
+       "w = f.create_dataset('tensors/model/l1.weight', shape=(1 << 46,), dtype='f4')\n"
+       "w.attrs['crc32'] = np.int64(0)\n",
+       path},
+      d.path);
+  INFO("h5py: " << py.out << py.err);
+  REQUIRE(py.status == 0);
+  const std::string bytes = std::to_string(int64_t{4} << 46);
+  std::string msg;
+  try {
+    load_checkpoint(path, "sine");
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO("message: " << msg);
+  CHECK(msg == "checkpoint '" + path + "': tensor 'model/l1.weight' cannot be read: out of memory allocating " + bytes +
+                   " bytes");
+  CHECK(msg.find("damaged") == std::string::npos);
+  // The same through a command, in one line, with nothing written.
+  const auto before = test::snapshot(d.path);
+  const test::Result r = test::heed_cli({"export", path}, d.path);
+  INFO("export: " << r.out << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err == "heed: export: " + msg + "\n");
+  CHECK(test::snapshot(d.path) == before);
+
+  // What HDF5 itself refuses still says damaged: the file cut short, or a
+  // byte of its structure flipped (HDF5 checksums it).
+  const std::string good = d.file("sine.ckpt.h5");
+  save_checkpoint(good, test::small_checkpoint());
+  const std::string all = test::slurp(good);
+  for (size_t keep : {all.size() / 2, all.size() - 1}) {
+    CAPTURE(keep);
+    const std::string cut = d.file("cut.ckpt.h5");
+    std::ofstream(cut, std::ios::binary | std::ios::trunc) << all.substr(0, keep);
+    test::check_error([&] { load_checkpoint(cut, "sine"); },
+                      {"checkpoint '" + cut + "' is damaged: not a readable heed checkpoint"});
+  }
+  test::flip_byte_in(good, "l1.bias", 1);
+  test::check_error([&] { load_checkpoint(good, "sine"); },
+                    {"checkpoint '" + good + "' is damaged: not a readable heed checkpoint"});
 }
 
 TEST_CASE("checkpoint: a run log, or another HDF5 file, given as a checkpoint is refused saying what it is") {
