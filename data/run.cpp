@@ -672,6 +672,9 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
     throw UsageError(fmt::format("{}: --init-from starts a new run from given weights; --resume continues one "
                                  "(give one of them)",
                                  args_.command()));
+  // Another experiment's export, refused before the program reads its data
+  // (the model it trains is checked when the run begins: init_model).
+  if (!init_from_.empty()) check_init_from(nullptr);
   // An input file is recorded by its absolute path, so that a resume (and
   // heed sample or quantize of the checkpoint) finds it from any directory.
   for (const std::string& k : input_options_)
@@ -1097,6 +1100,28 @@ void Run::restore_state() {
   saved_path_ = resume_;
 }
 
+void Run::check_init_from(const std::string* model) const {
+  std::map<std::string, std::string> meta;
+  try {
+    meta = safetensors::metadata(init_from_);
+  } catch (const Error&) {
+    return;  // init_model reports it, naming the file
+  }
+  const auto exp = meta.find(kExperimentKey);
+  if (exp == meta.end()) return;  // not heed export's: its names and shapes are checked as they load
+  const auto m = meta.find(kModelKey);
+  const std::string theirs = m == meta.end() ? std::string() : m->second;
+  if (exp->second != experiment_)
+    fail("{}: --init-from '{}' holds a {} model{} (heed export of a {} checkpoint: its {} metadata); expected the "
+         "weights of a {} model",
+         args_.command(), init_from_, exp->second, theirs.empty() ? std::string() : " (" + theirs + ")", exp->second,
+         kExperimentKey, experiment_);
+  if (model && !model->empty() && !theirs.empty() && theirs != *model)
+    fail("{}: --init-from '{}' holds the {} model of a {} checkpoint (its {} metadata); this run trains the {} model: "
+         "expected its weights (heed export --model {})",
+         args_.command(), init_from_, theirs, experiment_, kModelKey, *model, *model);
+}
+
 // --init-from: the weights of the one model the run registered as "model",
 // or as "model/NAME" (shapes --model attention: heed export --model
 // attention writes its file).
@@ -1117,6 +1142,8 @@ void Run::init_model() {
                                  args_.has("model") ? " (--model)" : ""));
   }
   const Entry* model = models.front();
+  const std::string name = model->name == "model" ? std::string() : model->name.substr(6);  // after "model/"
+  check_init_from(&name);
   try {
     const std::map<std::string, Tensor> weights = safetensors::load(init_from_).tensors;
     // A diverged run's weights would train on NaN and end with status 0.

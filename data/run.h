@@ -226,6 +226,10 @@ class Run {
   void check_resumed_log();
   void restore_state();
   void init_model();
+  // --init-from's metadata (kExperimentKey): another experiment's export is
+  // refused; with model (the name the run's one model has under model/, ""
+  // for "model"), another model's export too.
+  void check_init_from(const std::string* model) const;
   std::string save() const;  // "", or what is not finite (then nothing is written)
   static std::string rank_key(const std::string& name, int rank);
   void write_metadata();
@@ -304,6 +308,17 @@ class StopRequest {
   void (*previous_)(int);
   void (*previous_term_)(int);
 };
+
+// heed export's metadata in a safetensors file: the experiment of the
+// checkpoint (heed_experiment) and, for a checkpoint of several models, the
+// one exported (heed_model: shapes' "cnn" or "attention", scaling's
+// "scaled/seed0", ...). A Run's --init-from refuses a file whose
+// heed_experiment is not the run's experiment, or whose heed_model is not
+// the model the run trains (its one model tracked as "model/NAME"), in one
+// line naming the file, what it holds and what the run expected; a file
+// without them (a PyTorch user's, a program's Module::save) is accepted.
+inline constexpr const char* kExperimentKey = "heed_experiment";
+inline constexpr const char* kModelKey = "heed_model";
 
 // "runs/x.h5" -> "runs/x.ckpt.h5"
 std::string default_checkpoint_path(const std::string& out);

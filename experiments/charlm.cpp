@@ -408,8 +408,6 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   run.resolved_default("warmup", "-1");  // resumed, the warm-up the run began with
   if (!run.parse(args, command_line)) return 0;
   c.steps = run.steps();
-  // Another experiment's export, refused before the text is read.
-  check_init_from("run charlm", run.args().value("init-from"), "charlm");
   if (c.warmup < 0) c.warmup = std::min<int64_t>(100, c.steps / 10);  // saved resolved: a resumed run keeps it
   if (c.width % c.heads != 0)
     throw UsageError(fmt::format("run charlm: --width {} is not divisible by --heads {}", c.width, c.heads));

@@ -96,31 +96,6 @@ void check_output(const std::string& command, const std::string& out, const std:
   });
 }
 
-void check_init_from(const std::string& command, const std::string& file, const std::string& experiment,
-                     const std::string& model) {
-  if (file.empty()) return;
-  std::map<std::string, std::string> meta;
-  try {
-    meta = safetensors::metadata(file);
-  } catch (const Error&) {
-    return;  // Run's --init-from reports it, naming the file
-  }
-  const auto exp = meta.find(kExperimentKey);
-  if (exp != meta.end() && exp->second != experiment) {
-    const auto m = meta.find(kModelKey);
-    fail("{}: --init-from '{}' holds a {} model{} (heed export of a {} checkpoint: its {} metadata); expected the "
-         "weights of a {} model",
-         command, file, exp->second, m == meta.end() ? std::string() : " (" + m->second + ")", exp->second,
-         kExperimentKey, experiment);
-  }
-  const auto m = meta.find(kModelKey);
-  const std::string theirs = m == meta.end() ? std::string() : m->second;
-  if (exp != meta.end() && theirs != model && !(theirs.empty() || model.empty()))
-    fail("{}: --init-from '{}' holds the {} model of a {} checkpoint (its {} metadata); this run trains the {} model: "
-         "expected its weights (heed export --model {})",
-         command, file, theirs, experiment, kModelKey, model, model);
-}
-
 void log_model(RunLog& log, const std::string& name, const nn::Module& model) {
   log.write_tensor("models/" + name + "/nb_parameters",
                    Tensor::scalar(static_cast<double>(model.num_parameters()), DType::i64));

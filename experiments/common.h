@@ -71,23 +71,6 @@ const std::vector<Experiment>& experiments();
 void check_output(const std::string& command, const std::string& out, const std::string& input,
                   const std::string& writes, const std::string& log_experiment = "");
 
-// heed export's metadata: the experiment of the checkpoint (heed_experiment)
-// and, for a checkpoint of several models, the one exported (heed_model:
-// shapes' "cnn" or "attention", scaling's "scaled/seed0", ...).
-inline constexpr const char* kExperimentKey = "heed_experiment";
-inline constexpr const char* kModelKey = "heed_model";
-
-// --init-from FILE of `command` ("run shapes"), a run of `experiment` that
-// trains `model` (its name under model/, as heed export's --model names it;
-// "" for a run of one model): a file heed export wrote from another
-// experiment's checkpoint, or from another model of one, is refused in one
-// line naming what the file holds and what the run expects (its weights'
-// names would not match, or worse, match). A file without that metadata (a
-// PyTorch user's, a program's Module::save) passes, as does one that cannot
-// be read (Run's own loading says why).
-void check_init_from(const std::string& command, const std::string& file, const std::string& experiment,
-                     const std::string& model = "");
-
 // A checkpoint's option as its run saved it (config.<key>): as text, or
 // read as an integer >= min, a number or a flag. A missing or malformed
 // value is an error naming the file, the option and the value.

@@ -295,8 +295,6 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
       .integer("attention-every", &c.attention_every, "log attention maps every N epochs (and at the end)", 1);
   run.may_change_on_resume("epochs");
   if (!run.parse(args, command_line)) return 0;
-  // Another experiment's or the other model's export, refused up front.
-  if (c.model != "both") check_init_from("run shapes", run.args().value("init-from"), "shapes", c.model);
 
   // Memory the options make the run take up front, refused before anything
   // is written when it is not there (else the kernel kills the run part way):

@@ -316,6 +316,54 @@ TEST_CASE("export: a shapes checkpoint of one model exports it and records which
   CHECK(snapshot(p) == before);
 }
 
+TEST_CASE("export: every run's --init-from refuses another experiment's export in one line, writing nothing") {
+  // Only charlm and shapes checked heed_experiment: copy and sine took a
+  // charlm's export and failed on its names, and weights whose names and
+  // shapes happened to fit (another experiment's export of the same layout)
+  // were loaded and trained on.
+  test::TempDir d("heed-init-exp-");
+  const std::string p = d.path;
+  const std::string text = p + "/t.txt";
+  write_text(text, "the quick brown fox jumps over the lazy dog. ", 100);
+  const std::string lm = train_charlm(p, text, "lm");
+  REQUIRE(heed_cli({"export", lm, "-o", p + "/lm.safetensors"}, p).status == 0);
+  REQUIRE(heed_cli({"run", "copy", "--steps", "2", "--out", p + "/c.h5"}, p).status == 0);
+  REQUIRE(heed_cli({"export", p + "/c.ckpt.h5", "-o", p + "/c.safetensors"}, p).status == 0);
+  // copy's own weights, as another experiment's export would hold them: every name and shape fits.
+  const safetensors::File copy = safetensors::load(p + "/c.safetensors");
+  std::map<std::string, std::string> meta = copy.metadata;
+  REQUIRE(meta.at("heed_experiment") == "copy");
+  meta["heed_experiment"] = "sine";
+  safetensors::save(p + "/relabeled.safetensors", copy.tensors, meta);
+  struct Case {
+    std::string experiment, file, holds;
+  };
+  for (const Case& c : {Case{"copy", "lm.safetensors", "charlm"}, Case{"sine", "lm.safetensors", "charlm"},
+                        Case{"copy", "relabeled.safetensors", "sine"}}) {
+    CAPTURE(c.experiment);
+    CAPTURE(c.file);
+    const auto before = snapshot(p);
+    Result r = heed_cli({"run", c.experiment, "--steps", "2", "--init-from", p + "/" + c.file, "--out", p + "/x.h5"},
+                        p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 1);  // (sine's status when its fit misses the threshold, too: the message tells)
+    CHECK(r.err == "heed: run " + c.experiment + ": --init-from '" + p + "/" + c.file + "' holds a " + c.holds +
+                       " model (heed export of a " + c.holds + " checkpoint: its heed_experiment metadata); expected "
+                       "the weights of a " + c.experiment + " model\n");
+    CHECK(snapshot(p) == before);
+  }
+  // The run's own experiment's export starts it, and so do the same weights
+  // without heed export's metadata (a PyTorch user's file).
+  safetensors::save(p + "/bare.safetensors", copy.tensors, {{"format", "pt"}});
+  for (const std::string file : {"c.safetensors", "bare.safetensors"}) {
+    CAPTURE(file);
+    Result r = heed_cli({"run", "copy", "--steps", "2", "--init-from", p + "/" + file, "--out", p + "/x.h5"}, p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("model initialised from " + p + "/" + file) != std::string::npos);
+  }
+}
+
 TEST_CASE("export: the C++ tour's weights and heed export's default output for its checkpoint are two files") {
   // The tour (docs/cpp-api.md) wrote runs/tour.safetensors, the very file `heed export runs/tour.ckpt.h5`
   // writes by default, and export then refused it as a file "heed did not write".
