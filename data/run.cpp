@@ -22,6 +22,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -329,9 +330,42 @@ struct LockHolder {
   bool held = false;
   long pid = 0;     // 0: not known
   std::string log;  // the holder's log, "" when not known
+  std::string what;  // a command that is not a run ("heed quantize"), "" for a run
 };
 
-// Who holds the lock file at path (nobody when there is no such file).
+// The process holding an OFD lock on the file at path, or 0 when none is
+// found. The lock itself cannot tell: an OFD lock belongs to an open file
+// description, not to a process, and F_OFD_GETLK reports its l_pid as -1.
+// So the open files of the processes this one may look into (a user's own)
+// are searched: a descriptor of that file (/proc/<pid>/fd) whose
+// /proc/<pid>/fdinfo lists an OFD lock. Only for a refusal's message.
+long ofd_lock_owner(const std::string& path) {
+  struct stat want {};
+  if (::stat(path.c_str(), &want) != 0) return 0;
+  const std::string inode = fmt::format(":{} ", static_cast<unsigned long>(want.st_ino));
+  std::error_code ec;
+  for (fs::directory_iterator p("/proc", ec), end; !ec && p != end; p.increment(ec)) {
+    const std::string name = p->path().filename().string();
+    long pid = 0;
+    const auto [stop, err] = std::from_chars(name.data(), name.data() + name.size(), pid);
+    if (err != std::errc() || stop != name.data() + name.size()) continue;
+    std::error_code fd_ec;  // another user's process: not readable, skipped
+    for (fs::directory_iterator f(p->path() / "fd", fd_ec), fend; !fd_ec && f != fend; f.increment(fd_ec)) {
+      struct stat st {};
+      if (::stat(f->path().c_str(), &st) != 0 || st.st_dev != want.st_dev || st.st_ino != want.st_ino) continue;
+      std::ifstream info(p->path() / "fdinfo" / f->path().filename());
+      for (std::string line; std::getline(info, line);)  // "lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:1234 0 EOF"
+        if (line.rfind("lock:", 0) == 0 && line.find("OFDLCK") != std::string::npos &&
+            line.find(inode) != std::string::npos)
+          return pid;
+    }
+  }
+  return 0;
+}
+
+// Who holds the lock file at path (nobody when there is no such file). The
+// file holds the holder's process id, its log (a run's; an empty line for
+// another command) and, for a command that is not a run, what it is.
 LockHolder lock_holder(const std::string& path) {
   LockHolder h;
   std::error_code ec;
@@ -345,20 +379,22 @@ LockHolder lock_holder(const std::string& path) {
   if (h.held) {
     char buf[4096];
     const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    if (n > 0) {
-      const std::string text(buf, static_cast<size_t>(n));
-      const size_t nl = text.find('\n');
-      const std::string first = text.substr(0, nl);
+    std::vector<std::string> lines;
+    std::istringstream text(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))));
+    for (std::string line; lines.size() < 3 && std::getline(text, line);) lines.push_back(line);
+    if (!lines.empty()) {
       long pid = 0;
+      const std::string& first = lines[0];
       const auto [end, err] = std::from_chars(first.data(), first.data() + first.size(), pid);
       if (err == std::errc() && end == first.data() + first.size() && pid > 0) h.pid = pid;
-      if (nl != std::string::npos) {
-        h.log = text.substr(nl + 1);
-        if (!h.log.empty() && h.log.back() == '\n') h.log.pop_back();
-      }
     }
+    if (lines.size() > 1) h.log = lines[1];
+    if (lines.size() > 2) h.what = lines[2];
   }
   ::close(fd);
+  // Taken but not yet written (or written by a heed before the process id
+  // was): the process is found by its lock.
+  if (h.held && h.pid == 0) h.pid = ofd_lock_owner(path);
   return h;
 }
 
@@ -367,10 +403,23 @@ std::string holder_words(const LockHolder& h) {
   return h.pid > 0 ? fmt::format(" (process {})", h.pid) : std::string(" (another process)");
 }
 
-// Takes the lock file at path for this process, writing `log` in it: the
-// descriptor holding it, or -1 when another holds it (then *holder tells
-// who). *created: the file was not there before.
-int take_lock_file(const std::string& path, const std::string& log, bool* created, LockHolder* holder) {
+// Who writes a locked file, for messages: "a run that is still going
+// (process 1234), whose log is '/home/me/a.h5'", or "heed quantize (process
+// 1234)".
+std::string writer_words(const LockHolder& h) {
+  if (!h.what.empty()) return h.what + holder_words(h);
+  return "a run that is still going" + holder_words(h) +
+         (h.log.empty() ? std::string() : fmt::format(", whose log is '{}'", h.log));
+}
+// "that run" or "that command", for messages.
+std::string writer_noun(const LockHolder& h) { return h.what.empty() ? "that run" : "that command"; }
+
+// Takes the lock file at path for this process, writing `log` (and `what`,
+// for a command that is not a run) in it: the descriptor holding it, or -1
+// when another holds it (then *holder tells who). *created: the file was
+// not there before.
+int take_lock_file(const std::string& path, const std::string& log, bool* created, LockHolder* holder,
+                   const std::string& what = "") {
   for (int attempt = 0;; ++attempt) {
     *created = false;
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -399,7 +448,7 @@ int take_lock_file(const std::string& path, const std::string& log, bool* create
       if (attempt < 100) continue;
       fail("cannot lock '{}': the file keeps being replaced", path);
     }
-    const std::string text = fmt::format("{}\n{}\n", ::getpid(), log);
+    const std::string text = fmt::format("{}\n{}\n{}", ::getpid(), log, what.empty() ? what : what + "\n");
     if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
       // The lock holds without the words: messages then say "another process".
     }
@@ -424,7 +473,11 @@ LockHolder checkpoint_holder(const std::string& path) {
 LockHolder log_writer(const std::string& path) {
   const LockHolder h = checkpoint_holder(default_checkpoint_path(path));
   if (h.held && !h.log.empty() && same_file(h.log, path)) return h;
-  return {};
+  // A run with another --checkpoint: found by the lock on its log.
+  LockHolder w;
+  w.held = true;
+  w.pid = ofd_lock_owner(path);
+  return w;
 }
 
 // The log a checkpoint's run wrote (its config.out), or "" when the file is
@@ -488,6 +541,21 @@ Run::Run(std::string experiment, std::string summary, RunOptions defaults)
 
 Run::~Run() { release_log(); }
 
+OutputLock::OutputLock(const std::string& path, const std::string& command, const std::string& option) {
+  lock_path_ = lock_path_of(files::replace_target(path, command.c_str()));
+  LockHolder holder;
+  fd_ = take_lock_file(lock_path_, "", &created_, &holder, "heed " + command);
+  if (fd_ < 0)
+    fail("{}: {} '{}' is being written by {}; expected another {}, or {} to end (its lock: '{}')", command, option,
+         path, writer_words(holder), option, writer_noun(holder), lock_path_);
+}
+
+OutputLock::~OutputLock() {
+  if (fd_ < 0) return;
+  if (created_ || written_) ::unlink(lock_path_.c_str());  // while still held, as a Run removes its own
+  ::close(fd_);
+}
+
 void Run::release_log() {
   if (log_lock_ >= 0) ::close(log_lock_);
   log_lock_ = -1;
@@ -509,10 +577,9 @@ void Run::lock_checkpoint() {
   bool created = false;
   const int fd = take_lock_file(path, fs::absolute(out_, ec).string(), &created, &holder);
   if (fd < 0)
-    fail("{}: {} '{}' is being written by a run that is still going{}{}; expected another --checkpoint, or that run "
-         "to end (its lock: '{}')",
+    fail("{}: {} '{}' is being written by {}; expected another --checkpoint, or {} to end (its lock: '{}')",
          args_.command(), args_.given("checkpoint") ? "--checkpoint" : "the checkpoint", checkpoint_,
-         holder_words(holder), holder.log.empty() ? "" : fmt::format(", whose log is '{}'", holder.log), path);
+         writer_words(holder), writer_noun(holder), path);
   checkpoint_lock_ = fd;
   checkpoint_lock_path_ = path;
   checkpoint_lock_created_ = created;
@@ -803,18 +870,16 @@ void Run::check_paths() {
          "end",
          args_.command(), out_, holder_words(log_writer(out_)));
   if (const LockHolder h = checkpoint_holder(out_); h.held)
-    fail("{}: --out '{}' is the checkpoint of a run that is still going{}{}; expected another --out",
-         args_.command(), out_, holder_words(h), h.log.empty() ? "" : fmt::format(", whose log is '{}'", h.log));
+    fail("{}: --out '{}' is {}; expected another --out", args_.command(), out_,
+         h.what.empty() ? "the checkpoint of " + writer_words(h) : "being written by " + writer_words(h));
   const std::string owner = checkpoint_log(checkpoint_);
   if (!owner.empty() && !same_file(owner, out_) && log_in_use(owner))
     fail("{}: --checkpoint '{}' is the checkpoint of the run writing '{}', which is still going{}; expected another "
          "--checkpoint",
          args_.command(), checkpoint_, owner, holder_words(log_writer(owner)));
   if (const LockHolder h = checkpoint_holder(checkpoint_); h.held)
-    fail("{}: {} '{}' is being written by a run that is still going{}{}; expected another --checkpoint, or that run "
-         "to end",
-         args_.command(), args_.given("checkpoint") ? "--checkpoint" : "the checkpoint", checkpoint_, holder_words(h),
-         h.log.empty() ? "" : fmt::format(", whose log is '{}'", h.log));
+    fail("{}: {} '{}' is being written by {}; expected another --checkpoint, or {} to end", args_.command(),
+         args_.given("checkpoint") ? "--checkpoint" : "the checkpoint", checkpoint_, writer_words(h), writer_noun(h));
   if (!same_file(checkpoint_, out_) && log_in_use(checkpoint_))
     fail("{}: --checkpoint '{}' is the log of a run that is still going{}; expected another --checkpoint",
          args_.command(), checkpoint_, holder_words(log_writer(checkpoint_)));

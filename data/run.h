@@ -322,6 +322,37 @@ inline constexpr const char* kModelKey = "heed_model";
 
 // "runs/x.h5" -> "runs/x.ckpt.h5"
 std::string default_checkpoint_path(const std::string& out);
+
+// The lock a running Run holds on its checkpoint, for any other writer of a
+// file: "<file>.lock" beside the file (through a symbolic link: beside the
+// file it leads to), an OFD lock the kernel drops when its process ends,
+// however it ends. Writers replace a file through a temporary one beside it,
+// "<file>.tmp", which two writers of one file would share: each removes
+// what it finds there, and one can move the other's half-written file into
+// place. heed quantize and heed export hold this lock on their output while
+// they write it, so they never write a file that a running run, or another
+// of them, writes (and a run is refused the file they write). When another
+// process holds it, throws heed::Error naming the file, the process and
+// what it is, e.g.
+//   quantize: --out 'c.ckpt.h5' is being written by a run that is still going (process 1234), whose log is
+//   '/home/me/a.h5'; expected another --out, or that run to end
+class OutputLock {
+ public:
+  // command: "quantize" (the holder is then shown as "heed quantize"),
+  // option: "--out", as messages name them.
+  OutputLock(const std::string& path, const std::string& command, const std::string& option);
+  ~OutputLock();  // drops the lock; removes the lock file if it made it, or once written()
+  OutputLock(const OutputLock&) = delete;
+  OutputLock& operator=(const OutputLock&) = delete;
+  // The file is written: the lock file goes at the end even if it was there
+  // before (a killed writer's, taken over).
+  void written() { written_ = true; }
+
+ private:
+  int fd_ = -1;
+  std::string lock_path_;
+  bool created_ = false, written_ = false;
+};
 // Checks that a file can be created at path (naming the path when not):
 // its directory, or the nearest existing one above it, is a writable
 // directory, and path is none, or not a directory or special file. Creates

@@ -338,6 +338,9 @@ int run_quantize(const std::vector<std::string>& args) {
   }
   ModelQuantization mq = plan_quantization(*tm, names, s, "quantize");
   prepare_output_path(out, "quantize", "--out");
+  // Held until the file is written: a running run's checkpoint, or the output
+  // of another heed quantize, is refused here, before the work.
+  OutputLock lock(out, "quantize", "--out");
 
   fmt::print("{}: {} checkpoint, step {}; {} {} bits, one range per {}{}\n", path, ck.experiment,
              ck.counters.count("step") ? ck.counters.at("step") : 0, method, bits, range,
@@ -388,6 +391,7 @@ int run_quantize(const std::vector<std::string>& args) {
     it = it->first.rfind("optim/", 0) == 0 ? ck.tensors.erase(it) : std::next(it);
   for (const auto& l : mq.layers) ck.put(l.quantized_key(), quant::to_state(l.q));
   save_checkpoint(out, ck);
+  lock.written();
   fmt::print("\nwritten: {} ({})\n", out, format_seconds(sw.seconds()));
   if (ck.experiment == "charlm") fmt::print("sample it: heed sample {}{}\n", out, tm->sample_options());
   fmt::print("inspect it: heed inspect {}\n", out);

@@ -418,10 +418,13 @@ TEST_CASE("a run's checkpoint is locked from its start: a second run on it is re
        {Case{{"run", "sine", "--steps", "3", "--out", p + "/b.h5", "--checkpoint", ck},
              "run sine: --checkpoint '" + ck + "' is being written by " + by + ", whose log is '" + p + "/a.h5'"},
         Case{{"run", "copy", "--steps", "3", "--out", ck}, "run copy: --out '" + ck + "' is the checkpoint of " + by},
+        // Its log, though its checkpoint is not the log's default one: the
+        // process was named only for a run with the default checkpoint (an
+        // OFD lock does not tell its process: it is found by its lock).
         Case{{"run", "copy", "--steps", "3", "--out", p + "/b.h5", "--checkpoint", p + "/a.h5"},
-             "run copy: --checkpoint '" + p + "/a.h5' is the log of a run that is still going"},
+             "run copy: --checkpoint '" + p + "/a.h5' is the log of " + by + "; expected another --checkpoint"},
         Case{{"run", "copy", "--steps", "3", "--out", p + "/a.h5"},
-             "the log '" + p + "/a.h5' is being written by a run that is still going"}}) {
+             "the log '" + p + "/a.h5' is being written by " + by + "; expected another --out"}}) {
     CAPTURE(c.args);
     const std::set<std::string> before = names();
     Result r = heed_cli(c.args, p);
@@ -444,6 +447,95 @@ TEST_CASE("a run's checkpoint is locked from its start: a second run on it is re
   CHECK(load_checkpoint(ck, "copy").counter("step") == 3);
   CHECK(!fs::exists(ck + ".lock"));
   CHECK(!fs::exists(ck + ".tmp"));
+}
+
+TEST_CASE("heed quantize and heed export take the output's lock: a running run's checkpoint, or another's output, "
+          "is refused naming the process") {
+  // They wrote without a lock. Every writer replaces its file through
+  // "<file>.tmp": a second writer of the same file removed the first one's
+  // half-written temporary file and wrote its own there, which the first
+  // then moved into place; a run's checkpoint not yet written was taken by
+  // a quantized one or a safetensors file.
+  test::TempDir d("heed-out-lock-");
+  const std::string p = d.path, ck = p + "/c.ckpt.h5";
+  const std::string text = p + "/t.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 100; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  REQUIRE(heed_cli(cat({"run", "charlm", "--text", text, "--steps", "2", "--out", p + "/lm.h5"}, kTinyLM), p).status ==
+          0);
+  const std::string lm = p + "/lm.ckpt.h5";
+  auto names = [&] {
+    std::set<std::string> n;
+    for (const auto& e : fs::directory_iterator(p)) n.insert(e.path().filename().string());
+    return n;
+  };
+  {
+    // A run whose checkpoint comes at its end only: none there yet, but locked.
+    const pid_t live = test::start({HEED_CLI_PATH, "run", "copy", "--steps", "100000000", "--checkpoint-every", "0",
+                                    "--out", p + "/a.h5", "--checkpoint", ck},
+                                   p + "/live.out", p + "/live.err");
+    for (int i = 0; i < 6000 && slurp(p + "/live.out").find("logging to") == std::string::npos; ++i) usleep(10000);
+    REQUIRE(slurp(p + "/live.out").find("logging to") != std::string::npos);
+    REQUIRE(!fs::exists(ck));
+    const std::string by =
+        "is being written by a run that is still going (process " + std::to_string(live) + "), whose log is '" + p +
+        "/a.h5'; expected another --out, or that run to end";
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"quantize", lm, "--method", "uniform", "--bits", "4", "-o", ck},
+          std::vector<std::string>{"export", lm, "-o", ck}}) {
+      CAPTURE(args);
+      const std::set<std::string> before = names();
+      Result r = heed_cli(args, p);
+      INFO(r.out << r.err);
+      CHECK(r.status == 1);
+      CHECK(r.err.rfind("heed: " + args[0] + ": --out '" + ck + "' " + by, 0) == 0);
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      CHECK(names() == before);  // nothing written (the live run's log grows meanwhile)
+      CHECK(!fs::exists(ck));
+    }
+    kill(live, SIGINT);
+    CHECK(test::wait_status(live) == 130);
+    CHECK(load_checkpoint(ck, "copy").counter("step") > 0);  // the run's own checkpoint, as it wrote it
+  }
+  // While this process holds the lock as heed quantize would: a run, an
+  // export and a quantize of that file are refused, naming it.
+  const std::string q = p + "/q.ckpt.h5";
+  {
+    OutputLock held(q, "quantize", "--out");
+    CHECK(slurp(q + ".lock") == std::to_string(::getpid()) + "\n\nheed quantize\n");
+    const std::string by = "is being written by heed quantize (process " + std::to_string(::getpid()) + ")";
+    struct Case {
+      std::vector<std::string> args;
+      std::string message;
+    };
+    for (const Case& c :
+         {Case{{"run", "copy", "--steps", "2", "--out", p + "/b.h5", "--checkpoint", q},
+               "heed: run copy: --checkpoint '" + q + "' " + by + "; expected another --checkpoint, or that command to end"},
+          Case{{"export", lm, "-o", q}, "heed: export: --out '" + q + "' " + by + "; expected another --out, or that command"},
+          Case{{"quantize", lm, "--method", "uniform", "--bits", "4", "-o", q},
+               "heed: quantize: --out '" + q + "' " + by}}) {
+      CAPTURE(c.args);
+      const auto before = snapshot(p);
+      Result r = heed_cli(c.args, p);
+      INFO(r.out << r.err);
+      CHECK(r.status == 1);
+      CHECK(r.err.rfind(c.message, 0) == 0);
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      CHECK(snapshot(p) == before);
+    }
+  }
+  // Released, the file is free, and each writer removes its lock when done.
+  CHECK(!fs::exists(q + ".lock"));
+  Result r = heed_cli({"quantize", lm, "--method", "uniform", "--bits", "4", "-o", q}, p);
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  CHECK(fs::exists(q));
+  r = heed_cli({"export", lm, "-o", p + "/lm.safetensors"}, p);
+  CHECK(r.status == 0);
+  CHECK(!fs::exists(q + ".lock"));
+  CHECK(!fs::exists(p + "/lm.safetensors.lock"));
 }
 
 TEST_CASE("a diverged run stops at its first non-finite loss or weights with status 1, and writes no checkpoint after") {
