@@ -1,6 +1,7 @@
 // data/args.cpp
 #include "data/args.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "core/error.h"
@@ -91,19 +92,116 @@ Args& Args::add_text(const std::string& name, std::string* v, const std::string&
   return *this;
 }
 
+namespace {
+// "a", "a or b", "a, b or c": the choices as a message names them.
+std::string either(const std::vector<std::string>& items) {
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+  return s;
+}
+
+// The items of a comma-separated list, empty ones kept ("a,,b": a, "", b).
+std::vector<std::string> split_items(const std::string& s) {
+  std::vector<std::string> items;
+  for (size_t at = 0;;) {
+    const size_t comma = s.find(',', at);
+    items.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) return items;
+    at = comma + 1;
+  }
+}
+
+// The column --help gives an option and its value (help()'s {:<28}).
+constexpr size_t kHelpColumn = 28;
+}  // namespace
+
 Args& Args::choice(const std::string& name, std::string* v, const std::vector<std::string>& choices,
-                   const std::string& help) {
-  std::string list;
-  for (const auto& c : choices) list += (list.empty() ? "" : "|") + c;
+                   const std::string& help, const std::map<std::string, std::string>& aliases) {
+  return add_choice(name, v, choices, help, aliases, false);
+}
+
+Args& Args::choices(const std::string& name, std::string* v, const std::vector<std::string>& choices,
+                    const std::string& help) {
+  return add_choice(name, v, choices, help, {}, true);
+}
+
+Args& Args::add_choice(const std::string& name, std::string* v, const std::vector<std::string>& choices,
+                       const std::string& help, const std::map<std::string, std::string>& aliases, bool list) {
   check_new(name);
-  opts_.push_back({name, help, list, false,
-                   [=, this](const std::string& s, bool) {
-                     for (const auto& c : choices)
-                       if (s == c) {
-                         *v = s;
-                         return;
-                       }
-                     usage("{}: --{} expects one of {}, got '{}'", command_, name, list, s);
+  // A program's own declaration: choices a value cannot be told apart by, or
+  // a default the option refuses (a run would record it, and its resume
+  // refuse to read it back).
+  if (choices.empty()) fail("{}: --{} is declared as a choice of nothing", command_, name);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const std::string& c = choices[i];
+    if (c.empty() || (list && c.find(',') != std::string::npos))
+      fail("{}: --{} is declared with the choice '{}'; expected a non-empty name{}", command_, name, c,
+           list ? " without a comma" : "");
+    if (std::find(choices.begin(), choices.begin() + static_cast<std::ptrdiff_t>(i), c) !=
+        choices.begin() + static_cast<std::ptrdiff_t>(i))
+      fail("{}: --{} is declared with the choice '{}' twice", command_, name, c);
+  }
+  for (const auto& [alias, target] : aliases)
+    if (std::find(choices.begin(), choices.end(), target) == choices.end() ||
+        std::find(choices.begin(), choices.end(), alias) != choices.end())
+      fail("{}: --{} is declared with the alias '{}' of '{}'; expected another name for one of {}", command_, name,
+           alias, target, either(choices));
+  const std::string expected = either(choices);
+  // The value as stored: its choice, or (a list) the items as given; throws
+  // the UsageError that names option, value and choices.
+  auto read = [=, this](const std::string& s) -> std::string {
+    auto one = [&](const std::string& item) -> std::string {
+      if (std::find(choices.begin(), choices.end(), item) != choices.end()) return item;
+      if (const auto a = aliases.find(item); a != aliases.end()) return a->second;
+      return "";
+    };
+    if (!list) {
+      const std::string c = one(s);
+      if (c.empty()) usage("{}: --{} expects {}, got '{}'", command_, name, expected, s);
+      return c;
+    }
+    if (s.empty()) usage("{}: --{} expects a value, got an empty string", command_, name);
+    std::vector<std::string> seen;
+    for (const std::string& item : split_items(s)) {
+      const std::string in = s == item ? "" : fmt::format(" (in '{}')", s);
+      if (item.empty())
+        usage("{}: --{} expects one or more of {}, comma-separated, got an empty item in '{}'", command_, name,
+              expected, s);
+      if (one(item).empty())
+        usage("{}: --{} expects one or more of {}, comma-separated, got '{}'{}", command_, name, expected, item,
+              in);
+      if (std::find(seen.begin(), seen.end(), item) != seen.end())
+        usage("{}: --{} names '{}' twice in '{}'; expected each once", command_, name, item, s);
+      seen.push_back(item);
+    }
+    return s;
+  };
+  const bool default_none = v->empty();
+  bool default_ok = default_none || std::find(choices.begin(), choices.end(), *v) != choices.end();
+  if (list && !default_none) {
+    try {
+      read(*v);
+      default_ok = true;
+    } catch (const UsageError&) {
+    }
+  }
+  if (!default_ok)
+    fail("{}: --{} is declared with the default '{}'; expected {}{} (or \"\": none)", command_, name, *v,
+         list ? "a comma-separated list of " : "", expected);
+  std::string metavar = fmt::format("{{{}}}{}", fmt::join(choices, ","), list ? "[,...]" : "");
+  if (("--" + name + " " + metavar).size() > kHelpColumn) {
+    metavar = list ? "CHOICE[,...]" : "CHOICE";
+    one_of_[name] = fmt::format("{}", fmt::join(choices, ", "));
+  }
+  opts_.push_back({name, help, metavar, false,
+                   [=, this](const std::string& s, bool restoring) {
+                     // A checkpoint records "" for an option left without a default.
+                     if (restoring && s.empty() && default_none) {
+                       v->clear();
+                       return;
+                     }
+                     *v = read(s);
                    },
                    [v] { return *v; }});
   return *this;
@@ -234,6 +332,9 @@ std::string Args::help() const {
     if (lim != limits_.end() && o.help.find(lim->second) == std::string::npos)
       s += lim->second.front() == '[' || lim->second.front() == '(' ? " " + lim->second  // a real's interval
                                                                       : fmt::format(" [{}]", lim->second);
+    // The choices that did not fit beside the option (its value shows CHOICE).
+    if (const auto c = one_of_.find(o.name); c != one_of_.end())
+      s += fmt::format(" ({} of: {})", o.metavar == "CHOICE" ? "one" : "one or more", c->second);
     // The default, unless the help says it in its own words or there is none.
     const std::string shown = o.is_flag ? "" : o.show();
     if (!shown.empty() && o.help.find("(default:") == std::string::npos) s += fmt::format(" (default: {})", shown);

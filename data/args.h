@@ -32,8 +32,23 @@ class Args {
   // (either) rather than TEXT.
   enum class PathKind { file, dir, any };
   Args& path(const std::string& name, std::string* v, const std::string& help, PathKind kind = PathKind::file);
+  // An option whose value is one of a fixed set: --help shows them beside
+  // the option ("--precision {f32,bf16}", or, where that does not fit the
+  // column, "--method CHOICE" and "(one of: a, b, c)" after the help), and a
+  // value outside them is refused naming the option, the value and the
+  // choices. aliases maps other names of a choice to it ("float32" -> "f32"):
+  // accepted, and stored as the choice. *v is the default: one of the
+  // choices, or "" for none (not shown; the program reads "" as not given,
+  // e.g. bench's --isa: the best this CPU has). A default outside the
+  // choices, no choices, a repeated choice, or an alias of no choice is a
+  // program's own error, refused here (heed::Error).
   Args& choice(const std::string& name, std::string* v, const std::vector<std::string>& choices,
-               const std::string& help);
+               const std::string& help, const std::map<std::string, std::string>& aliases = {});
+  // The same for a comma-separated list of choices ("--only gpt-128,nanogpt"):
+  // each item must be one of them; --help shows "CHOICE[,...]" or
+  // "{a,b}[,...]". Items are kept as given, in order, repeats refused.
+  Args& choices(const std::string& name, std::string* v, const std::vector<std::string>& choices,
+                const std::string& help);
   Args& flag(const std::string& name, bool* v, const std::string& help);
 
   // Parses args (without the command words). Returns false when --help was
@@ -96,11 +111,14 @@ class Args {
   bool defer_default_check_ = false;
   const Opt* find(const std::string& name) const;
   Args& add_text(const std::string& name, std::string* v, const std::string& help, const std::string& metavar);
+  Args& add_choice(const std::string& name, std::string* v, const std::vector<std::string>& choices,
+                   const std::string& help, const std::map<std::string, std::string>& aliases, bool list);
   void check_new(const std::string& name) const;
   std::string command_, summary_, program_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // "-o" -> "out"
   std::vector<Opt> opts_;
   std::map<std::string, std::string> limits_;  // "1..1024" (integers), "[0, 1)" (reals): ranges shown in the help when bounded above
+  std::map<std::string, std::string> one_of_;  // a choice option whose choices do not fit its metavar: "a, b, c"
   std::vector<std::string> given_;
   std::map<std::string, std::string> withheld_;  // name -> why it is refused
 };

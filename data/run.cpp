@@ -718,10 +718,10 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
             "where its log is now (--out, for a log that moved) may change")
       .integer("stop-after", &stop_after_, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0)
       .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024)
-      .text("precision", &precision_,
-            "f32, or bf16: matrix products (attention's included) with bfloat16 operands and float32 "
-            "accumulation, everything else (weights, optimiser, checkpoints) float32; needs a CPU with "
-            "AVX512-BF16")
+      .choice("precision", &precision_, {"f32", "bf16"},
+              "bf16: matrix products (attention's included) with bfloat16 operands and float32 accumulation, "
+              "everything else (weights, optimiser, checkpoints) float32; needs a CPU with AVX512-BF16",
+              {{"float32", "f32"}, {"bfloat16", "bf16"}})  // read (and recorded, compared on resume) as f32, bf16
       .path("init-from", &init_from_,
             "start the model from the weights in this .safetensors file (heed export writes one; so do "
             "Module::save and PyTorch); for a run that trains one model");
@@ -729,7 +729,6 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   args_.defer_default_check();  // a resume restores them: checked below for a new run
   if (!args_.parse(argv)) return false;
   if (!resuming()) args_.check_defaults();
-  precision_ = canonical_precision(precision_);  // "bfloat16" is recorded, and compared on resume, as "bf16"
   // The program's name as RunOptions::program gives it is shell text of the
   // program's own ("mytool train"): as written; every other word quoted.
   command_line_ = command_line.empty() ? defaults_.program_ + (argv.empty() ? "" : " " + shell_command(argv))
@@ -771,12 +770,7 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   check_paths();
   if (resuming()) check_resumed_log();
   heed::set_num_threads(static_cast<int>(threads_));
-  Precision p = Precision::f32;
-  try {
-    p = parse_precision(precision_);
-  } catch (const Error&) {
-    throw UsageError(fmt::format("{}: --precision expects f32 or bf16, got '{}'", args_.command(), precision_));
-  }
+  const Precision p = parse_precision(precision_);  // one of the choices (Args::choice)
   if (p == Precision::bf16 && !bf16_unsupported_reason().empty())
     throw UsageError(fmt::format("{}: {}--precision bf16: {}", args_.command(),
                                  resuming() && !args_.given("precision") ? "the run of checkpoint '" + resume_ + "' has " : "",

@@ -843,6 +843,8 @@ int run_bench(const std::vector<std::string>& args) {
   int64_t sample_chars = 300;
   double dropout = 0;
   std::string only, conv = "winograd", isa, dp_worker, prec = "both", load_worker;
+  std::vector<std::string> isa_names;  // --isa's choices, lowest first
+  for (int i = 0; i <= static_cast<int>(CpuIsa::avx512); ++i) isa_names.push_back(cpu_isa_name(static_cast<CpuIsa>(i)));
   Args a("bench",
          "Times one training step (forward, backward, optimiser) of each bundled workload after warm-up:\n"
          "toy-cnn and toy-attention (batch 100), gpt-128 (4 layers, 4 heads, width 128, context 64,\n"
@@ -858,13 +860,12 @@ int run_bench(const std::vector<std::string>& args) {
   a.integer("threads", &threads, "threads for every backend", 1, 1024)
       .integer("steps", &steps, "measured steps per workload (the median is reported); 3 with --attention-memory", 1)
       .integer("warmup", &warmup, "unmeasured steps first; 1 with --attention-memory", 0)
-      .text("only", &only,
-            "run only these workloads, comma-separated (toy-cnn, toy-attention, gpt-128, gpt-256, nanogpt)")
+      .choices("only", &only, kWorkloads, "run only these workloads, comma-separated")
       .flag("no-avx2-pass", &avx2_pass_off,
             "with --compare on an AVX-512 CPU: skip the second pass that times the AVX2 path (--isa avx2)")
-      .text("precision", &prec,
-            "f32, bf16 or both: the precision of the matrix products (both: a bf16 row after each float32 one of "
-            "the GPT workloads, where the CPU has native bf16)")
+      .choice("precision", &prec, {"f32", "bf16", "both"},
+              "the precision of the matrix products (both: a bf16 row after each float32 one of the GPT "
+              "workloads, where the CPU has native bf16)")
       .flag("compare", &compare, "also run the same workloads in PyTorch (python3-torch) and print the ratio")
       .integer("rounds", &rounds,
                "with --compare: alternate heed and PyTorch this many times per workload and report the median "
@@ -877,10 +878,11 @@ int run_bench(const std::vector<std::string>& args) {
             "dropout probability of the GPT workloads, as GPT applies it (the attention probabilities, the "
             "residual branches, the embeddings) and PyTorch's peer alike; nanoGPT's baseline trains with 0.2",
             0.0, 1.0, false, true)
-      .text("conv", &conv,
-            "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (products on heed's GEMM, or oneDNN without AVX2), to compare the two")
-      .text("isa", &isa,
-            "cap the instruction set of heed's kernels and oneDNN's: baseline, avx2 or avx512 (default: the best "
+      .choice("conv", &conv, {"winograd", "direct"},
+              "5-tap convolutions: winograd (F(4, 5), fewer multiplications) or direct (products on heed's GEMM, or "
+              "oneDNN without AVX2), to compare the two")
+      .choice("isa", &isa, isa_names,
+            "cap the instruction set of heed's kernels and oneDNN's (default: the best "
             "this CPU has, or HEED_CPU_ISA), e.g. avx2 to time an AVX2-only CPU's code (OpenBLAS picks its "
             "kernels when it loads: cap it with OPENBLAS_CORETYPE=Haswell in the environment, as --compare's "
             "AVX2 pass does)")
@@ -907,7 +909,7 @@ int run_bench(const std::vector<std::string>& args) {
       heed::set_cpu_isa(heed::parse_cpu_isa(isa, "bench: --isa"));
     } catch (const UsageError&) {
       throw;
-    } catch (const Error& e) {  // a name it does not know, or an instruction set this CPU lacks
+    } catch (const Error& e) {  // an instruction set this CPU lacks (the name is one of the choices)
       throw UsageError(e.what());
     }
     setenv("HEED_CPU_ISA", isa.c_str(), 1);  // and in the processes it starts (--data-parallel)
@@ -961,24 +963,17 @@ int run_bench(const std::vector<std::string>& args) {
     return run_attention_memory(threads, max_t, plain_max_t, a.given("warmup") ? warmup : 1,
                                 a.given("steps") ? steps : 3);
   }
-  if (conv != "winograd" && conv != "direct")
-    throw UsageError(fmt::format("bench: --conv expects winograd or direct, got '{}'", conv));
   heed::set_conv1d_winograd(conv == "winograd");
-  // --only takes one workload or several, comma-separated.
+  // --only takes one workload or several, comma-separated (each one of kWorkloads: Args::choices).
   std::vector<std::string> selected;
   for (size_t i = 0; !only.empty() && i <= only.size();) {
     const size_t comma = std::min(only.find(',', i), only.size());
     selected.push_back(only.substr(i, comma - i));
-    if (std::find(kWorkloads.begin(), kWorkloads.end(), selected.back()) == kWorkloads.end())
-      throw UsageError(fmt::format("bench: --only expects names from {}, comma-separated, got '{}'",
-                                   fmt::join(kWorkloads, "|"), selected.back()));
     i = comma + 1;
   }
   auto chosen = [&](const std::string& n) {
     return selected.empty() || std::find(selected.begin(), selected.end(), n) != selected.end();
   };
-  if (prec != "f32" && prec != "bf16" && prec != "both")
-    throw UsageError(fmt::format("bench: --precision expects f32, bf16 or both, got '{}'", prec));
   // The toy models have no bf16 row and no dropout: an option that would
   // change nothing of what was chosen is refused, not ignored.
   const bool any_gpt = std::any_of(kWorkloads.begin(), kWorkloads.end(),

@@ -2,6 +2,7 @@
 // commands (data/args.h), and the commands' command lines as a user types
 // them.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -137,6 +138,169 @@ TEST_CASE("Args: a path option shows FILE, DIR or PATH for its value, in --help 
   REQUIRE(make()->parse({"-o", "a b.h5", "--into", "figs"}));
   CHECK(file == "a b.h5");
   CHECK(dir == "figs");
+}
+
+TEST_CASE("Args: a choice option shows its choices in --help and refuses another value, naming them") {
+  std::string precision = "f32", method = "uniform", only;
+  auto make = [&] {
+    auto args = std::make_unique<Args>("tool", "a tool");
+    args->choice("precision", &precision, {"f32", "bf16"}, "the products' precision", {{"float32", "f32"}})
+        .choice("method", &method, {"uniform", "nf4", "lplr", "hadamard-uniform"}, "quantizer")
+        .choices("only", &only, {"a", "bb", "ccc"}, "these workloads");
+    return args;
+  };
+  const std::string help = make()->help();
+  INFO(help);
+  // Beside the option where they fit the column; else CHOICE, and the choices after the help.
+  CHECK(has(help, "  --precision {f32,bf16}       the products' precision (default: f32)\n"));
+  CHECK(has(help, "  --method CHOICE              quantizer (one of: uniform, nf4, lplr, hadamard-uniform) "
+                  "(default: uniform)\n"));
+  CHECK(has(help, "  --only {a,bb,ccc}[,...]      these workloads\n"));  // no default: none shown
+  CHECK(!has(help, "TEXT"));
+  // A bad value: refused when parsed, one line naming the option, the value and the choices.
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--precision", "fp16"}, {"--precision=F32"}, {"--precision="}}) {
+    CAPTURE(bad[0]);
+    std::string msg;
+    try {
+      make()->parse(bad);
+    } catch (const UsageError& e) {
+      msg = e.what();
+    }
+    const std::string value = bad.size() == 2 ? bad[1] : bad[0].substr(bad[0].find('=') + 1);
+    CHECK(msg == "tool: --precision expects f32 or bf16, got '" + value + "'");
+  }
+  test::check_error([&] { make()->parse({"--method", "nf5"}); },
+                    {"tool: --method expects uniform, nf4, lplr or hadamard-uniform, got 'nf5'"});
+  test::check_error([&] { make()->parse({"--precision"}); }, {"tool: --precision expects a value ({f32,bf16})"});
+  // An alias is read as its choice, and recorded so.
+  {
+    auto a = make();
+    REQUIRE(a->parse({"--precision", "float32", "--method", "nf4"}));
+    CHECK(precision == "f32");
+    CHECK(method == "nf4");
+    CHECK(a->value("precision") == "f32");
+  }
+  // A list: each item one of the choices, once.
+  {
+    auto a = make();
+    REQUIRE(a->parse({"--only", "ccc,a"}));
+    CHECK(only == "ccc,a");
+  }
+  test::check_error([&] { make()->parse({"--only", "a,b"}); },
+                    {"tool: --only expects one or more of a, bb or ccc, comma-separated, got 'b' (in 'a,b')"});
+  test::check_error([&] { make()->parse({"--only", "a,,bb"}); }, {"got an empty item in 'a,,bb'"});
+  test::check_error([&] { make()->parse({"--only", "a,bb,a"}); }, {"--only names 'a' twice in 'a,bb,a'"});
+  test::check_error([&] { make()->parse({"--only="}); }, {"tool: --only expects a value, got an empty string"});
+  // Restored from a checkpoint's configuration: as parsed; a list left
+  // without a value (its default, none) comes back as none.
+  only.clear();
+  {
+    auto a = make();
+    a->assign("precision", "bf16");
+    a->assign("only", "");
+    CHECK(precision == "bf16");
+    CHECK(only.empty());
+    test::check_error([&] { a->assign("precision", "fp8"); }, {"--precision expects f32 or bf16, got 'fp8'"});
+  }
+  precision = "bf16";
+  CHECK(make()->help().find("(default: bf16)") != std::string::npos);
+}
+
+TEST_CASE("Args: a choice declared with a default outside its choices is the program's error, refused when declared") {
+  // A program's own error (heed::Error), not the user's (UsageError), before any command line is read.
+  auto declared = [](const std::function<void(Args&)>& declare) {
+    Args a("tool", "a tool");
+    try {
+      declare(a);
+    } catch (const UsageError& e) {
+      return std::string("UsageError: ") + e.what();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string v = "fp8";
+  CHECK(declared([&](Args& a) { a.choice("precision", &v, {"f32", "bf16"}, "p"); }) ==
+        "tool: --precision is declared with the default 'fp8'; expected f32 or bf16 (or \"\": none)");
+  v = "float32";  // an alias is a name the user may give, not a default
+  CHECK(has(declared([&](Args& a) { a.choice("precision", &v, {"f32", "bf16"}, "p", {{"float32", "f32"}}); }),
+            "tool: --precision is declared with the default 'float32'"));
+  v = "a,d";
+  CHECK(has(declared([&](Args& a) { a.choices("only", &v, {"a", "b"}, "w"); }),
+            "tool: --only is declared with the default 'a,d'; expected a comma-separated list of a or b"));
+  v = "a";
+  CHECK(has(declared([&](Args& a) { a.choice("x", &v, {"a", "b", "a"}, "x"); }), "--x is declared with the choice 'a' twice"));
+  CHECK(has(declared([&](Args& a) { a.choice("x", &v, {}, "x"); }), "--x is declared as a choice of nothing"));
+  CHECK(has(declared([&](Args& a) { a.choice("x", &v, {"a", "b"}, "x", {{"c", "d"}}); }),
+            "--x is declared with the alias 'c' of 'd'"));
+  CHECK(has(declared([&](Args& a) { a.choices("x", &v, {"a", "b,c"}, "x"); }), "the choice 'b,c'"));
+  // Fine: a default among the choices, or none.
+  CHECK(declared([&](Args& a) { a.choice("x", &v, {"a", "b"}, "x"); }).empty());
+  v.clear();
+  CHECK(declared([&](Args& a) { a.choice("x", &v, {"a", "b"}, "x"); }).empty());
+}
+
+TEST_CASE("heed: options of a fixed set of values show their choices in --help, and a bad value names them") {
+  test::TempDir d("heed-args-choice-");
+  struct Want {
+    std::vector<std::string> command;
+    std::vector<std::string> lines;  // what the help shows for each choice option
+  };
+  const std::vector<Want> wants = {
+      {{"run", "copy"}, {"--precision {f32,bf16} "}},
+      {{"run", "charlm"}, {"--precision {f32,bf16} "}},
+      {{"run", "shapes"}, {"--precision {f32,bf16} ", "--model {cnn,attention,both} ", "--variant {pairs,location} "}},
+      {{"bench"},
+       {"--precision {f32,bf16,both} ", "--conv {winograd,direct} ", "--isa {baseline,avx2,avx512} ",
+        "--only CHOICE[,...] "}},
+  };
+  for (const Want& w : wants) {
+    std::vector<std::string> argv = w.command;
+    argv.push_back("--help");
+    const test::Result r = test::heed_cli(argv, d.path);
+    CAPTURE(argv[0]);
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    for (const std::string& line : w.lines) CHECK(has(r.out, "  " + line));
+    CHECK(!has(r.out, "--precision TEXT"));
+  }
+  const test::Result bench = test::heed_cli({"bench", "--help"}, d.path);
+  CHECK(has(bench.out, "(one or more of: toy-cnn, toy-attention, gpt-128, gpt-256, nanogpt)"));
+
+  // A bad --precision, to a new run and to a resume: refused naming the
+  // choices (the resume's said "--precision fp16 contradicts the
+  // checkpoint's f32"), every file as it was.
+  const std::string log = d.path + "/c.h5", ckpt = d.path + "/c.ckpt.h5";
+  auto slurp = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  test::Result r = test::heed_cli({"run", "copy", "--steps", "2", "--precision", "fp16", "--out", log}, d.path);
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err == "heed: run copy: --precision expects f32 or bf16, got 'fp16'\n");
+  CHECK(!std::filesystem::exists(log));
+  REQUIRE(test::heed_cli({"run", "copy", "--steps", "2", "--out", log}, d.path).status == 0);
+  const std::string log_before = slurp(log), ckpt_before = slurp(ckpt);
+  r = test::heed_cli({"run", "copy", "--resume", ckpt, "--steps", "3", "--precision", "fp16"}, d.path);
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err == "heed: run copy: --precision expects f32 or bf16, got 'fp16'\n");
+  CHECK(slurp(log) == log_before);
+  CHECK(slurp(ckpt) == ckpt_before);
+  // The recorded choice comes back on resume (and an alias given again is the same choice).
+  r = test::heed_cli({"run", "copy", "--resume", ckpt, "--steps", "3", "--precision", "float32"}, d.path);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  // bench's own: one line, the value and the choices.
+  r = test::heed_cli({"bench", "--conv", "fft"}, d.path);
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "bench: --conv expects winograd or direct, got 'fft'\n"));
+  r = test::heed_cli({"bench", "--only", "gpt-128,gpt-512"}, d.path);
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "bench: --only expects one or more of toy-cnn, toy-attention, gpt-128, gpt-256 or nanogpt, "
+                   "comma-separated, got 'gpt-512' (in 'gpt-128,gpt-512')\n"));
 }
 
 TEST_CASE("heed: every command's --help names a path option's value FILE or DIR, never TEXT") {

@@ -257,7 +257,7 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
       {"bits below the range", {"quantize", t.lm, "--bits", "1"}, 2, {"--bits", "2..16", "'1'"}},
       {"bits above the range", {"quantize", t.lm, "--bits", "17"}, 2, {"--bits", "2..16", "'17'"}},
       {"bits not a number", {"quantize", t.lm, "--bits", "four"}, 2, {"--bits", "'four'"}},
-      {"an unknown method", {"quantize", t.lm, "--method", "e9"}, 2, {"--method", "uniform|hadamard", "'e9'"}},
+      {"an unknown method", {"quantize", t.lm, "--method", "e9"}, 2, {"--method", "uniform, hadamard", "'e9'"}},
       {"a rank larger than the matrices", {"quantize", t.lm, "--method", "lplr", "--rank", "33"}, 2,
        {"--rank 33", "is larger than", "wte.weight", "expected 1.."}},
       {"a rank for another method", {"quantize", t.lm, "--method", "uniform", "--rank", "4"}, 2,
