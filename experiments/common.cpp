@@ -168,10 +168,24 @@ std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::s
 int with_command_prefix(const std::string& command, const std::function<int()>& body) {
   const std::string p = command + ": ";
   auto prefixed = [&p](const std::string& what) { return what.rfind(p, 0) == 0 ? what : p + what; };
+  // A bad command line's message on one line: a value's newline or tab
+  // (quoted in it) escaped, as attend_printable shows a prompt's.
+  auto one_line = [](const std::string& what) {
+    std::string s;
+    for (const char c : what) {
+      const auto b = static_cast<unsigned char>(c);
+      if (c == '\n') s += "\\n";
+      else if (c == '\r') s += "\\r";
+      else if (c == '\t') s += "\\t";
+      else if (b < 0x20 || b == 0x7f) s += fmt::format("\\x{:02x}", b);
+      else s += c;
+    }
+    return s;
+  };
   try {
     return body();
   } catch (const UsageError& e) {
-    throw UsageError(prefixed(e.what()));
+    throw UsageError(prefixed(one_line(e.what())));
   } catch (const Error& e) {
     throw Error(prefixed(e.what()));
   }

@@ -115,7 +115,10 @@ std::unique_ptr<TrainedModels> trained_models(const Checkpoint& ck, const std::s
 
 // Runs a command's body so that every message it throws starts with
 // "<command>: " once, as those of Args do: what it calls (a checkpoint
-// that does not load, a file that cannot be written) names no command.
+// that does not load, a file that cannot be written) names no command. A bad
+// command line's message (UsageError) is kept on one line: a control
+// character in it (a value's newline, quoted in the message) is shown
+// escaped, \n, \t, \x01.
 int with_command_prefix(const std::string& command, const std::function<int()>& body);
 
 }  // namespace heed::experiments

@@ -330,31 +330,9 @@ int attend(const std::vector<std::string>& args) {
 int run_attend(const std::vector<std::string>& args) {
   // One prefix for every message: "attend: ", also on those of what it
   // calls (a checkpoint that does not load, a log that cannot be written, the
-  // figures), which name no command of their own.
-  auto prefixed = [](const std::string& what) {
-    return what.rfind("attend: ", 0) == 0 ? what : "attend: " + what;
-  };
-  // A bad command line's message on one line: a prompt's newline or tab
-  // (quoted in it) escaped, as attend_printable shows them.
-  auto one_line = [](const std::string& what) {
-    std::string s;
-    for (const char c : what) {
-      const auto b = static_cast<unsigned char>(c);
-      if (c == '\n') s += "\\n";
-      else if (c == '\r') s += "\\r";
-      else if (c == '\t') s += "\\t";
-      else if (b < 0x20 || b == 0x7f) s += fmt::format("\\x{:02x}", b);
-      else s += c;
-    }
-    return s;
-  };
-  try {
-    return attend(args);
-  } catch (const UsageError& e) {
-    throw UsageError(prefixed(one_line(e.what())));
-  } catch (const Error& e) {
-    throw Error(prefixed(e.what()));
-  }
+  // figures), which name no command of their own; a bad command line's
+  // message on one line.
+  return with_command_prefix("attend", [&] { return attend(args); });
 }
 
 }  // namespace heed::experiments

@@ -859,3 +859,17 @@ TEST_CASE("sample, export and quantize name themselves in every message, also on
   const test::Result r = heed_cli({"sample", missing, "--tokens", "0"}, d.path);
   CHECK(r.err.rfind("heed: sample: --tokens expects", 0) == 0);
 }
+
+TEST_CASE("sample, export, quantize and attend show a bad command line's message on one line, prefixed once") {
+  test::TempDir d("heed-oneline-");
+  const std::string missing = d.path + "/nx.ckpt.h5";
+  for (const char* command : {"sample", "export", "quantize", "attend"}) {
+    CAPTURE(command);
+    // An option name with a newline and a tab in it (a pasted line): shown
+    // escaped, as attend showed it; the others printed them as they were.
+    const test::Result r = heed_cli({command, missing, "--bo\ngus\tx\x01"}, d.path);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err == "heed: " + std::string(command) + ": unknown option '--bo\\ngus\\tx\\x01' (see --help)\n");
+  }
+}
