@@ -10,7 +10,9 @@
 
 #include <array>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/kernels.h"
 #include "experiments/common.h"
@@ -37,15 +39,20 @@ struct CrossAttnConfig {
 };
 
 // Test MSE over the whole test set and the shape-token score of every
-// decoder layer, in chunks; kept maps take the unfused path.
-double evaluate(SignalFromTokens& m, const DescribedSet& test, int64_t half_width,
-                std::vector<ShapeTokenScore>& scores) {
+// decoder layer, in chunks; kept maps take the unfused path. Before each
+// chunk asks stop (when given): nullopt when it says to stop.
+std::optional<double> evaluate(SignalFromTokens& m, const DescribedSet& test, int64_t half_width,
+                               std::vector<ShapeTokenScore>& scores, const std::function<bool()>& stop) {
   autograd::NoGradGuard ng;
   m.keep_attention(true);
   scores.assign(m.layers(), ShapeTokenScore());
   double sum = 0;
   const int64_t n = test.size();
   for (int64_t at = 0; at < n; at += kEvalChunk) {
+    if (stop && stop()) {
+      m.keep_attention(false);
+      return std::nullopt;
+    }
     const int64_t b = std::min(kEvalChunk, n - at);
     Tensor out = m.forward(kernel::narrow(test.tokens, 0, at, b));
     sum += mse_loss(out, kernel::narrow(test.signal, 0, at, b)).item() * static_cast<double>(b);
@@ -135,6 +142,17 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
   run.track("result/uniform", uniform);
   for (size_t l = 0; l < result.size(); ++l)
     for (size_t k = 0; k < 4; ++k) run.track(fmt::format("result/layer{}/{}", l, kScores[k]), result[l][k]);
+  // Ctrl-C or SIGTERM during an evaluation cuts it short (a large --test
+  // takes minutes; a batch system's SIGKILL follows SIGTERM after a grace
+  // period): the checkpoint the stop writes records the step, and the
+  // resumed run evaluates it first, so the log is the one an uninterrupted
+  // run writes. (Not required: older checkpoints lack it.)
+  int64_t eval_pending = 0;
+  run.track("eval/pending", eval_pending, false);
+  std::vector<std::string> eval_logs = {"test_mse", "attention/uniform", "output", "attention/maps"};
+  for (int64_t l = 0; l < c.layers; ++l)
+    for (const char* score : kScores) eval_logs.push_back(fmt::format("attention/layer{}/{}", l, score));
+  run.owed_work("eval/pending", eval_logs);
   run.begin([&](RunLog& log) {
     log_model(log, "crossattn", m);
     log.write_tensor("samples/tokens", kernel::narrow(test.tokens, 0, 0, kSamples));
@@ -158,19 +176,20 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
   });
   fmt::print("{}\n", m.summary());
 
-  std::vector<ShapeTokenScore> scores;
-  while (run.next()) {
-    const int64_t step = run.step();
-    DescribedSet batch = generate_described(c.batch, data, task);  // the global batch; each process trains on its share
-    opt.zero_grad();
-    Tensor l = mse_loss(m.forward(dist::shard(batch.tokens)), dist::shard(batch.signal));
-    ddp.backward(l);
-    opt.step();
-    loss = dist::mean(l.item());
-    run.log().scalar("train_loss", step, loss);
-    run.show_loss("loss", loss);
-    if (step % c.eval_every != 0 && step != run.steps()) continue;
-    test_mse = evaluate(m, test, task.half_width, scores);
+  // False when a stop cut the evaluation short (may_stop: the run's last
+  // step is evaluated whole, as its result, unless it is owed): nothing
+  // logged or kept.
+  auto evaluate_and_log = [&](int64_t step, bool may_stop) {
+    std::function<bool()> stop;
+    if (may_stop) stop = [&run] { return run.stop_requested(); };
+    std::vector<ShapeTokenScore> scores;
+    const std::optional<double> e = evaluate(m, test, task.half_width, scores, stop);
+    if (!e) {
+      fmt::print("step {}: evaluation cut short by the stop; a resumed run evaluates step {} first\n", step, step);
+      std::fflush(stdout);
+      return false;
+    }
+    test_mse = *e;
     uniform = scores[0].baseline();
     run.log().scalar("test_mse", step, test_mse);
     run.log().scalar("attention/uniform", step, uniform);
@@ -195,6 +214,24 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
                "layer: {} (uniform {:.3f})\n",
                step, test_mse, zero_mse, shown, uniform);
     std::fflush(stdout);
+    return true;
+  };
+  // The evaluation a stop cut short. Cut again, it stays owed: the run then
+  // stops before its next step (Run::next), the checkpoint as it was.
+  if (eval_pending > 0 && evaluate_and_log(eval_pending, true)) eval_pending = 0;
+
+  while (run.next()) {
+    const int64_t step = run.step();
+    DescribedSet batch = generate_described(c.batch, data, task);  // the global batch; each process trains on its share
+    opt.zero_grad();
+    Tensor l = mse_loss(m.forward(dist::shard(batch.tokens)), dist::shard(batch.signal));
+    ddp.backward(l);
+    opt.step();
+    loss = dist::mean(l.item());
+    run.log().scalar("train_loss", step, loss);
+    run.show_loss("loss", loss);
+    if ((step % c.eval_every == 0 || step == run.steps()) && !evaluate_and_log(step, step < run.steps()))
+      eval_pending = step;
   }
   if (int rc = run.finish()) return rc;
   fmt::print("\ntest mse {:.4f} (drawing nothing: {:.4f}), {} parameters\n", test_mse, zero_mse, m.num_parameters());

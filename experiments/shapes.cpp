@@ -4,7 +4,9 @@
 #include "experiments/shapes.h"
 
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/kernels.h"
 #include "data/batch.h"
@@ -47,13 +49,19 @@ struct ModelRun {
   double final_train = NAN, final_test = NAN, pair_score = NAN, ms_per_step = NAN;
 };
 
-// Mean squared error of the model over a whole set, in eval mode, batch by batch.
-double evaluate(nn::Module& net, const Tensor& x, const Tensor& y, int64_t batch) {
+// Mean squared error of the model over a whole set, in eval mode, batch by
+// batch. Before each batch asks stop (when given): nullopt when it says to stop.
+std::optional<double> evaluate(nn::Module& net, const Tensor& x, const Tensor& y, int64_t batch,
+                               const std::function<bool()>& stop = {}) {
   autograd::NoGradGuard ng;
   net.eval();
   double sum = 0;
   const int64_t n = x.size(0);
   for (int64_t at = 0; at < n; at += batch) {
+    if (stop && stop()) {
+      net.train();
+      return std::nullopt;
+    }
     int64_t b = std::min(batch, n - at);
     Tensor out = net.forward(kernel::narrow(x, 0, at, b));
     sum += mse_loss(out, kernel::narrow(y, 0, at, b)).item() * static_cast<double>(b);
@@ -62,13 +70,20 @@ double evaluate(nn::Module& net, const Tensor& x, const Tensor& y, int64_t batch
   return sum / static_cast<double>(n);
 }
 
-PairScore score_attention(ModelRun& m, const Data& d, int64_t batch) {
+// The attention model's pair score over the test set, batch by batch (stop: as evaluate's).
+std::optional<PairScore> score_attention(ModelRun& m, const Data& d, int64_t batch,
+                                         const std::function<bool()>& stop = {}) {
   autograd::NoGradGuard ng;
   m.net->eval();
   m.attn->keep_attention(true);
   PairScore total;
   const int64_t n = d.test_x.size(0);
   for (int64_t at = 0; at < n; at += batch) {
+    if (stop && stop()) {
+      m.attn->keep_attention(false);
+      m.net->train();
+      return std::nullopt;
+    }
     int64_t b = std::min(batch, n - at);
     m.net->forward(kernel::narrow(d.test_x, 0, at, b));
     PairScore s = pair_attention_score(m.attn->last_attention(), kernel::narrow(d.test.centres, 0, at, b),
@@ -138,9 +153,9 @@ class ShapesModels : public TrainedModels {
   nn::Module& model(const std::string& name) override { return *find(name).net; }
   std::vector<std::pair<std::string, double>> evaluate(const std::string& name) override {
     ModelRun& m = find(name);
-    std::vector<std::pair<std::string, double>> out = {{"test_mse", experiments::evaluate(*m.net, d_.test_x,
-                                                                                          d_.test.target, c_.batch)}};
-    if (m.attn) out.emplace_back("pair_score", score_attention(m, d_, c_.batch).value());
+    std::vector<std::pair<std::string, double>> out = {
+        {"test_mse", *experiments::evaluate(*m.net, d_.test_x, d_.test.target, c_.batch)}};
+    if (m.attn) out.emplace_back("pair_score", score_attention(m, d_, c_.batch)->value());
     return out;
   }
 
@@ -182,6 +197,7 @@ struct Trainer {
   // seconds spent in forward + backward + update.
   std::vector<double> epoch_loss, compute_seconds;
   int64_t epoch_rows = 0;
+  int64_t eval_pending = 0;  // the step whose end-of-epoch evaluation a stop cut short (0: none)
 
   Trainer(const ShapesConfig& c_, const Data& d_, std::vector<ModelRun>& r, Run& run_)
       : c(c_), d(d_), runs(r), run(run_),
@@ -205,23 +221,56 @@ struct Trainer {
     }
     run.track("epoch_rows", epoch_rows);
     run.track("sampler", sampler);
+    // Ctrl-C or SIGTERM during an epoch's evaluation cuts it short (a large
+    // --test takes minutes; a batch system's SIGKILL follows SIGTERM after a
+    // grace period): the checkpoint the stop writes records the step, and the
+    // resumed run evaluates it first, so the log is the one an uninterrupted
+    // run writes. (Not required: older checkpoints lack it.)
+    run.track("eval/pending", eval_pending, false);
+    std::vector<std::string> eval_logs;  // what end_of_epoch writes
+    for (const ModelRun& m : runs) {
+      for (const char* metric : {"train_mse", "test_mse", "output"}) eval_logs.push_back(m.name + "/" + metric);
+      if (m.attn) eval_logs.insert(eval_logs.end(), {"attention/pair_score", "attention/maps"});
+    }
+    run.owed_work("eval/pending", eval_logs);
   }
 
   int64_t steps_per_epoch() const { return sampler.batches_per_epoch(); }
 
-  void end_of_epoch(int64_t step, int64_t epoch) {
+  // The end of an epoch: both models evaluated on the test set, then
+  // logged. False when a stop cut the evaluation short (may_stop: the run's
+  // last epoch is evaluated whole, as its result, unless it is owed): nothing
+  // logged or kept, the epoch's running losses as they were.
+  bool end_of_epoch(int64_t step, int64_t epoch, bool may_stop) {
+    std::function<bool()> stop;
+    if (may_stop) stop = [this] { return run.stop_requested(); };
+    std::vector<double> test(runs.size());
+    std::vector<PairScore> pairs(runs.size());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const std::optional<double> mse = evaluate(*runs[i].net, d.test_x, d.test.target, c.batch, stop);
+      const std::optional<PairScore> ps =
+          mse && runs[i].attn ? score_attention(runs[i], d, c.batch, stop) : std::optional<PairScore>(PairScore());
+      if (!mse || !ps) {
+        fmt::print("epoch {}/{}: evaluation cut short by the stop; a resumed run evaluates step {} first\n", epoch + 1,
+                   c.epochs, step);
+        std::fflush(stdout);
+        return false;
+      }
+      test[i] = *mse;
+      pairs[i] = *ps;
+    }
     RunLog& log = run.log();
     bool last = epoch + 1 == c.epochs;
     bool attn_due = last || (epoch + 1) % c.attention_every == 0;
     for (size_t i = 0; i < runs.size(); ++i) {
       ModelRun& m = runs[i];
       double train_mse = epoch_loss[i] / static_cast<double>(epoch_rows);
-      double test_mse = evaluate(*m.net, d.test_x, d.test.target, c.batch);
+      double test_mse = test[i];
       log.scalar(m.name + "/train_mse", step, train_mse);
       log.scalar(m.name + "/test_mse", step, test_mse);
       std::string extra;
       if (m.attn) {
-        PairScore ps = score_attention(m, d, c.batch);
+        const PairScore& ps = pairs[i];
         log.scalar("attention/pair_score", step, ps.value());
         m.pair_score = ps.value();
         extra = fmt::format(" pair-attention {:.3f}", ps.value());
@@ -236,9 +285,13 @@ struct Trainer {
     epoch_rows = 0;
     log.flush();
     std::fflush(stdout);
+    return true;
   }
 
   void train() {
+    // The evaluation a stop cut short. Cut again, it stays owed: the run then
+    // stops before its next step (Run::next), the checkpoint as it was.
+    if (eval_pending > 0 && end_of_epoch(eval_pending, (eval_pending - 1) / steps_per_epoch(), true)) eval_pending = 0;
     std::vector<int64_t> idx;
     while (run.next()) {
       const int64_t step = run.step();
@@ -262,7 +315,8 @@ struct Trainer {
         run.show_loss(m.name, l);
       }
       epoch_rows += static_cast<int64_t>(idx.size());
-      if (step % steps_per_epoch() == 0) end_of_epoch(step, (step - 1) / steps_per_epoch());
+      if (step % steps_per_epoch() == 0 && !end_of_epoch(step, (step - 1) / steps_per_epoch(), step < run.steps()))
+        eval_pending = step;
     }
     for (size_t i = 0; i < runs.size(); ++i)
       runs[i].ms_per_step = 1000.0 * compute_seconds[i] / static_cast<double>(std::max<int64_t>(run.step(), 1));

@@ -6,7 +6,9 @@
 #include "experiments/timeseries.h"
 
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/kernels.h"
 #include "experiments/common.h"
@@ -55,14 +57,19 @@ void keep_attention(SeriesModelRun& m, bool on) {
 
 // Test MSE (and, for the attention model, the same-phase score of each
 // layer) over the whole test set, in chunks; kept maps take the unfused path.
-double evaluate(SeriesModelRun& m, const SeriesSet& test, int64_t first, double window,
-                std::vector<PhaseScore>& scores) {
+// Before each chunk asks stop (when given): nullopt when it says to stop.
+std::optional<double> evaluate(SeriesModelRun& m, const SeriesSet& test, int64_t first, double window,
+                               std::vector<PhaseScore>& scores, const std::function<bool()>& stop) {
   autograd::NoGradGuard ng;
   keep_attention(m, true);
   scores.assign(m.attn ? m.attn->blocks.size() : 0, PhaseScore());
   double sum = 0;
   const int64_t n = test.size();
   for (int64_t at = 0; at < n; at += kSignalsPerEval) {
+    if (stop && stop()) {
+      keep_attention(m, false);
+      return std::nullopt;
+    }
     const int64_t b = std::min(kSignalsPerEval, n - at);
     Tensor out = m.net->forward(kernel::narrow(test.input, 0, at, b));
     sum += scored_mse(out, kernel::narrow(test.target, 0, at, b), first).item() * static_cast<double>(b);
@@ -237,6 +244,26 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
     run.track(fmt::format("result/layer{}/same_phase_best_head", l), same_phase_best[l]);
   }
   run.track("result/uniform", uniform);
+  // Ctrl-C or SIGTERM during an evaluation cuts it short (a large --test
+  // takes minutes; a batch system's SIGKILL follows SIGTERM after a grace
+  // period): the checkpoint the stop writes records the step, and the
+  // resumed run evaluates it first, so the log is the one an uninterrupted
+  // run writes. (Not required: older checkpoints lack it.)
+  int64_t eval_pending = 0;
+  run.track("eval/pending", eval_pending, false);
+  std::vector<std::string> eval_logs;  // what evaluate_and_log writes
+  for (const auto& m : runs) {
+    eval_logs.push_back(m.name + "/test_mse");
+    eval_logs.push_back(m.name + "/output");
+  }
+  if (c.model != "cnn") {
+    eval_logs.insert(eval_logs.end(), {"attention/uniform", "attention/maps"});
+    for (int64_t l = 0; l < c.layers; ++l) {
+      eval_logs.push_back(fmt::format("attention/layer{}/same_phase", l));
+      eval_logs.push_back(fmt::format("attention/layer{}/same_phase_best_head", l));
+    }
+  }
+  run.owed_work("eval/pending", eval_logs);
   run.begin([&](RunLog& log) {
     const std::vector<std::pair<const char*, const Tensor*>> fixed = {
         {"input", &test.input},
@@ -270,7 +297,57 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
   });
   for (auto& m : runs) fmt::print("{}\n", m.net->summary());
 
-  std::vector<PhaseScore> scores;
+  // Every model evaluated first, then logged: false when a stop cut the
+  // evaluation short (may_stop: the run's last step is evaluated whole, as
+  // its result, unless it is owed), with nothing logged or kept.
+  auto evaluate_and_log = [&](int64_t step, bool may_stop) {
+    std::function<bool()> stop;
+    if (may_stop) stop = [&run] { return run.stop_requested(); };
+    std::vector<double> mse(runs.size());
+    std::vector<std::vector<PhaseScore>> scores(runs.size());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const std::optional<double> e = evaluate(runs[i], test, first, c.window, scores[i], stop);
+      if (!e) {
+        fmt::print("step {}: evaluation cut short by the stop; a resumed run evaluates step {} first\n", step, step);
+        std::fflush(stdout);
+        return false;
+      }
+      mse[i] = *e;
+    }
+    for (size_t i = 0; i < runs.size(); ++i) {
+      SeriesModelRun& m = runs[i];
+      m.test_mse = mse[i];
+      run.log().scalar(m.name + "/test_mse", step, m.test_mse);
+      autograd::NoGradGuard ng;
+      keep_attention(m, true);
+      run.log().series(m.name + "/output", step, m.net->forward(kernel::narrow(test.input, 0, 0, kLoggedSignals)));
+      std::string extra;
+      if (m.attn) {
+        std::vector<Tensor> maps;
+        for (size_t l = 0; l < scores[i].size(); ++l) {
+          maps.push_back(kernel::unsqueeze(m.attn->attention(l)->last_attention(), 1));
+          same_phase[l] = scores[i][l].mean();
+          same_phase_best[l] = scores[i][l].best();
+          run.log().scalar(fmt::format("attention/layer{}/same_phase", l), step, same_phase[l]);
+          run.log().scalar(fmt::format("attention/layer{}/same_phase_best_head", l), step, same_phase_best[l]);
+          extra += fmt::format("; layer {} same-phase attention {:.3f} (best head {:.3f})", l, same_phase[l],
+                               same_phase_best[l]);
+        }
+        run.log().series("attention/maps", step, kernel::concat(maps, 1));  // [kLoggedSignals, layers, H, T, T]
+        uniform = scores[i][0].baseline();
+        run.log().scalar("attention/uniform", step, uniform);
+        extra += fmt::format(" (uniform {:.3f})", uniform);
+      }
+      keep_attention(m, false);
+      fmt::print("step {} {}: test mse {:.4f}{}\n", step, m.name, m.test_mse, extra);
+    }
+    std::fflush(stdout);
+    return true;
+  };
+  // The evaluation a stop cut short. Cut again, it stays owed: the run then
+  // stops before its next step (Run::next), the checkpoint as it was.
+  if (eval_pending > 0 && evaluate_and_log(eval_pending, true)) eval_pending = 0;
+
   while (run.next()) {
     const int64_t step = run.step();
     SeriesSet batch = generate_series(c.batch, data, so);  // the global batch; each process trains on its share
@@ -284,34 +361,8 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
       run.log().scalar(m.name + "/train_loss", step, m.loss);
       run.show_loss(m.name, m.loss);
     }
-    if (step % c.eval_every != 0 && step != run.steps()) continue;
-    for (auto& m : runs) {
-      m.test_mse = evaluate(m, test, first, c.window, scores);
-      run.log().scalar(m.name + "/test_mse", step, m.test_mse);
-      autograd::NoGradGuard ng;
-      keep_attention(m, true);
-      run.log().series(m.name + "/output", step, m.net->forward(kernel::narrow(test.input, 0, 0, kLoggedSignals)));
-      std::string extra;
-      if (m.attn) {
-        std::vector<Tensor> maps;
-        for (size_t l = 0; l < scores.size(); ++l) {
-          maps.push_back(kernel::unsqueeze(m.attn->attention(l)->last_attention(), 1));
-          same_phase[l] = scores[l].mean();
-          same_phase_best[l] = scores[l].best();
-          run.log().scalar(fmt::format("attention/layer{}/same_phase", l), step, same_phase[l]);
-          run.log().scalar(fmt::format("attention/layer{}/same_phase_best_head", l), step, same_phase_best[l]);
-          extra += fmt::format("; layer {} same-phase attention {:.3f} (best head {:.3f})", l, same_phase[l],
-                               same_phase_best[l]);
-        }
-        run.log().series("attention/maps", step, kernel::concat(maps, 1));  // [kLoggedSignals, layers, H, T, T]
-        uniform = scores[0].baseline();
-        run.log().scalar("attention/uniform", step, uniform);
-        extra += fmt::format(" (uniform {:.3f})", uniform);
-      }
-      keep_attention(m, false);
-      fmt::print("step {} {}: test mse {:.4f}{}\n", step, m.name, m.test_mse, extra);
-    }
-    std::fflush(stdout);
+    if ((step % c.eval_every == 0 || step == run.steps()) && !evaluate_and_log(step, step < run.steps()))
+      eval_pending = step;
   }
   if (int rc = run.finish()) return rc;
 
