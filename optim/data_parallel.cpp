@@ -96,12 +96,21 @@ void DataParallel::launch(Bucket& b) {
   b.sum.start(b.flat);
 }
 
+void DataParallel::launch_ready() {
+  // In bucket order on every process: MPI pairs the processes' collectives
+  // by their order, and a parameter used on one process only (a branch
+  // taken by its rows alone) finishes its bucket there and not elsewhere.
+  // A bucket finished early waits for the ones before it.
+  while (next_ < buckets_.size() && buckets_[next_].ready == static_cast<int64_t>(buckets_[next_].params.size()))
+    launch(buckets_[next_++]);
+}
+
 void DataParallel::ready(const Tensor& leaf) {
   auto it = index_.find(leaf.impl());
   if (it == index_.end() || seen_[it->second]) return;  // not one of ours
   seen_[it->second] = true;
   Bucket& b = buckets_[static_cast<size_t>(bucket_of_[it->second])];
-  if (++b.ready == static_cast<int64_t>(b.params.size())) launch(b);
+  if (++b.ready == static_cast<int64_t>(b.params.size())) launch_ready();
 }
 
 void DataParallel::backward(const Tensor& loss) {
@@ -110,16 +119,17 @@ void DataParallel::backward(const Tensor& loss) {
     return;
   }
   for (auto& b : buckets_) b.ready = 0;
+  next_ = 0;
   seen_.assign(params_.size(), false);
   {
     autograd::GradReadyHook hook([this](const Tensor& leaf) { ready(leaf); });
     heed::backward(loss);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  // Buckets with parameters that got no gradient this pass go now (every
-  // process must take part in every exchange, in the same order).
-  for (auto& b : buckets_)
-    if (!b.sum.active() && b.ready < static_cast<int64_t>(b.params.size())) launch(b);
+  // The buckets not yet sent (with a parameter that got no gradient on this
+  // process, or after one) go now, in order: every process takes part in
+  // every exchange, in the same order.
+  while (next_ < buckets_.size()) launch(buckets_[next_++]);
   autograd::NoGradGuard ng;
   const double inv = 1.0 / static_cast<double>(dist::size());
   for (auto& b : buckets_) {

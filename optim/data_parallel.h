@@ -4,6 +4,9 @@
 // gradients over processes, bucket by bucket, starting each bucket's exchange
 // as soon as backward has finished its parameters (the last layers' first),
 // so communication overlaps the rest of backward, as PyTorch's DDP does.
+// The exchanges start in bucket order on every process: a bucket finished
+// before an earlier one (whose parameter this process's rows did not use,
+// say) waits for it.
 // Sums are added in rank order: a job is bit-identical to itself on rerun.
 //
 //   optim::DataParallel ddp(model.named_parameters());
@@ -58,8 +61,10 @@ class DataParallel {
   };
   void ready(const Tensor& leaf);
   void launch(Bucket& b);
+  void launch_ready();
   NamedParams params_;
   std::vector<Bucket> buckets_;
+  size_t next_ = 0;  // the next bucket to send: they go in index order on every process
   std::vector<int64_t> bucket_of_, offset_;  // per parameter
   std::vector<bool> seen_;
   std::unordered_map<const void*, size_t> index_;  // a parameter's TensorImpl -> its index

@@ -12,10 +12,9 @@ unbound: the flags docs/distributed.md gives) and checks:
   - bad input: a global batch not divisible by the process count, a
     checkpoint from another process count, one message for the job;
   - processes that differ (another --lr, another corpus) are refused;
-  - SIGTERM to one process gives the job SIGTERM's status;
-  - a program's own DataParallel starts MPI without a heed::Run, and two
-    alive at once keep the batch shard until the last goes (the test cases
-    of tests/optim/test_data_parallel.cpp, run under mpirun).
+  - SIGTERM to one process gives the job SIGTERM's status.
+(tests/experiments/test_distributed_quick.py: DataParallel in a program of
+one's own, the commands under mpirun.)
 Debian's Python runs it (h5py, numpy).
 """
 import os
@@ -31,7 +30,6 @@ import numpy as np
 
 HEED = sys.argv[1]
 EXAMPLE = sys.argv[2]  # the example user program (experiments/examples/fit_sine.cpp)
-TESTS = sys.argv[3]  # the test program (heed_tests)
 TMP = tempfile.mkdtemp(prefix="heed-dist-")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 # In the sanitized suite: AddressSanitizer's checks stay on, but not its leak
@@ -181,11 +179,6 @@ try:
               f"{ins.stderr.strip()[-300:]}")
     except subprocess.TimeoutExpired:
         check(False, "heed inspect of a missing file as rank 1 of 2 hung")
-
-    # ---- a program of one's own: DataParallel with no Run starts MPI itself ----------------
-    t = run(["-tc=DataParallel: with no Run*"], program=TESTS)
-    check(t.returncode == 0 and "2 passed" in t.stdout,
-          f"DataParallel without a Run on 2 processes: exit {t.returncode} {(t.stdout + t.stderr)[-800:]}")
 
     # ---- kill -9 of one rank, then resume ------------------------------------------------
     ref = run(lm("ref.h5", "--steps", "600", "--checkpoint-every", "20"))

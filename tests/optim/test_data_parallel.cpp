@@ -1,7 +1,7 @@
 // tests/optim/test_data_parallel.cpp: optim::DataParallel in a program that
 // starts MPI nowhere itself. In the suite it runs as one process; the
-// distributed test (tests/experiments/test_distributed.py) runs this file's
-// case again under `mpirun -np 2`.
+// distributed test (tests/experiments/test_distributed_quick.py) runs this
+// file's cases again under `mpirun -np 2`.
 #include <cstdlib>
 #include <memory>
 
@@ -66,4 +66,62 @@ TEST_CASE("DataParallel: with no Run, several alive at once keep the batch shard
   CHECK(g.shard_rank() == 1);
   CHECK(g.shard_processes() == 3);
   g.set_batch_shard(0, 1);
+}
+
+namespace {
+// y = a(x) + (use_b ? b(x) : 0), and a head c that no process uses.
+struct Branchy {
+  Generator g{11};
+  nn::Linear a{nn::LinearOptions(4, 4).generator(&g)}, b{nn::LinearOptions(4, 4).generator(&g)},
+      c{nn::LinearOptions(4, 4).generator(&g)};
+  NamedParams params() {
+    NamedParams all;
+    const std::vector<std::pair<std::string, nn::Linear*>> layers{{"a.", &a}, {"b.", &b}, {"c.", &c}};
+    for (const auto& [prefix, layer] : layers)
+      for (auto& [name, p] : layer->named_parameters()) all.emplace_back(prefix + name, p);
+    return all;
+  }
+  Tensor loss(const Tensor& x, bool use_b) {
+    Tensor y = a.forward(x);
+    if (use_b) y = y + b.forward(x);
+    return sum(y * y);
+  }
+};
+}  // namespace
+
+TEST_CASE("DataParallel: with no Run, a parameter used on some processes only gets the mean over all") {
+  // Under mpirun -np 2 (tests/experiments/test_distributed_quick.py) b is used by
+  // rank 1's rows alone. Its buckets are finished during rank 1's backward
+  // and after rank 0's: the exchanges must still pair bucket with bucket
+  // (they paired b's with a's, equal in size: rank 1's gradients of a were
+  // off by ~3, silently). One bucket per parameter, all of one size.
+  Branchy m;
+  const bool use_b = dist::rank() == 1;
+  optim::DataParallel ddp(m.params(), /*bucket_bytes=*/1);
+  ddp.broadcast_parameters();
+  CHECK(ddp.buckets() == 6);
+  Generator data(static_cast<uint64_t>(100 + dist::rank()));
+  Tensor x = randn({3, 4}, &data);  // each process's own rows
+  // Expected: each process's plain gradient (zeros where it has none), meaned.
+  backward(m.loss(x, use_b));
+  std::vector<Tensor> expected;
+  for (auto& [name, p] : m.params()) {
+    Tensor t = p.grad().defined() ? clone(p.grad()) : zeros_like(p);
+    dist::sum_(t);
+    expected.push_back(t * (1.0 / dist::size()));
+    p.set_grad(Tensor());
+  }
+  ddp.backward(m.loss(x, use_b));
+  size_t i = 0;
+  for (auto& [name, p] : m.params()) {
+    CAPTURE(name);
+    CAPTURE(dist::rank());
+    const Tensor got = p.grad().defined() ? p.grad() : zeros_like(p);
+    CHECK(test::max_abs(got - expected[i]) < 1e-5);
+    ++i;
+  }
+  // Every process holds the same gradients.
+  for (auto& [name, p] : m.params())
+    if (p.grad().defined())
+      for (const Tensor& t : dist::all_gather(p.grad())) CHECK(test::same_bits(t, p.grad()));
 }
