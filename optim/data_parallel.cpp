@@ -43,6 +43,13 @@ DataParallel::DataParallel(NamedParams params, int64_t bucket_bytes) : params_(s
     b.params.push_back(k);
     b.flat = Tensor::zeros({b.flat.numel() + p.numel()}, p.dtype());
   }
+  // After the gradients, one element per parameter: 1 where this process
+  // has its gradient, else 0. Summed with them, it tells every process
+  // whether any had one.
+  for (Bucket& b : buckets_) {
+    b.values = b.flat.numel();
+    b.flat = Tensor::zeros({b.values + static_cast<int64_t>(b.params.size())}, b.flat.dtype());
+  }
   seen_.assign(params_.size(), false);
   for (size_t k = 0; k < params_.size(); ++k)
     if (!index_.emplace(params_[k].second.impl(), k).second)
@@ -87,11 +94,13 @@ void DataParallel::broadcast_parameters() {
 }
 
 void DataParallel::launch(Bucket& b) {
-  for (size_t k : b.params) {
-    const Tensor& p = params_[k].second;
-    Tensor dst = kernel::narrow(b.flat, 0, offset_[k], p.numel());
-    if (p.grad().defined()) kernel::copy_(dst, kernel::reshape(p.grad(), {p.numel()}));
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    const Tensor& p = params_[b.params[j]].second;
+    Tensor dst = kernel::narrow(b.flat, 0, offset_[b.params[j]], p.numel());
+    const bool has = p.grad().defined();
+    if (has) kernel::copy_(dst, kernel::reshape(p.grad(), {p.numel()}));
     else kernel::fill_(dst, 0.0);
+    kernel::fill_(kernel::narrow(b.flat, 0, b.values + static_cast<int64_t>(j), 1), has ? 1.0 : 0.0);
   }
   b.sum.start(b.flat);
 }
@@ -135,9 +144,14 @@ void DataParallel::backward(const Tensor& loss) {
   for (auto& b : buckets_) {
     b.sum.wait();
     kernel::scale_(b.flat, inv);
-    for (size_t k : b.params) {
-      Tensor& p = params_[k].second;
-      Tensor mean = kernel::reshape(kernel::narrow(b.flat, 0, offset_[k], p.numel()), p.shape());
+    const std::vector<double> used =
+        kernel::narrow(b.flat, 0, b.values, static_cast<int64_t>(b.params.size())).to_vector<double>();
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      Tensor& p = params_[b.params[j]].second;
+      // No gradient on any process: none here either, as in one process
+      // (an optimiser skips the parameter: weight decay does not move it).
+      if (!(used[j] > 0)) continue;
+      Tensor mean = kernel::reshape(kernel::narrow(b.flat, 0, offset_[b.params[j]], p.numel()), p.shape());
       if (p.grad().defined()) kernel::copy_(p.grad(), mean);
       else p.set_grad(kernel::clone(mean));
     }

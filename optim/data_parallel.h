@@ -45,7 +45,9 @@ class DataParallel {
 
   void broadcast_parameters();
   // backward(loss), then every parameter's gradient is the mean over
-  // processes (a parameter that got no gradient counts as zeros).
+  // processes (a parameter that got no gradient counts as zeros). One that
+  // got no gradient on any process keeps none (its gradient stays undefined,
+  // as backward leaves it in one process, and an optimiser skips it).
   void backward(const Tensor& loss);
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
   // Seconds spent waiting for exchanges after backward ended (communication
@@ -55,7 +57,8 @@ class DataParallel {
  private:
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
-    Tensor flat;                 // [numel of all], float32 or float64
+    Tensor flat;                 // [values + params.size()], float32 or float64
+    int64_t values = 0;          // the gradients' elements; then one used-flag per parameter
     int64_t ready = 0;
     dist::PendingSum sum;
   };

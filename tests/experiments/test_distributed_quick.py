@@ -48,7 +48,7 @@ def mpirun(*programs, timeout=120):
 try:
     # ---- DataParallel in a program of one's own -------------------------------------------
     t = mpirun([TESTS, "-tc=DataParallel:*"], timeout=300)
-    check(t is not None and t.returncode == 0 and "3 passed" in t.stdout,
+    check(t is not None and t.returncode == 0 and "4 passed" in t.stdout,
           f"DataParallel's test cases on 2 processes: {t and t.returncode} {t and (t.stdout + t.stderr)[-1500:]}")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
