@@ -1338,7 +1338,39 @@ void Run::check_same_job() const {
   const size_t shapes = options + constants_.size();
   const dist::Difference d = dist::first_difference(items);
   if (d.rank < 0) return;
-  const size_t i = static_cast<size_t>(d.item);
+  size_t i = static_cast<size_t>(d.item);
+  // Options: every one that differs, an option given on the command line
+  // named first. The first in declaration order may be a default derived
+  // from one given later (charlm's --warmup from --steps): another --steps
+  // was reported as another --warmup.
+  std::string also;
+  if (i < options) {
+    std::string mine;
+    for (size_t j = 0; j < options; ++j)
+      mine += (args_.given(names[j].substr(2)) ? "+" : "-") + items[j] + '\0';
+    const std::vector<std::string> every = dist::all_gather_text(mine);  // the same on every process
+    auto split = [](const std::string& text) {
+      std::vector<std::string> out;
+      for (size_t at = 0, end; (end = text.find('\0', at)) != std::string::npos; at = end + 1)
+        out.push_back(text.substr(at, end - at));
+      return out;
+    };
+    const std::vector<std::string> theirs = split(every[static_cast<size_t>(d.rank)]), first = split(every[0]);
+    if (theirs.size() == options && first.size() == options) {
+      std::vector<size_t> differ;
+      for (size_t j = 0; j < options; ++j)
+        if (theirs[j].substr(1) != first[j].substr(1)) differ.push_back(j);
+      auto given = [&](size_t j) { return theirs[j][0] == '+' || first[j][0] == '+'; };
+      const auto named = std::find_if(differ.begin(), differ.end(), given);
+      if (named != differ.end()) i = *named;
+      std::vector<std::string> others;  // the given ones first
+      for (const bool first_pass : {true, false})
+        for (size_t j : differ)
+          if (j != i && given(j) == first_pass) others.push_back(names[j]);
+      if (!others.empty())
+        also = fmt::format(", nor {} its {}", others.size() == 1 ? "is" : "are", fmt::join(others, ", "));
+    }
+  }
   // An option's or a shape's two values, exchanged (every process knows d);
   // a constant's bytes (a corpus fingerprint) say nothing to a reader.
   // Every process takes part in the exchange, whatever it holds.
@@ -1352,9 +1384,9 @@ void Run::check_same_job() const {
     };
     values = fmt::format(" (rank {}: {}, rank 0: {})", d.rank, value(all[static_cast<size_t>(d.rank)]), value(all[0]));
   }
-  fail("{}: the processes of this job differ: rank {}'s {} is not rank 0's{}; every process must run the same "
+  fail("{}: the processes of this job differ: rank {}'s {} is not rank 0's{}{}; every process must run the same "
        "command on the same files",
-       args_.command(), d.rank, i < names.size() ? names[i] : std::string("state"), values);
+       args_.command(), d.rank, i < names.size() ? names[i] : std::string("state"), values, also);
 }
 
 RunLog& Run::log() {

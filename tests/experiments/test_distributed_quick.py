@@ -5,6 +5,9 @@
     tests/optim/test_data_parallel.cpp under mpirun): it starts MPI without
     a heed::Run; a parameter used on some processes only gets the mean of
     every process's gradient.
+  - processes whose options differ: the options given on the command line
+    are named first (another --steps was reported as another --warmup, the
+    default derived from it).
 """
 import os
 import shutil
@@ -22,7 +25,8 @@ MPIRUN = ["mpirun", "--bind-to", "none", "--oversubscribe"]
 failures = []
 
 
-def check(ok, what):
+def check(ok, what, details=""):
+    what += "" if ok else ": " + details
     print(("ok   " if ok else "FAIL ") + what, flush=True)
     if not ok:
         failures.append(what)
@@ -45,11 +49,30 @@ def mpirun(*programs, timeout=120):
         return None
 
 
+def said(r):
+    """The job's exit status and heed's lines of its stderr (not Open MPI's banners)."""
+    if r is None:
+        return "hung (killed after the timeout)"
+    return f"exit {r.returncode}: " + " | ".join(l for l in r.stderr.splitlines() if "heed" in l)[-600:]
+
+
 try:
     # ---- DataParallel in a program of one's own -------------------------------------------
     t = mpirun([TESTS, "-tc=DataParallel:*"], timeout=300)
-    check(t is not None and t.returncode == 0 and "4 passed" in t.stdout,
-          f"DataParallel's test cases on 2 processes: {t and t.returncode} {t and (t.stdout + t.stderr)[-1500:]}")
+    check(t is not None and t.returncode == 0 and "4 passed" in t.stdout, "DataParallel's test cases on 2 processes",
+          f"{t and t.returncode} {t and (t.stdout + t.stderr)[-1500:]}")
+
+    # ---- processes whose options differ ---------------------------------------------------------
+    corpus = os.path.join(TMP, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write("In the beginning God created the heaven and the earth. And the earth was without form. " * 50)
+    LM = [HEED, "run", "charlm", "--text", corpus, "--layers", "1", "--heads", "2", "--width", "16", "--context", "8",
+          "--batch", "4", "--threads", "1", "--out", os.path.join(TMP, "mixed.h5")]
+    r = mpirun(LM + ["--steps", "20"], LM + ["--steps", "30"])
+    check(r is not None and r.returncode == 1 and "rank 1's --steps is not rank 0's (rank 1: '30', rank 0: '20'), "
+          "nor is its --warmup;" in r.stderr and not os.path.exists(os.path.join(TMP, "mixed.h5")),
+          "another --steps on rank 1 is named as --steps (then --warmup, derived from it), and no log is written",
+          said(r))
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 
