@@ -92,10 +92,8 @@ int run(const std::vector<std::string>& args) {
                  "It takes no options; heed run shapes --help lists those of the experiment itself.\n");
       return 0;
     }
-    if (args.size() > 1) {
-      fmt::print(stderr, "heed: demo takes no options, got '{}' (use heed run shapes [options])\n", args[1]);
-      return 2;
-    }
+    if (args.size() > 1)
+      throw heed::UsageError(fmt::format("demo takes no options, got '{}' (use heed run shapes [options])", args[1]));
     fmt::print("heed demo: a CNN and the same CNN with one self-attention layer learn the toy shapes task\n");
     const std::string log = "runs/demo.h5";
     int rc = heed::experiments::run_shapes({"--epochs", "5", "--out", log}, full);
@@ -135,18 +133,15 @@ int run(const std::vector<std::string>& args) {
                  list);
       return 0;
     }
-    if (args.size() < 2) {
-      fmt::print(stderr, "heed: run expects an experiment name (expected one of: {})\n", names);
-      return 2;
-    }
+    // Through guard_main: under mpirun, named by the rank (docs/distributed.md).
+    if (args.size() < 2) throw heed::UsageError(fmt::format("run expects an experiment name (expected one of: {})", names));
     for (const auto& e : heed::experiments::experiments())
       if (args[1] == e.name) return e.run({args.begin() + 2, args.end()}, full);
-    fmt::print(stderr, "heed: unknown experiment '{}' (expected one of: {})\n", args[1], names);
-    return 2;
+    throw heed::UsageError(fmt::format("unknown experiment '{}' (expected one of: {})", args[1], names));
   }
-  fmt::print(stderr, "heed: unknown command '{}' (expected one of: info, demo, run, sample, attend, export, quantize, inspect, plot, bench; see heed --help)\n",
-             args[0]);
-  return 2;
+  throw heed::UsageError(fmt::format("unknown command '{}' (expected one of: info, demo, run, sample, attend, export, "
+                                     "quantize, inspect, plot, bench; see heed --help)",
+                                     args[0]));
 }
 
 }  // namespace

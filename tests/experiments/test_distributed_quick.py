@@ -8,6 +8,8 @@
   - processes whose options differ: the options given on the command line
     are named first (another --steps was reported as another --warmup, the
     default derived from it).
+  - an unknown command or experiment is reported as every error is,
+    "heed: rank R of N: ..." (it was printed without the rank).
 """
 import os
 import shutil
@@ -73,6 +75,14 @@ try:
           "nor is its --warmup;" in r.stderr and not os.path.exists(os.path.join(TMP, "mixed.h5")),
           "another --steps on rank 1 is named as --steps (then --warmup, derived from it), and no log is written",
           said(r))
+
+    # ---- an unknown command or experiment -------------------------------------------------------
+    for words, what in [(["nosuch"], "unknown command 'nosuch'"), (["run", "nosuch"], "unknown experiment 'nosuch'")]:
+        r = mpirun([HEED] + words)
+        lines = [l for l in (r.stderr.splitlines() if r else []) if what in l]
+        check(r is not None and r.returncode == 2 and lines and all(l.startswith("heed: rank ") for l in lines)
+              and any(l.startswith(f"heed: rank 0 of 2: {what}") for l in lines),
+              f"heed {' '.join(words)} on 2 processes: status 2, 'heed: rank R of 2: {what}'", said(r))
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 
