@@ -1,7 +1,9 @@
 // experiments/main.cpp: the `heed` command-line program.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -45,10 +47,72 @@ std::string usage() {
          "with a checkpoint (143 when stopped by SIGTERM).\n";
 }
 
+// The processes mpirun started this one among (OMPI_COMM_WORLD_SIZE, as
+// core/dist.h reads it), 1 without mpirun.
+int launched_processes() {
+  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return n ? std::max(1, std::atoi(n)) : 1;
+}
+
+bool asks_for_help(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "help" || args[0] == "--version")) return true;
+  for (const std::string& a : args)  // anywhere: every command's parser takes it so
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
+
+// Under mpirun with several processes: every process first says what it was
+// started to do, and all of them compare it with rank 0's. Processes that
+// run different commands (a training on rank 0, `heed inspect` or `heed
+// run charlm --help` on rank 1) would otherwise wait forever: one that ends
+// without MPI leaves the others in MPI's start, and one that ends after it
+// leaves them in their first exchange. A command that trains no model
+// data-parallel (inspect, export, ...) is refused: each process would do
+// the whole work again, and those that write would write one file at once.
+// Returns false when this process has nothing more to do (help, which rank
+// 0 alone prints).
+bool join_job(const std::vector<std::string>& args) {
+  const int processes = launched_processes();
+  if (processes <= 1) return true;
+  const bool help = asks_for_help(args);
+  std::string command = args.empty() ? "heed" : "heed " + args[0];
+  bool trains = false;
+  if (!args.empty() && args[0] == "run" && args.size() >= 2 && args[1].rfind("-", 0) != 0) {
+    command += " " + args[1];
+    for (const auto& e : heed::experiments::experiments()) trains = trains || args[1] == e.name;
+  } else if (!args.empty() && args[0] == "demo") {
+    trains = true;
+  } else if (!args.empty() && args[0] == "bench" &&
+             std::find(args.begin(), args.end(), "--dp-worker") != args.end()) {  // bench --data-parallel's workers
+    command += " --dp-worker";
+    trains = true;
+  }
+  const std::string role = command + (help ? " --help" : "");
+  const std::vector<std::string> roles = heed::dist::all_gather_text(role);  // starts MPI
+  for (size_t r = 1; r < roles.size(); ++r)
+    if (roles[r] != roles[0])
+      heed::fail("the processes of this job run different commands: rank {} runs '{}', rank 0 '{}'; every process "
+                 "must run the same command",
+                 r, roles[r], roles[0]);
+  if (help) return heed::dist::is_main();
+  static const std::vector<std::string> alone{"info", "sample", "attend", "export", "quantize", "inspect", "plot",
+                                              "bench"};
+  if (!trains && !args.empty() && std::find(alone.begin(), alone.end(), args[0]) != alone.end())
+    throw heed::UsageError(fmt::format(
+        "{} takes no part in data-parallel training: run it as one process, without mpirun (it was started as {} "
+        "processes)",
+        args[0], processes));
+  return true;
+}
+
 int run(const std::vector<std::string>& args) {
   std::vector<std::string> full{"heed"};
   full.insert(full.end(), args.begin(), args.end());
+  if (!join_job(args)) return 0;
+  // Under mpirun, rank 0 speaks for the job.
+  const bool speaks = !heed::dist::in_job() || heed::dist::is_main();
   if (args.empty()) {  // a command is missing: the usage, as a bad command line
+    if (!speaks) return 2;
     fmt::print(stderr, "heed: expected a command\n{}", usage());
     return 2;
   }
@@ -58,7 +122,7 @@ int run(const std::vector<std::string>& args) {
   if (const std::string bad = heed::env::problem(); !bad.empty())
     throw heed::UsageError(fmt::format("{} (README.md, \"Environment variables\")", bad));
   // A name heed does not read is said, not refused (another program may read it).
-  if (const std::vector<std::string> odd = heed::env::unknown(); !odd.empty())
+  if (const std::vector<std::string> odd = heed::env::unknown(); !odd.empty() && speaks)
     fmt::print(stderr, "heed: note: {} {} not {} heed reads (it reads {}); ignored\n", fmt::join(odd, ", "),
                odd.size() == 1 ? "is" : "are", odd.size() == 1 ? "a variable" : "variables",
                fmt::join(heed::env::known(), ", "));
@@ -133,7 +197,7 @@ int run(const std::vector<std::string>& args) {
                  list);
       return 0;
     }
-    // Through guard_main: under mpirun, named by the rank (docs/distributed.md).
+    // Through guard_main: under mpirun, printed once for the job, naming the rank.
     if (args.size() < 2) throw heed::UsageError(fmt::format("run expects an experiment name (expected one of: {})", names));
     for (const auto& e : heed::experiments::experiments())
       if (args[1] == e.name) return e.run({args.begin() + 2, args.end()}, full);

@@ -8,11 +8,18 @@
   - processes whose options differ: the options given on the command line
     are named first (another --steps was reported as another --warmup, the
     default derived from it).
-  - an unknown command or experiment is reported as every error is,
-    "heed: rank R of N: ..." (it was printed without the rank).
+  - an unknown command or experiment is reported as every error is, once,
+    "heed: rank R of N: ..." (every process printed it, without the rank).
+  - processes that run different commands (a training and heed info, or
+    the training's --help, on one process) are refused at once, naming both
+    (the others waited forever in MPI's start or their first exchange);
+    the commands that train nothing (info, inspect, export, ...) are
+    refused under mpirun (two processes of export wrote one file at once);
+    --help is printed once.
 """
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,10 +51,14 @@ def mpirun(*programs, timeout=120):
     else:
         for i, words in enumerate(programs):
             cmd += ([":"] if i else []) + ["-np", "1"] + words
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                         env=ENV, cwd=TMP, start_new_session=True)
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=TMP,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
+        out, err = p.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    except subprocess.TimeoutExpired:  # mpirun and the processes it started, which Open MPI puts in its group
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
         return None
 
 
@@ -80,9 +91,39 @@ try:
     for words, what in [(["nosuch"], "unknown command 'nosuch'"), (["run", "nosuch"], "unknown experiment 'nosuch'")]:
         r = mpirun([HEED] + words)
         lines = [l for l in (r.stderr.splitlines() if r else []) if what in l]
-        check(r is not None and r.returncode == 2 and lines and all(l.startswith("heed: rank ") for l in lines)
-              and any(l.startswith(f"heed: rank 0 of 2: {what}") for l in lines),
-              f"heed {' '.join(words)} on 2 processes: status 2, 'heed: rank R of 2: {what}'", said(r))
+        check(r is not None and r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"heed: rank 0 of 2: {what}"),
+              f"heed {' '.join(words)} on 2 processes: status 2, once 'heed: rank 0 of 2: {what}'", said(r))
+
+    # ---- help: printed once -------------------------------------------------------------------
+    for words, usage in [(["run", "charlm", "--help"], "usage: heed run charlm"), (["--help"], "usage: heed <command>")]:
+        r = mpirun([HEED] + words)
+        check(r is not None and r.returncode == 0 and r.stdout.count(usage) == 1,
+              f"heed {' '.join(words)} on 2 processes: the help once, status 0", said(r) + (r.stdout[-300:] if r else ""))
+
+    # ---- processes that run different commands: refused at once, naming both --------------------
+    ckpt = os.path.join(TMP, "one.ckpt.h5")
+    one = subprocess.run(LM[:-1] + [os.path.join(TMP, "one.h5"), "--steps", "2"], capture_output=True, text=True,
+                         timeout=120, cwd=TMP)
+    check(one.returncode == 0 and os.path.exists(ckpt), "a 2-step charlm run, one process", one.stderr[-300:])
+    train = LM + ["--steps", "200"]
+    for other, role in [([HEED, "info"], "heed info"), (LM + ["--help"], "heed run charlm --help"),
+                        ([HEED, "inspect", os.path.join(TMP, "one.h5")], "heed inspect")]:
+        r = mpirun(train, other, timeout=60)
+        want = f"heed: rank 0 of 2: the processes of this job run different commands: rank 1 runs '{role}', rank 0 'heed run charlm'"
+        check(r is not None and r.returncode == 1 and r.stderr.count(want) == 1 and r.stderr.count("heed: rank") == 1
+              and not os.path.exists(os.path.join(TMP, "mixed.h5")),
+              f"heed run charlm on rank 0 and {role} on rank 1: refused at once, naming both", said(r))
+
+    # ---- commands that train nothing: refused under mpirun, and no file written ---------------
+    before = sorted(os.listdir(TMP))
+    for words in (["info"], ["inspect", ckpt], ["plot", os.path.join(TMP, "one.h5")], ["sample", ckpt, "--tokens", "20"],
+                  ["export", ckpt, "-o", os.path.join(TMP, "e.safetensors")],
+                  ["quantize", ckpt, "--method", "uniform", "--bits", "8", "-o", os.path.join(TMP, "q.ckpt.h5")]):
+        r = mpirun([HEED] + words)
+        want = f"heed: rank 0 of 2: {words[0]} takes no part in data-parallel training: run it as one process, without mpirun (it was started as 2 processes)"
+        check(r is not None and r.returncode == 2 and r.stderr.count(want) == 1 and r.stderr.count("heed: rank") == 1,
+              f"heed {words[0]} on 2 processes is refused, once", said(r))
+    check(sorted(os.listdir(TMP)) == before, "... and no file is written", f"{before} -> {sorted(os.listdir(TMP))}")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 
