@@ -410,7 +410,28 @@ struct SweepModel {
   std::map<std::string, Tensor> float_weights;  // to restore between cells
   std::vector<std::pair<std::string, double>> baseline;
   std::vector<std::string> auto_keep;  // matrices no method of the sweep may quantize
+  std::vector<int64_t> identity;       // {fingerprint of the float weights, step}: model_identity()
 };
+
+// What a resumed sweep checks its --charlm/--shapes model against: an
+// FNV-1a fingerprint of the model's float32 weights (each tensor's name,
+// shape, type and bytes, in name order) and the checkpoint's step. A file
+// trained further, or replaced by another run's, since the sweep began has
+// other weights: its cells would be mixed with the first model's.
+std::vector<int64_t> model_identity(const std::map<std::string, Tensor>& weights, const Checkpoint& ck) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a's offset basis and prime, as data::text_fingerprint
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (const auto& [name, t] : weights) {
+    const std::string head = name + " " + shape_str(t.shape()) + " " + dtype_name(t.dtype());
+    mix(head.c_str(), head.size() + 1);
+    const Tensor c = kernel::contiguous(t);
+    mix(c.raw_data(), static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
+  }
+  return {static_cast<int64_t>(h), ck.counters.count("step") ? ck.counters.at("step") : 0};
+}
 
 std::vector<int> parse_bits(const std::string& s) {
   std::vector<int> out;
@@ -491,6 +512,10 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
   base.rank = rank;
   base.seed = static_cast<uint64_t>(seed);
 
+  // Resumed: the models' identities the sweep began with (none in a
+  // checkpoint from before heed recorded them).
+  std::unique_ptr<Checkpoint> resumed;
+  if (run.resuming()) resumed = std::make_unique<Checkpoint>(load_checkpoint(run.args().value("resume"), "compression"));
   std::vector<SweepModel> models;
   for (const auto& [label, path] : {std::pair<std::string, std::string>{"charlm", charlm}, {"shapes", shapes}}) {
     if (path.empty()) continue;
@@ -530,6 +555,22 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
       plan_quantization(*m.tm, {m.model}, s, "run compression");
     }
     for (const auto& [k, t] : m.tm->model(m.model).state_dict()) m.float_weights[k] = kernel::clone(t);
+    m.identity = model_identity(m.float_weights, ck);
+    if (resumed) {
+      const auto saved = resumed->tensors.find("inputs/" + label);
+      if (saved != resumed->tensors.end() && saved->second.dtype() == DType::i64 &&
+          saved->second.to_vector<int64_t>() != m.identity) {
+        const std::vector<int64_t> was = saved->second.to_vector<int64_t>();
+        const std::string steps =
+            was.size() == 2 && was[1] != m.identity[1]
+                ? fmt::format(" (it holds step {} of its run, the sweep began with step {})", m.identity[1], was[1])
+                : std::string();
+        fail("run compression: --{} '{}' is not the model this run started with: its weights differ from those "
+             "checkpoint '{}' recorded{}; expected that model's checkpoint as it was, or a new run (without --resume)",
+             label, path, run.args().value("resume"), steps);
+      }
+    }
+    run.track_constant("inputs/" + label, Tensor::from_i64(m.identity, {2}), false);
     m.baseline = m.tm->evaluate(m.model);
     fmt::print("{} ({}{}): float32", label, path, m.model.empty() ? "" : ", model " + m.model);
     for (const auto& [k, v] : m.baseline) fmt::print(" {} {:.4f}", metric_label(k), v);

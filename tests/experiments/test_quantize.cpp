@@ -489,3 +489,53 @@ TEST_CASE("heed run compression reads a charlm run's text where --text says it i
         std::string::npos);
   CHECK(!fs::exists(p + "/s.h5"));
 }
+
+TEST_CASE("heed run compression refuses to resume with another --charlm or --shapes model than the one it began "
+          "with, and resumes with that one") {
+  Trained& t = trained();
+  test::TempDir d("heed-compression-resume-");
+  const std::string p = d.path;
+  for (const std::string label : {"charlm", "shapes"}) {
+    CAPTURE(label);
+    const std::string model = p + "/" + label + ".ckpt.h5", log = p + "/" + label + "_c.h5";
+    const std::string ck = p + "/" + label + "_c.ckpt.h5";
+    fs::copy_file(label == "charlm" ? t.lm : t.shapes, model);
+    Result first = heed_cli({"run", "compression", "--" + label, model, "--methods", "uniform", "--bits", "2,4,8",
+                             "--threads", "1", "--no-plot", "--out", log, "--stop-after", "1"},
+                            p);
+    INFO(first.out << first.err);
+    REQUIRE(first.status == 130);
+    // The file now holds another model: trained further (charlm: its step
+    // moved on too) or another run's. It resumed, and its table mixed the
+    // cells of both models under the first one's baseline.
+    fs::copy_file(model, p + "/original.ckpt.h5", fs::copy_options::overwrite_existing);
+    {
+      Checkpoint c = load_checkpoint(model, label);
+      Tensor& w = c.tensors.at(label == "charlm" ? "model/wte.weight" : "model/attention/2.weight");
+      std::vector<float> v = w.to_vector<float>();
+      v[0] += 0.5f;
+      w = Tensor::from(v, w.shape());
+      if (label == "charlm") c.counters["step"] += 10;
+      save_checkpoint(model, c);
+    }
+    const auto before = snapshot(p);
+    Result again = heed_cli({"run", "compression", "--resume", ck, "--threads", "1"}, p);
+    INFO(again.out << again.err);
+    CHECK(again.status == 1);
+    CHECK(again.err.rfind("heed: run compression: --" + label + " '" + model +
+                              "' is not the model this run started with: its weights differ from those checkpoint '" +
+                              ck + "' recorded",
+                          0) == 0);
+    CHECK(std::count(again.err.begin(), again.err.end(), '\n') == 1);
+    if (label == "charlm")
+      CHECK(again.err.find("(it holds step 40 of its run, the sweep began with step 30)") != std::string::npos);
+    CHECK(again.out.find("[2/3]") == std::string::npos);
+    CHECK(snapshot(p) == before);
+    // The model it began with: resumed, and finished.
+    fs::copy_file(p + "/original.ckpt.h5", model, fs::copy_options::overwrite_existing);
+    Result back = heed_cli({"run", "compression", "--resume", ck, "--threads", "1"}, p);
+    INFO(back.out << back.err);
+    CHECK(back.status == 0);
+    CHECK(back.out.find("[3/3]") != std::string::npos);
+  }
+}
