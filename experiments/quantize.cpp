@@ -522,7 +522,14 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
     SweepModel m;
     m.label = label;
     m.path = path;
-    Checkpoint ck = load_checkpoint(path, label);
+    Checkpoint ck;
+    try {  // its messages name the file, not the option
+      ck = load_checkpoint(path, label);
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("run compression: --{}: {}", label, e.what()));
+    } catch (const Error& e) {
+      fail("run compression: --{}: {}", label, e.what());
+    }
     refuse_quantized(ck, "run compression", fmt::format("--{} '{}'", label, path));
     m.tm = label == "charlm" ? trained_models(ck, path, "run compression", text, "--text")
                              : trained_models(ck, path, "run compression");

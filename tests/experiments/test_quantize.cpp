@@ -311,6 +311,18 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
         "expected the training checkpoint it was made from"}},
       {"run compression on one", {"run", "compression", "--charlm", quantized, "--out", p + "/rq.h5"}, 2,
        {"run compression: --charlm '" + quantized + "' is already quantized (e8 4 bits;"}},
+      // Checkpoints that do not load, named by the option that gave them
+      // ("heed: checkpoint '...' is from the 'shapes' experiment" named neither).
+      {"run compression: --charlm of another experiment", {"run", "compression", "--charlm", t.shapes, "--out",
+                                                          p + "/c.h5"},
+       1, {"run compression: --charlm: checkpoint '", "sh.ckpt.h5' is from the 'shapes' experiment, expected 'charlm'"}},
+      {"run compression: --shapes of another experiment", {"run", "compression", "--shapes", t.lm, "--out", p + "/c.h5"},
+       1, {"run compression: --shapes: checkpoint '", "lm.ckpt.h5' is from the 'charlm' experiment, expected 'shapes'"}},
+      {"run compression: --shapes missing", {"run", "compression", "--shapes", p + "/none.ckpt.h5", "--out",
+                                             p + "/c.h5"},
+       1, {"run compression: --shapes: checkpoint '", "none.ckpt.h5' does not exist"}},
+      {"run compression: --charlm a run log", {"run", "compression", "--charlm", p + "/lm.h5", "--out", p + "/c.h5"}, 1,
+       {"run compression: --charlm: '", "lm.h5' is a heed run log, not a heed checkpoint"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
