@@ -542,17 +542,30 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
       m.model = "attention";
     }
     // Matrices some method of the sweep cannot quantize stay float32 for every
-    // method, so that all of them quantize the same weights.
-    for (quant::Method method : methods) {
-      QuantizeSettings s = base;
-      s.method = method;
-      s.bits = bits.front();
-      if (method == quant::Method::e8)
-        for (const auto& [name, p] : m.tm->model(m.model).named_parameters())
-          if (p.dim() >= 2 && (p.numel() / p.size(0)) % 8 != 0 &&
-              std::find(m.auto_keep.begin(), m.auto_keep.end(), name) == m.auto_keep.end())
-            m.auto_keep.push_back(name);
+    // method, so that all of them quantize the same weights: rows e8's blocks
+    // of 8 do not divide, and a matrix whose smaller side is below --rank
+    // (the shapes model's last convolution, [1, 320], has rank 1 at most).
+    const bool e8 = std::find(methods.begin(), methods.end(), quant::Method::e8) != methods.end();
+    std::vector<std::string> by_e8, by_rank;
+    int64_t matrices = 0, widest = 0;  // widest: the largest smaller side of a matrix kept for --rank
+    for (const auto& [name, p] : m.tm->model(m.model).named_parameters()) {
+      if (p.dim() < 2) continue;
+      ++matrices;
+      const int64_t rows = p.size(0), cols = p.numel() / rows;
+      if (e8 && cols % 8 != 0) by_e8.push_back(name);
+      else if (rank > 0 && std::min(rows, cols) < rank) {
+        by_rank.push_back(fmt::format("{} {}", name, shape_str(p.shape())));
+        widest = std::max(widest, std::min(rows, cols));
+      } else {
+        continue;
+      }
+      m.auto_keep.push_back(name);
     }
+    if (matrices > 0 && static_cast<int64_t>(m.auto_keep.size()) == matrices && !by_rank.empty())
+      throw UsageError(fmt::format("run compression: --rank {} leaves no matrix of --{} '{}' to quantize: {} {} a "
+                                   "smaller side below it{}; expected --rank {} or less",
+                                   rank, label, path, fmt::join(by_rank, ", "), by_rank.size() == 1 ? "has" : "have",
+                                   by_e8.empty() ? "" : " (the rest have rows e8 cannot take)", widest));
     for (quant::Method method : methods) {  // every plan checked before the run starts
       QuantizeSettings s = base;
       s.method = method;
@@ -582,9 +595,12 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
     fmt::print("{} ({}{}): float32", label, path, m.model.empty() ? "" : ", model " + m.model);
     for (const auto& [k, v] : m.baseline) fmt::print(" {} {:.4f}", metric_label(k), v);
     fmt::print("\n");
-    if (!m.auto_keep.empty())
+    if (!by_e8.empty())
       fmt::print("{}: kept in float32 by every method: {} (rows not a multiple of 8, which e8 needs)\n", label,
-                 fmt::join(m.auto_keep, ", "));
+                 fmt::join(by_e8, ", "));
+    if (!by_rank.empty())
+      fmt::print("{}: kept in float32 by every method: {} (a smaller side below --rank {}, which lplr needs)\n", label,
+                 fmt::join(by_rank, ", "), rank);
     models.push_back(std::move(m));
   }
 

@@ -323,6 +323,10 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
        1, {"run compression: --shapes: checkpoint '", "none.ckpt.h5' does not exist"}},
       {"run compression: --charlm a run log", {"run", "compression", "--charlm", p + "/lm.h5", "--out", p + "/c.h5"}, 1,
        {"run compression: --charlm: '", "lm.h5' is a heed run log, not a heed checkpoint"}},
+      // --rank above every matrix's smaller side (64 at most) leaves nothing to quantize.
+      {"run compression: --rank above every matrix", {"run", "compression", "--shapes", t.shapes, "--methods", "lplr",
+                                                      "--rank", "65", "--out", p + "/c.h5"},
+       2, {"run compression: --rank 65 leaves no matrix of --shapes", "a smaller side below it", "expected --rank 64 or less"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -550,4 +554,21 @@ TEST_CASE("heed run compression refuses to resume with another --charlm or --sha
     CHECK(back.status == 0);
     CHECK(back.out.find("[3/3]") != std::string::npos);
   }
+}
+
+TEST_CASE("heed run compression --rank leaves the matrices it does not fit in float32, for every method, saying so") {
+  Trained& t = trained();
+  test::TempDir d("heed-compression-rank-");
+  // Every --rank >= 2 was refused: the last convolution, [1, 64, 5], has rank 1 at most.
+  Result r = heed_cli({"run", "compression", "--shapes", t.shapes, "--methods", "uniform,lplr", "--bits", "4", "--rank",
+                       "2", "--threads", "1", "--no-plot", "--out", d.path + "/r.h5"},
+                      d.path);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("shapes: kept in float32 by every method: 7.weight [1, 64, 5] (a smaller side below --rank 2, "
+                   "which lplr needs)") != std::string::npos);
+  h5::File f(d.path + "/r.h5", h5::File::Mode::read);
+  CHECK(h5::attr_str(f.get_attr("/", "shapes_kept")) == "7.weight");
+  // lplr at rank 2 quantized the rest: a cell was measured.
+  CHECK(f.read_tensor("metrics/shapes/lplr/rel_error").to_vector<double>().size() == 3);
 }
