@@ -32,6 +32,7 @@
 #include "core/files.h"
 #include "core/kernels.h"
 #include "core/safetensors.h"
+#include "core/quantize.h"
 #include "core/random.h"
 #include "data/h5.h"
 
@@ -751,6 +752,23 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
       throw UsageError(fmt::format("{}: --resume '{}' is the run's log; expected its checkpoint (e.g. {})",
                                    args_.command(), resume_, default_checkpoint_path(out_)));
     resume_ck_ = std::make_unique<Checkpoint>(load_checkpoint(resume_, experiment_));
+    // heed quantize's output (docs/checkpoint-format.md) holds dequantized
+    // weights and no optimiser state: said so, not as a list of its keys.
+    if (const auto q = resume_ck_->get("quantized"); !q.empty()) {
+      std::set<std::string> methods;
+      for (const auto& [key, t] : q)
+        if ((key == "meta" || (key.size() > 5 && key.compare(key.size() - 5, 5, "/meta") == 0)) && t.numel() == 6 &&
+            t.dtype() == DType::i64) {
+          const std::vector<int64_t> m = t.to_vector<int64_t>();
+          const bool known = m[0] >= 0 && m[0] < static_cast<int64_t>(quant::method_names().size());
+          methods.insert(known ? fmt::format("{} {} bits", quant::method_name(static_cast<quant::Method>(m[0])), m[1])
+                               : std::string("an unknown method"));
+        }
+      fail("{}: checkpoint '{}' is a quantized checkpoint ({}; heed quantize wrote it: its weights are the dequantized "
+           "ones and it holds no optimiser state); expected the training checkpoint it was made from",
+           args_.command(), resume_,
+           methods.empty() ? std::string("tensors under quantized/") : fmt::format("{}", fmt::join(methods, ", ")));
+    }
     // First: a program checks its options against the process count (a
     // batch that does not divide), and the options come from the checkpoint.
     const Checkpoint& ck = *resume_ck_;

@@ -311,6 +311,11 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
         "expected the training checkpoint it was made from"}},
       {"run compression on one", {"run", "compression", "--charlm", quantized, "--out", p + "/rq.h5"}, 2,
        {"run compression: --charlm '" + quantized + "' is already quantized (e8 4 bits;"}},
+      // It listed the 108 keys under quantized/ as unexpected.
+      {"--resume of one", {"run", "charlm", "--resume", quantized}, 1,
+       {"run charlm: checkpoint '" + quantized + "' is a quantized checkpoint (e8 4 bits;",
+        "expected the training checkpoint it was made from"},
+       {"unexpected", "quantized/"}},
       // Checkpoints that do not load, named by the option that gave them
       // ("heed: checkpoint '...' is from the 'shapes' experiment" named neither).
       {"run compression: --charlm of another experiment", {"run", "compression", "--charlm", t.shapes, "--out",
@@ -335,6 +340,7 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
     INFO("stdout: " << r.out << "\nstderr: " << r.err);
     CHECK(r.status == c.status);
     CHECK(r.err.rfind("heed: ", 0) == 0);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one line
     for (const auto& m : c.message) CHECK(r.err.find(m) != std::string::npos);
     for (const auto& m : c.absent) CHECK(r.err.find(m) == std::string::npos);
     CHECK(snapshot(p) == before);
