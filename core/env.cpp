@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -47,8 +50,8 @@ std::string problem() {
       if (s.size() > 9 || !std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); }))
         fail("HEED_FAULT_KILL_IN_CHECKPOINT_WRITE='{}': expected a count of checkpoints (an integer >= 0)", s);
     }
-    // HEED_PYTHON (a program's path, any) and HEED_SHARE_CORES (set or not)
-    // take any value.
+    // HEED_SHARE_CORES (set or not) takes any value; HEED_PYTHON is checked
+    // (env::python) by what runs it, before its work: most commands do not.
   } catch (const Error& e) {
     return e.what();
   }
@@ -61,6 +64,37 @@ const std::vector<std::string>& known() {
                                               "HEED_NO_CACHE", "HEED_NO_HUGE_PAGES", "HEED_PLOT_PARENT",
                                               "HEED_PYTHON", "HEED_SHARE_CORES"};
   return names;
+}
+
+std::string python() {
+  const char* v = std::getenv("HEED_PYTHON");
+  if (!v || !*v) return "/usr/bin/python3";
+  const std::string value(v);
+  const std::string expected =
+      "expected a Python 3 interpreter with python3-numpy, python3-h5py and python3-matplotlib (or HEED_PYTHON "
+      "unset: /usr/bin/python3)";
+  auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+  };
+  if (value.find('/') == std::string::npos) {  // a name: the first such program on PATH, as a shell runs it
+    const char* path_env = std::getenv("PATH");
+    const std::string dirs = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
+    for (size_t at = 0; at <= dirs.size();) {
+      size_t colon = dirs.find(':', at);
+      if (colon == std::string::npos) colon = dirs.size();
+      const std::string dir = dirs.substr(at, colon - at);
+      const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + value;
+      if (runnable(candidate)) return candidate;
+      at = colon + 1;
+    }
+    fail("HEED_PYTHON='{}': no program of that name on PATH; {}", value, expected);
+  }
+  struct stat st {};
+  if (stat(value.c_str(), &st) != 0) fail("HEED_PYTHON='{}': {}; {}", value, std::strerror(errno), expected);
+  if (S_ISDIR(st.st_mode)) fail("HEED_PYTHON='{}' is a directory; {}", value, expected);
+  if (!runnable(value)) fail("HEED_PYTHON='{}' is not an executable program; {}", value, expected);
+  return value;
 }
 
 std::vector<std::string> unknown() {

@@ -31,4 +31,12 @@ std::vector<std::string> unknown();
 // Every HEED_* variable heed reads.
 const std::vector<std::string>& known();
 
+// The Python that draws heed plot's figures: HEED_PYTHON when it is set (a
+// path, or a program's name looked up on PATH as a shell does), else
+// /usr/bin/python3 (returned whether it is there or not: the caller says
+// what to install). A HEED_PYTHON that names no program that can be run (a
+// missing file, a directory, a file that is not executable) throws
+// heed::Error naming the variable, its value and what is expected.
+std::string python();
+
 }  // namespace heed::env

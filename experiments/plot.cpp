@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "data/args.h"
 
@@ -25,10 +26,21 @@ namespace {
 constexpr const char* kScript = "experiments/plot/heed_plot.py";
 
 // The interpreter that sees Debian's python3-* packages (a python3 earlier on
-// PATH may be another installation without them). HEED_PYTHON overrides it.
-std::string python_path() {
-  const char* env = std::getenv("HEED_PYTHON");
-  return env && *env ? env : "/usr/bin/python3";
+// PATH may be another installation without them). HEED_PYTHON overrides it
+// (env::python). Messages start with `who`.
+std::string python_path(const std::string& who) {
+  std::string python;
+  try {
+    python = env::python();
+  } catch (const Error& e) {
+    fail("{}: {}", who, e.what());
+  }
+  // (HEED_PYTHON was checked above: here the default is missing.)
+  if (access(python.c_str(), X_OK) != 0)
+    fail("{}: needs {} (Debian packages python3, python3-h5py, python3-matplotlib: "
+         "apt-get install python3-h5py python3-matplotlib)",
+         who, python);
+  return python;
 }
 
 // The script in the source tree this program was built from, else beside the
@@ -134,12 +146,24 @@ std::string default_plot_dir(const std::string& log_path) {
   return base + "_plots";
 }
 
+std::string plot_problem() {
+  try {
+    const std::string python = python_path("plot");
+    Output o = run_captured({python, script_path(), "--check-modules"});
+    if (o.status == 0) return "";
+    const std::string err = trim(o.err);
+    if (o.status == 2 && !err.empty()) return err.rfind("plot: ", 0) == 0 ? err.substr(6) : err;
+    return fmt::format("{} cannot run the plotting script ({}){}", python,
+                       o.status < 0 ? std::string("killed") : fmt::format("exit status {}", o.status),
+                       err.empty() ? std::string() : ": " + err.substr(err.rfind('\n') + 1));
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    return what.rfind("plot: ", 0) == 0 ? what.substr(6) : what;
+  }
+}
+
 std::vector<std::string> plot_log(const std::string& log_path, const std::string& out_dir, bool echo) {
-  std::string python = python_path();
-  if (access(python.c_str(), X_OK) != 0)
-    fail("plot: needs {} (Debian packages python3, python3-h5py, python3-matplotlib: "
-         "apt-get install python3-h5py python3-matplotlib)",
-         python);
+  const std::string python = python_path("plot");
   // Checked here too so the common mistake costs no Python start-up.
   std::error_code ec;
   if (!std::filesystem::exists(log_path, ec)) {

@@ -17,6 +17,13 @@ std::string default_plot_dir(const std::string& log_path);
 // the script are missing (naming what to install) or the script fails.
 std::vector<std::string> plot_log(const std::string& log_path, const std::string& out_dir, bool echo = true);
 
+// What would keep plot_log from drawing, checked before a run whose end
+// draws its figures: a HEED_PYTHON that names no program, no
+// /usr/bin/python3, or a Python without numpy, h5py or matplotlib (it is
+// run to see: about a second). "" when it can draw; else one line naming
+// the interpreter (HEED_PYTHON and its value, when set) and what is missing.
+std::string plot_problem();
+
 // `heed plot FILE.h5 [-o DIR]`: args are the words after "plot".
 int run_plot(const std::vector<std::string>& args);
 

@@ -2,6 +2,7 @@
 #include "experiments/quantize.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -507,6 +508,21 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
     throw UsageError(fmt::format("run compression: --rank {} applies to the lplr method, which --methods leaves out",
                                  rank));
 
+  // The figure at the end needs a Python that can draw it: a HEED_PYTHON
+  // that cannot is a mistake said before the sweep's work; without Debian's
+  // Python or its packages the sweep runs and says now that it will draw none.
+  bool plot = !no_plot && dist::is_main();
+  if (plot) {
+    if (const std::string why = plot_problem(); !why.empty()) {
+      const char* chosen = std::getenv("HEED_PYTHON");
+      if (chosen && *chosen)
+        throw UsageError(fmt::format("run compression: {}; or give --no-plot (heed plot LOG draws the figure later)",
+                                     why));
+      fmt::print(stderr, "heed: note: run compression will draw no plot: {}; heed plot LOG draws it later\n", why);
+      plot = false;
+    }
+  }
+
   QuantizeSettings base;
   base.range = range == "row" ? quant::Range::row : quant::Range::tensor;
   base.rank = rank;
@@ -687,7 +703,7 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
   }
   f.close();
   fmt::print("\nlog: {}\n", run.log_path());
-  if (no_plot) return 0;
+  if (!plot) return 0;
   try {
     for (const auto& file : plot_log(run.log_path(), "", false)) fmt::print("plot: {}\n", file);
   } catch (const Error& e) {

@@ -72,6 +72,15 @@ def die(message):
     sys.exit(2)
 
 
+def python_words():
+    """The interpreter, as the user chose it: HEED_PYTHON's value when set."""
+    chosen = os.environ.get("HEED_PYTHON")
+    if chosen:
+        shown = f"HEED_PYTHON='{chosen}'"
+        return shown if os.path.abspath(chosen) == sys.executable else f"{shown} ({sys.executable})"
+    return sys.executable
+
+
 def import_modules():
     missing = []
     for module, package in (("numpy", "python3-numpy"), ("h5py", "python3-h5py"),
@@ -81,9 +90,11 @@ def import_modules():
         except ImportError:
             missing.append((module, package))
     if missing:
-        die("plot: {} cannot import {}: install the Debian package{} {} (apt-get install {})".format(
-            sys.executable, ", ".join(m for m, _ in missing), "s" if len(missing) > 1 else "",
-            ", ".join(p for _, p in missing), " ".join(p for _, p in missing)))
+        other = os.environ.get("HEED_PYTHON")
+        die("plot: {} cannot import {}: install the Debian package{} {} (apt-get install {}){}".format(
+            python_words(), ", ".join(m for m, _ in missing), "s" if len(missing) > 1 else "",
+            ", ".join(p for _, p in missing), " ".join(p for _, p in missing),
+            ", or unset HEED_PYTHON to use /usr/bin/python3" if other else ""))
     import matplotlib
     matplotlib.use("Agg")
 
@@ -1188,6 +1199,9 @@ def plot(path, out_dir=None):
 
 def main(argv):
     import argparse
+    if argv == ["--check-modules"]:  # heed's check before a run whose end draws a figure
+        import_modules()
+        return 0
     parser = argparse.ArgumentParser(prog="heed plot", description="Draws a heed run log as PNG figures.")
     parser.add_argument("file", help="the run log (HDF5)")
     parser.add_argument("-o", "--out", help="output directory (default: FILE without .h5, plus _plots)")

@@ -112,3 +112,42 @@ TEST_CASE("env::unknown names the HEED_* variables heed does not read, a misspel
                            "HEED_SHARE_CORES", "HEED_FAULT_KILL_IN_CHECKPOINT_WRITE"})
     CHECK(std::find(env::known().begin(), env::known().end(), name) != env::known().end());
 }
+
+TEST_CASE("env::python: HEED_PYTHON's program, found on PATH when it is a name; one that cannot run is named with "
+          "its value") {
+  {
+    EnvFor unset("HEED_PYTHON", nullptr);
+    CHECK(env::python() == "/usr/bin/python3");
+  }
+  {
+    EnvFor empty("HEED_PYTHON", "");
+    CHECK(env::python() == "/usr/bin/python3");
+  }
+  {
+    // A name, as a shell runs it: `heed plot` spawned "sh" as a path and
+    // said "needs sh" although it is installed.
+    EnvFor name("HEED_PYTHON", "sh");
+    EnvFor path("PATH", "/nonexistent-dir:/bin:/usr/bin");
+    CHECK(env::python() == "/bin/sh");
+  }
+  struct Case {
+    const char* value;
+    std::string message;
+  };
+  for (const Case& c : {Case{"/nonexistent/python3", "HEED_PYTHON='/nonexistent/python3': No such file or directory"},
+                        Case{"/etc/passwd", "HEED_PYTHON='/etc/passwd' is not an executable program"},
+                        Case{"/tmp", "HEED_PYTHON='/tmp' is a directory"},
+                        Case{"no-such-python-here", "HEED_PYTHON='no-such-python-here': no program of that name on PATH"}}) {
+    CAPTURE(c.value);
+    EnvFor bad("HEED_PYTHON", c.value);
+    std::string what;
+    try {
+      env::python();
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    CHECK(what.rfind(c.message, 0) == 0);
+    CHECK(what.find("expected a Python 3 interpreter with python3-numpy, python3-h5py and python3-matplotlib") !=
+          std::string::npos);
+  }
+}

@@ -447,6 +447,21 @@ try:
     check(r.returncode == 1 and r.stdout == "" and "is damaged: its dataset 'series/extra/values' cannot be read" in
           r.stderr and "Traceback" not in r.stderr, f"heed inspect of a damaged dataset's values: exit {r.returncode}, "
           f"{r.stderr!r}")
+
+    # ---- HEED_PYTHON named with its value, and what is missing ----
+    bindir = os.path.join(TMP, "bin")
+    os.makedirs(bindir)
+    bare = os.path.join(bindir, "python3-bare")  # a Python that sees none of Debian's packages
+    with open(bare, "w") as f:
+        f.write('#!/bin/sh\nexec /usr/bin/python3 -I -S "$@"\n')
+    os.chmod(bare, 0o755)
+    r = run(["plot", log], env=dict(os.environ, HEED_PYTHON="python3-bare", PATH=bindir + ":" + os.environ["PATH"]))
+    check(r.returncode == 1 and r.stderr.startswith("heed: plot: HEED_PYTHON='python3-bare' (") and
+          "cannot import numpy, h5py, matplotlib" in r.stderr and "unset HEED_PYTHON" in r.stderr and
+          "needs" not in r.stderr, f"HEED_PYTHON a Python without the packages: exit {r.returncode}, {r.stderr!r}")
+    r = run(["plot", log], env=dict(os.environ, HEED_PYTHON="/etc/passwd"))
+    check(r.returncode == 1 and "HEED_PYTHON='/etc/passwd' is not an executable program" in r.stderr,
+          f"HEED_PYTHON=/etc/passwd: exit {r.returncode}, {r.stderr!r}")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 

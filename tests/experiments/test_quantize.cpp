@@ -578,3 +578,56 @@ TEST_CASE("heed run compression --rank leaves the matrices it does not fit in fl
   // lplr at rank 2 quantized the rest: a cell was measured.
   CHECK(f.read_tensor("metrics/shapes/lplr/rel_error").to_vector<double>().size() == 3);
 }
+
+namespace {
+
+// HEED_PYTHON set for the heed processes a test starts, as it was after.
+struct PythonFor {
+  std::string was;
+  bool had;
+  explicit PythonFor(const std::string& value) : had(std::getenv("HEED_PYTHON") != nullptr) {
+    if (had) was = std::getenv("HEED_PYTHON");
+    setenv("HEED_PYTHON", value.c_str(), 1);
+  }
+  ~PythonFor() {
+    if (had) setenv("HEED_PYTHON", was.c_str(), 1);
+    else unsetenv("HEED_PYTHON");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("heed run compression checks HEED_PYTHON before its work when it will draw the figure") {
+  Trained& t = trained();
+  test::TempDir d("heed-compression-python-");
+  const std::string p = d.path;
+  auto sweep_to = [&](const std::string& log) {
+    return std::vector<std::string>{"run", "compression", "--charlm", t.lm, "--methods", "uniform", "--bits", "8",
+                                    "--threads", "1", "--out", log};
+  };
+  const std::vector<std::string> sweep = sweep_to(p + "/c.h5");
+  {
+    // It ran every cell, then said "note: no plot was drawn".
+    PythonFor python("/nonexistent/python3");
+    Result r = heed_cli(sweep, p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind("heed: run compression: HEED_PYTHON='/nonexistent/python3': ", 0) == 0);
+    CHECK(r.err.find("--no-plot") != std::string::npos);
+    CHECK(r.out.find("[1/1]") == std::string::npos);
+    CHECK(!fs::exists(p + "/c.h5"));
+    CHECK(!fs::exists(p + "/c.ckpt.h5"));
+    // Without the figure it does not matter.
+    Result n = heed_cli(test::cat(sweep, {"--no-plot"}), p);
+    INFO(n.out << n.err);
+    CHECK(n.status == 0);
+  }
+  {
+    PythonFor python("/etc/passwd");
+    Result r = heed_cli(sweep_to(p + "/e.h5"), p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("HEED_PYTHON='/etc/passwd' is not an executable program") != std::string::npos);
+    CHECK(!fs::exists(p + "/e.h5"));
+  }
+}
