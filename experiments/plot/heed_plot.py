@@ -72,6 +72,42 @@ def die(message):
     sys.exit(2)
 
 
+# ---- temporary files, removed however the script ends ------------------------------
+
+TEMPORARY = []  # paths of files and directories this script made
+
+
+def remove_temporary():
+    import shutil
+    while TEMPORARY:
+        path = TEMPORARY.pop()
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.remove(path)
+        except OSError:
+            pass
+
+
+def remove_temporary_on_signals():
+    """SIGTERM (what heed's end sends, end_with_parent; kill's default),
+    SIGINT and SIGHUP end the script through SystemExit, so its temporary
+    files go as at a normal exit: by default they end Python at once."""
+    import atexit
+    import signal
+    atexit.register(remove_temporary)
+
+    def stop(signum, _frame):
+        remove_temporary()
+        signal.signal(signum, signal.SIG_DFL)
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            signal.signal(sig, stop)
+
+
 def python_words():
     """The interpreter, as the user chose it: HEED_PYTHON's value when set."""
     chosen = os.environ.get("HEED_PYTHON")
@@ -163,13 +199,12 @@ def cleared_copy(path):
     file is not one a killed writer left whole."""
     if not marked_open_whole(path):
         return None
-    import atexit
     import shutil
     import subprocess
     import tempfile
     fd, copy = tempfile.mkstemp(prefix="heed-plot-", suffix=".h5")
     os.close(fd)
-    atexit.register(lambda: os.path.exists(copy) and os.remove(copy))
+    TEMPORARY.append(copy)  # removed at exit, also one a signal causes (remove_temporary_on_signals)
     try:
         shutil.copyfile(path, copy)
         done = subprocess.run(["h5clear", "-s", "--increment", copy], stdout=subprocess.DEVNULL,
@@ -1227,5 +1262,6 @@ def end_with_parent():
 
 
 if __name__ == "__main__":
+    remove_temporary_on_signals()
     end_with_parent()
     sys.exit(main(sys.argv[1:]))

@@ -14,9 +14,11 @@ Run by CTest (tests/CMakeLists.txt). Needs python3-h5py and python3-matplotlib.
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import h5py
 import matplotlib.image
@@ -447,6 +449,39 @@ try:
     check(r.returncode == 1 and r.stdout == "" and "is damaged: its dataset 'series/extra/values' cannot be read" in
           r.stderr and "Traceback" not in r.stderr, f"heed inspect of a damaged dataset's values: exit {r.returncode}, "
           f"{r.stderr!r}")
+
+    # ---- an interrupted heed plot leaves no copy of the log behind: the
+    # killed writer's log is plotted from a copy in the temporary directory,
+    # which the SIGTERM that ends the script with heed (PR_SET_PDEATHSIG),
+    # or one sent to the script itself, left there (atexit does not run) ----
+    private_tmp = os.path.join(TMP, "tmpdir")
+    os.makedirs(private_tmp)
+    with open(killed, "rb") as f:
+        killed_before = f.read()
+    for target in ("heed", "the script"):
+        p = subprocess.Popen([HEED, "plot", killed, "-o", os.path.join(TMP, "interrupted_plots")],
+                             env=dict(os.environ, TMPDIR=private_tmp), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        copies, deadline = [], time.time() + 60
+        while not copies and p.poll() is None and time.time() < deadline:
+            copies = [n for n in os.listdir(private_tmp) if n.startswith("heed-plot-") and n.endswith(".h5")]
+            time.sleep(0.01)
+        check(copies, f"interrupting heed plot ({target}): no copy of the log appeared: the case did not arise")
+        if target == "heed":
+            p.send_signal(signal.SIGTERM)
+        else:
+            with open(f"/proc/{p.pid}/task/{p.pid}/children") as c:
+                for child in c.read().split():
+                    os.kill(int(child), signal.SIGTERM)
+        p.wait(timeout=60)
+        deadline = time.time() + 30  # the script ends just after heed
+        while os.listdir(private_tmp) and time.time() < deadline:
+            time.sleep(0.05)
+        check(os.listdir(private_tmp) == [], f"heed plot interrupted ({target}) left {os.listdir(private_tmp)}")
+        for n in os.listdir(private_tmp):
+            os.remove(os.path.join(private_tmp, n))
+    with open(killed, "rb") as f:
+        check(f.read() == killed_before, "an interrupted heed plot changed the log a killed writer left")
 
     # ---- HEED_PYTHON named with its value, and what is missing ----
     bindir = os.path.join(TMP, "bin")
