@@ -108,6 +108,32 @@ def remove_temporary_on_signals():
             signal.signal(sig, stop)
 
 
+def private_matplotlib_dir():
+    """Matplotlib keeps its configuration and font cache in $MPLCONFIGDIR, else
+    under $HOME (~/.config/matplotlib, ~/.cache/matplotlib). Where those
+    cannot be written (a HOME of another user), it warns on stderr, and that
+    warning came first in heed's messages: a directory of the script's own
+    is used instead, removed at the end."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    home = os.path.expanduser("~")
+    for var, default in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache")):
+        d = os.path.join(os.environ.get(var) or os.path.join(home, default), "matplotlib")
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError:
+            pass
+        if not (os.path.isdir(d) and os.access(d, os.W_OK)):
+            import tempfile
+            try:
+                private = tempfile.mkdtemp(prefix="heed-plot-matplotlib-")
+            except OSError:
+                return  # Matplotlib then says what it does itself
+            TEMPORARY.append(private)
+            os.environ["MPLCONFIGDIR"] = private
+            return
+
+
 def python_words():
     """The interpreter, as the user chose it: HEED_PYTHON's value when set."""
     chosen = os.environ.get("HEED_PYTHON")
@@ -118,6 +144,7 @@ def python_words():
 
 
 def import_modules():
+    private_matplotlib_dir()  # before Matplotlib is imported: it looks at its directories then
     missing = []
     for module, package in (("numpy", "python3-numpy"), ("h5py", "python3-h5py"),
                             ("matplotlib", "python3-matplotlib")):

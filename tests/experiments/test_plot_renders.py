@@ -497,6 +497,18 @@ try:
     r = run(["plot", log], env=dict(os.environ, HEED_PYTHON="/etc/passwd"))
     check(r.returncode == 1 and "HEED_PYTHON='/etc/passwd' is not an executable program" in r.stderr,
           f"HEED_PYTHON=/etc/passwd: exit {r.returncode}, {r.stderr!r}")
+
+    # ---- a HOME whose Matplotlib directories cannot be written: the real
+    # error comes first (it came after Matplotlib's warning about its cache) ----
+    home_env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
+    home_env.update(HOME="/proc/heed-no-home", TMPDIR=private_tmp)
+    r = run(["plot", log, "-o", "/proc/heed-no-plots"], env=home_env)
+    check(r.returncode == 1 and r.stderr.startswith("heed: plot: cannot create the directory '/proc/heed-no-plots'")
+          and r.stderr.count("\n") == 1 and "Matplotlib" not in r.stderr,
+          f"an unwritable HOME and -o: exit {r.returncode}, {r.stderr!r}")
+    r = run(["plot", log, "-o", os.path.join(TMP, "nohome_plots")], env=home_env)
+    check(r.returncode == 0 and "Matplotlib" not in r.stderr, f"an unwritable HOME: exit {r.returncode}, {r.stderr!r}")
+    check(os.listdir(private_tmp) == [], f"heed plot with an unwritable HOME left {os.listdir(private_tmp)}")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 
