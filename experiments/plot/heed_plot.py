@@ -1229,6 +1229,9 @@ def plot(path, out_dir=None):
     with f:
         if "heed_checkpoint_format" in f.attrs:
             die(f"plot: '{path}' is a checkpoint, not a run log (heed inspect shows what it holds)")
+        if "heed_log_format" not in f.attrs:  # as heed inspect calls it
+            die(f"plot: '{path}' is an HDF5 file that is not a heed log or checkpoint (it has no heed_log_format "
+                f"attribute, docs/log-format.md); expected a run log")
         experiment = text_attr(f, "experiment", "")
         refuse_bad_values(f, path, experiment)
         out_dir = out_dir or default_out_dir(path)

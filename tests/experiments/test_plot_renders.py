@@ -509,6 +509,33 @@ try:
     r = run(["plot", log, "-o", os.path.join(TMP, "nohome_plots")], env=home_env)
     check(r.returncode == 0 and "Matplotlib" not in r.stderr, f"an unwritable HOME: exit {r.returncode}, {r.stderr!r}")
     check(os.listdir(private_tmp) == [], f"heed plot with an unwritable HOME left {os.listdir(private_tmp)}")
+
+    # ---- an HDF5 file that is not a heed log: refused as heed inspect calls
+    # it (heed plot drew an empty figure and exited 0) ----
+    foreign = os.path.join(TMP, "foreign.h5")
+    with h5py.File(foreign, "w") as f:
+        f["x"] = np.arange(3)
+    r = run(["plot", foreign])
+    check(r.returncode == 1 and "is an HDF5 file that is not a heed log or checkpoint" in r.stderr and
+          not os.path.exists(os.path.join(TMP, "foreign_plots")), f"a foreign HDF5 file: exit {r.returncode}, "
+          f"{r.stderr!r}")
+    r = run(["inspect", foreign])
+    check(r.returncode == 0 and "not a heed log or checkpoint" in r.stdout, f"heed inspect of it: {r.stdout!r}")
+
+    # ---- text attributes h5py writes from bytes (variable-length ASCII):
+    # read as the UTF-8 ones (both said "damaged: HDF5's structure cannot be read") ----
+    ascii_log = os.path.join(TMP, "ascii.h5")
+    shutil.copyfile(log, ascii_log)
+    with h5py.File(ascii_log, "r+") as f:
+        f.attrs["experiment"] = b"shapes"
+        f["metrics"].attrs["note"] = b"edited"
+        check(h5py.check_string_dtype(f.attrs.get_id("experiment").dtype).encoding == "ascii",
+              "the edited attribute is not ASCII text: the case is not tested")
+    r = run(["inspect", ascii_log])
+    check(r.returncode == 0 and "experiment: shapes" in r.stdout and "edited" in r.stdout,
+          f"heed inspect of ASCII text attributes: exit {r.returncode}, {r.stderr!r}")
+    check(sorted(os.path.basename(x) for x in plot(ascii_log)) == sorted(SHAPES_SIZES),
+          "heed plot of ASCII text attributes: not the shapes figures")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 
