@@ -1078,11 +1078,23 @@ def plot_compression(f, out_dir, written):
                                     color=METHOD_COLOURS.get(method, "k"))
                 drawn = True
             base = fixed(f, f"baseline/{model}/{name}", "[1]")
+            if not drawn:
+                # A sweep stopped before this model's cells (--stop-after; its
+                # resume adds them) has declared their datasets, with no rows.
+                declared = any(isinstance(f.get(f"metrics/{model}/{method}/{name}"), h5py.Dataset)
+                               for method in methods)
+                ax.set_title(f"{model}: {COMPRESSION_LABELS.get(name, name).split(' (')[0]}")
+                float32 = "" if base is None else f"\n(float32: {float(base.ravel()[0]):.4g})"
+                if declared:
+                    ax.text(0.5, 0.5, f"{name}: no quantized model measured yet{float32}", ha="center", va="center",
+                            transform=ax.transAxes, color="0.4")
+                    ax.set_xticks([])
+                    ax.set_yticks([])
+                else:
+                    not_logged(ax, name)
+                continue
             if base is not None:
                 ax.axhline(float(base.ravel()[0]), color="k", ls="--", lw=1, label="float32")
-            if not drawn:
-                not_logged(ax, name)
-                continue
             if name in ("test_mse", "rel_error"):
                 log_y_if_positive(ax, [l.get_ydata() for l in ax.get_lines()])
             ax.set_xlabel("bits per weight (codes, ranges, signs)")

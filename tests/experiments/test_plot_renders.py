@@ -536,6 +536,28 @@ try:
           f"heed inspect of ASCII text attributes: exit {r.returncode}, {r.stderr!r}")
     check(sorted(os.path.basename(x) for x in plot(ascii_log)) == sorted(SHAPES_SIZES),
           "heed plot of ASCII text attributes: not the shapes figures")
+
+    # ---- a sweep stopped before the shapes model's cells: its panels say so,
+    # with no float32 line drawn through the words ----
+    partial = os.path.join(TMP, "partial.h5")
+    shutil.copyfile(comp, partial)
+    with h5py.File(partial, "r+") as f:
+        for method in methods:
+            for k in list(f[f"metrics/shapes/{method}"]):
+                del f[f"metrics/shapes/{method}/{k}"]
+                f.create_dataset(f"metrics/shapes/{method}/{k}", shape=(0, 3), maxshape=(None, 3), dtype=np.float64)
+    plot(partial)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "plot"))
+    import heed_plot
+    heed_plot.import_modules()
+    drawn = {}
+    heed_plot.save = lambda fig, out_dir, name, written: drawn.update({name: fig})
+    with h5py.File(partial, "r") as f:
+        heed_plot.plot_compression(f, TMP, heed_plot.Written())
+    panels = [ax for ax in drawn["compression.png"].axes if ax.get_title().startswith("shapes:")]
+    check(len(panels) == 3 and all(not ax.get_lines() for ax in panels) and
+          all("no quantized model measured yet" in " ".join(t.get_text() for t in ax.texts) for ax in panels),
+          f"a sweep without shapes cells: panels {[(ax.get_title(), len(ax.get_lines())) for ax in panels]}")
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 
