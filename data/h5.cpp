@@ -516,7 +516,9 @@ Attr File::get_attr(const std::string& object, const std::string& name) const {
       if (H5Tis_variable_str(type) > 0) {  // written by h5py, or by heed before fixed-length text
         Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
         H5Tset_size(mem, H5T_VARIABLE);
-        H5Tset_cset(mem, H5T_CSET_UTF8);
+        // In the file's own character set: HDF5 converts no text between
+        // ASCII (h5py's for a bytes value) and UTF-8.
+        H5Tset_cset(mem, H5Tget_cset(type));
         char* p = nullptr;
         check_ok(H5Aread(a, mem, &p), "read attribute " + name, path_);
         std::string s = p ? p : "";

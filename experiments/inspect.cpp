@@ -17,10 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <set>
-
-#include <hdf5.h>
 
 #include "core/error.h"
 #include "core/quantize.h"
@@ -31,58 +28,6 @@
 namespace heed::experiments {
 
 namespace {
-
-// The attributes of `object` as heed's reader reads them; text that reader
-// cannot read (h5py writes a bytes value as variable-length ASCII text, which
-// HDF5 does not convert to the UTF-8 heed reads) is read here in its own
-// character set. One that cannot be read either way throws, naming it.
-std::map<std::string, h5::Attr> attributes(const h5::File& f, const std::string& object) {
-  try {
-    return f.attrs(object);
-  } catch (const Error&) {
-  }
-  std::vector<std::string> names;
-  hsize_t idx = 0;
-  const herr_t listed = H5Aiterate_by_name(
-      f.id(), object.c_str(), H5_INDEX_NAME, H5_ITER_INC, &idx,
-      [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-        static_cast<std::vector<std::string>*>(data)->push_back(name);
-        return 0;
-      },
-      &names, H5P_DEFAULT);
-  if (listed < 0) return f.attrs(object);  // its own message
-  std::map<std::string, h5::Attr> out;
-  for (const std::string& name : names) {
-    try {
-      out.emplace(name, f.get_attr(object, name));
-      continue;
-    } catch (const Error&) {
-    }
-    std::optional<std::string> text;
-    const hid_t a = H5Aopen_by_name(f.id(), object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT);
-    if (a >= 0) {
-      const hid_t type = H5Aget_type(a), space = H5Aget_space(a);
-      if (type >= 0 && space >= 0 && H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0 &&
-          H5Sget_simple_extent_npoints(space) == 1) {
-        const hid_t mem = H5Tcopy(H5T_C_S1);
-        H5Tset_size(mem, H5T_VARIABLE);
-        H5Tset_cset(mem, H5Tget_cset(type));
-        char* p = nullptr;
-        if (H5Aread(a, mem, &p) >= 0) {
-          text = p ? p : "";
-          H5Dvlen_reclaim(mem, space, H5P_DEFAULT, &p);
-        }
-        H5Tclose(mem);
-      }
-      if (space >= 0) H5Sclose(space);
-      if (type >= 0) H5Tclose(type);
-      H5Aclose(a);
-    }
-    if (!text) return f.attrs(object);  // its own message, naming the attribute
-    out.emplace(name, *text);
-  }
-  return out;
-}
 
 std::string parent_of(const std::string& p) {
   auto s = p.rfind('/');
@@ -494,7 +439,7 @@ std::string summary(const h5::File& f, const std::string& path, const std::map<s
   std::vector<std::string> attr_lines;
   int64_t checksums = 0;
   for (const auto& o : objects) {
-    for (const auto& [k, v] : attributes(f, o)) {
+    for (const auto& [k, v] : f.attrs(o)) {
       // The metrics' "columns" is the schema's own, shown in the header above.
       if (starts_with(o, "metrics/") && k == "columns") continue;
       // A checkpoint's tensors each carry a CRC-32, all checked before the
@@ -541,7 +486,7 @@ std::string inspect_file(const std::string& path, const InspectOptions& opt) {
   h5::File f = open_for_reading(path);
   std::map<std::string, h5::Attr> root;
   try {
-    root = attributes(f, "/");
+    root = f.attrs("/");
   } catch (const Error& e) {
     fail("inspect: '{}' is damaged: HDF5's structure cannot be read ({})", path, e.what());
   }

@@ -37,6 +37,30 @@ TEST_CASE("h5: text attributes keep every byte: embedded, leading and trailing N
   }
 }
 
+TEST_CASE("h5: variable-length text in ASCII (h5py's for a bytes value) reads back, as UTF-8 does") {
+  test::DamageDir d("heed-h5-ascii-");
+  const std::string path = d.file("ascii.h5");
+  // h5py writes a bytes value as variable-length ASCII text, a str as UTF-8.
+  const test::Result py = test::run_process({"/usr/bin/python3", "-c",
+                                             "import sys, h5py\n"
+                                             "f = h5py.File(sys.argv[1], 'w')\n"
+                                             "f.attrs['ascii'] = b'shapes'\n"
+                                             "f.attrs['utf8'] = 'shapes'\n",
+                                             path},
+                                            d.path);
+  INFO("h5py: " << py.out << py.err);
+  REQUIRE(py.status == 0);
+  h5::File f(path, h5::File::Mode::read);
+  for (const char* name : {"ascii", "utf8"}) {
+    CAPTURE(name);
+    h5::Attr a;
+    REQUIRE_NOTHROW(a = f.get_attr("/", name));  // ASCII was refused: HDF5 converts no text to UTF-8
+    REQUIRE(std::holds_alternative<std::string>(a));
+    CHECK(std::get<std::string>(a) == "shapes");
+  }
+  CHECK(f.attrs("/").size() == 2);
+}
+
 TEST_CASE("h5: a run log's text attribute with NUL bytes (charlm's vocabulary) reads back whole") {
   test::DamageDir d("heed-h5-runlog-");
   std::string path = d.file("lm.h5");
