@@ -139,6 +139,13 @@ Cache& cache() {
   return *c;
 }
 
+// Under c.mu, once the block is obtained: a failed allocation changes no gauge.
+void count_system_alloc(Cache& c, size_t n) {
+  c.s.system_allocs++;
+  c.s.bytes_in_use += static_cast<int64_t>(n);
+  c.s.peak_bytes_in_use = std::max(c.s.peak_bytes_in_use, c.s.bytes_in_use);
+}
+
 }  // namespace
 
 void* allocate(size_t bytes) {
@@ -158,14 +165,18 @@ void* allocate(size_t bytes) {
         return p;
       }
     }
-    c.s.system_allocs++;
-    c.s.bytes_in_use += static_cast<int64_t>(n);
-    c.s.peak_bytes_in_use = std::max(c.s.peak_bytes_in_use, c.s.bytes_in_use);
     if (c.enabled && arena_size(n))
-      if (void* p = c.arena.carve(n)) return p;
+      if (void* p = c.arena.carve(n)) {
+        count_system_alloc(c, n);
+        return p;
+      }
   }
   void* p = system_alloc(n);
-  if (!p) fail("out of memory allocating {} bytes", bytes);
+  if (!p) fail("out of memory allocating {} bytes", bytes);  // the gauges stay as they were
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    count_system_alloc(c, n);
+  }
 #ifdef HEED_SANITIZE_BUILD
   // Fresh memory is often zero pages, which would hide a kernel that reads
   // an element of Tensor::empty it never wrote. In the sanitizer build every

@@ -132,3 +132,15 @@ TEST_CASE("allocator: blocks from 64 KiB to 2 MiB are carved apart, hold their d
     CHECK(alloc::stats().system_allocs == 0);
   }
 }
+
+TEST_CASE("allocator: an allocation the system refuses changes no gauge") {
+  alloc::reset_peak();
+  const alloc::Stats before = alloc::stats();
+  const size_t huge = size_t{1} << 50;  // 1 PiB: refused by any machine this runs on
+  CHECK_THROWS_WITH_AS(alloc::allocate(huge), doctest::Contains("out of memory allocating 1125899906842624 bytes"),
+                       heed::Error);
+  const alloc::Stats after = alloc::stats();
+  CHECK(after.bytes_in_use == before.bytes_in_use);
+  CHECK(after.peak_bytes_in_use == before.peak_bytes_in_use);
+  CHECK(after.system_allocs == before.system_allocs);
+}
