@@ -66,13 +66,12 @@ const std::vector<std::string>& known() {
   return names;
 }
 
-std::string python() {
+std::string python(const std::string& needs) {
   const char* v = std::getenv("HEED_PYTHON");
   if (!v || !*v) return "/usr/bin/python3";
   const std::string value(v);
   const std::string expected =
-      "expected a Python 3 interpreter with python3-numpy, python3-h5py and python3-matplotlib (or HEED_PYTHON "
-      "unset: /usr/bin/python3)";
+      fmt::format("expected a Python 3 interpreter with {} (or HEED_PYTHON unset: /usr/bin/python3)", needs);
   auto runnable = [](const std::string& path) {
     struct stat st {};
     return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;

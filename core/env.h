@@ -36,7 +36,8 @@ const std::vector<std::string>& known();
 // /usr/bin/python3 (returned whether it is there or not: the caller says
 // what to install). A HEED_PYTHON that names no program that can be run (a
 // missing file, a directory, a file that is not executable) throws
-// heed::Error naming the variable, its value and what is expected.
-std::string python();
+// heed::Error naming the variable, its value and what is expected: a
+// Python 3 interpreter with `needs`, the Debian packages the caller imports.
+std::string python(const std::string& needs = "python3-numpy, python3-h5py and python3-matplotlib");
 
 }  // namespace heed::env

@@ -36,6 +36,7 @@
 #include <sstream>
 
 #include "core/allocator.h"
+#include "core/env.h"
 #include "core/kernels.h"
 #include "data/args.h"
 #include "experiments/charlm.h"
@@ -316,10 +317,7 @@ Profiled print_profile(const Workload& w, int64_t steps, double peak) {
 
 // The interpreter of the PyTorch peer: the one that sees Debian's python3-*
 // packages, or HEED_PYTHON (as `heed plot`).
-std::string peer_python() {
-  const char* env = std::getenv("HEED_PYTHON");
-  return env && *env ? env : "/usr/bin/python3";
-}
+std::string peer_python() { return env::python("python3-torch"); }
 
 // The PyTorch peer: in the source tree this program was built from, else
 // installed beside the executable (PREFIX/bin/heed_torch_peer.py).
@@ -349,15 +347,21 @@ std::string last_line(const std::string& out) {
 // imports torch, so a missing PyTorch is said at once, not after minutes.
 void check_torch_peer() {
   torch_peer_script();
-  const std::string cmd = fmt::format("'{}' -c 'import torch, torch.nn' 2>&1", peer_python());
+  std::string python;
+  try {
+    python = peer_python();
+  } catch (const Error& e) {
+    fail("bench --compare: {}", e.what());
+  }
+  const std::string cmd = fmt::format("'{}' -c 'import torch, torch.nn' 2>&1", python);
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) fail("bench --compare: cannot run {}: {}", peer_python(), std::strerror(errno));
+  if (!p) fail("bench --compare: cannot run {}: {}", python, std::strerror(errno));
   std::string out;
   char line[4096];
   while (fgets(line, sizeof line, p)) out += line;
   if (pclose(p) != 0)
     fail("bench --compare: {} cannot import PyTorch ({}); install python3-torch (`apt-get install python3-torch`)",
-         peer_python(), last_line(out));
+         python, last_line(out));
 }
 
 // Runs the PyTorch peer and returns its median ms per workload.

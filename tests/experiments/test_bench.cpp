@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -317,6 +318,20 @@ TEST_CASE("heed bench: bf16 or dropout for the toy models alone is refused, not 
   CHECK(has(r.out, "--dropout"));
   CHECK(has(r.out, "--only toy-cnn,toy-attention"));
   CHECK_FALSE(has(r.out, "GEMM peak"));
+}
+
+TEST_CASE("heed bench --compare with a HEED_PYTHON that names no program: one line naming it, before any row") {
+  for (const std::string& value : {std::string("/nonexistent/python3"), std::string("/tmp"),
+                                   std::string("no-such-python-heed")}) {
+    CAPTURE(value);
+    BenchRun r = run_cli("bench --compare --only toy-attention --steps 1 --warmup 0 --no-avx2-pass",
+                         "HEED_PYTHON=" + value);
+    CHECK(r.status == 1);
+    CHECK(r.out.rfind("heed: bench --compare: HEED_PYTHON='" + value + "'", 0) == 0);
+    CHECK(has(r.out, "expected a Python 3 interpreter with python3-torch"));
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+    CHECK_FALSE(has(r.out, "GEMM peak"));
+  }
 }
 
 TEST_CASE("heed bench --compare without PyTorch: one line naming the interpreter, before heed's first row") {
