@@ -449,17 +449,10 @@ std::vector<int> parse_bits(const std::string& s) {
   return out;
 }
 
+// --methods as Args checked it: known names, in the order given, once each.
 std::vector<quant::Method> parse_methods(const std::string& s) {
   std::vector<quant::Method> out;
-  for (const std::string& item : split_list(s, "run compression", "methods")) {
-    const std::vector<std::string> all = quant::method_names();
-    if (std::find(all.begin(), all.end(), item) == all.end())
-      throw UsageError(fmt::format("run compression: --methods expects some of {}, comma-separated, got '{}'",
-                                   fmt::join(all, ","), item));
-    const quant::Method m = quant::method_from_name(item);
-    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);  // once each, as --bits
-  }
-  if (out.empty()) throw UsageError(fmt::format("run compression: --methods expects at least one method, got '{}'", s));
+  for (const std::string& item : split_list(s, "run compression", "methods")) out.push_back(quant::method_from_name(item));
   return out;
 }
 
@@ -481,7 +474,7 @@ int run_compression(const std::vector<std::string>& args, const std::vector<std:
       .path("text", &text,
             "the text the --charlm run trained on, where it is now (default: that run's --text; a text other "
             "than the run's is refused, as by heed quantize --text)")
-      .text("methods", &methods_s, "methods, comma-separated")
+      .choices("methods", &methods_s, quant::method_names(), "the quantizers to compare")
       .text("bits", &bits_s, "bit widths, comma-separated (2..16)")
       .choice("range", &range, {"row", "tensor"}, "one range per row or per matrix")
       .integer("rank", &rank, "lplr: the factors' rank (0: half of each matrix's smaller side)", 0, kMaxWidth)
