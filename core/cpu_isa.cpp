@@ -13,6 +13,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/kernels.h"
@@ -163,13 +165,15 @@ std::string cpu_isa_name(CpuIsa isa) { return kernel::info(isa).name; }
 CpuIsa cpu_isa_max() { return kernel::settings().best; }
 
 CpuIsa parse_cpu_isa(std::string_view name, std::string_view what) {
-  std::string valid;
+  std::vector<std::string> valid;
   for (const auto& i : kernel::kIsas) {
     if (name == i.name) return i.isa;
-    if (!valid.empty()) valid += '|';
-    valid += i.name;
+    valid.push_back(i.name);
   }
-  fail("{}: expected one of {}, got '{}'", what, valid, name);
+  // As Args names choices: "baseline, avx2 or avx512".
+  const std::string last = valid.back();
+  valid.pop_back();
+  fail("{}: expected {} or {}, got '{}'", what, fmt::join(valid, ", "), last, name);
 }
 
 }  // namespace heed
