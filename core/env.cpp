@@ -2,6 +2,7 @@
 #include "core/env.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -94,6 +95,15 @@ std::string python(const std::string& needs) {
   if (S_ISDIR(st.st_mode)) fail("HEED_PYTHON='{}' is a directory; {}", value, expected);
   if (!runnable(value)) fail("HEED_PYTHON='{}' is not an executable program; {}", value, expected);
   return value;
+}
+
+std::string unknown_note() {
+  static std::atomic<bool> said{false};
+  const std::vector<std::string> odd = unknown();
+  if (odd.empty() || said.exchange(true)) return "";
+  return fmt::format("{} {} not {} heed reads (it reads {}); ignored", fmt::join(odd, ", "),
+                     odd.size() == 1 ? "is" : "are", odd.size() == 1 ? "a variable" : "variables",
+                     fmt::join(known(), ", "));
 }
 
 std::vector<std::string> unknown() {

@@ -31,6 +31,12 @@ std::vector<std::string> unknown();
 // Every HEED_* variable heed reads.
 const std::vector<std::string>& known();
 
+// The note about unknown() a program prints ("HEED_NO_CACHHE is not a
+// variable heed reads (it reads ...); ignored"): the first time it is asked
+// for in a process, and "" afterwards or when every name is known, so the
+// `heed` command and the heed::Run it starts say it once.
+std::string unknown_note();
+
 // The Python that draws heed plot's figures: HEED_PYTHON when it is set (a
 // path, or a program's name looked up on PATH as a shell does), else
 // /usr/bin/python3 (returned whether it is there or not: the caller says

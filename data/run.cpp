@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 
 #include "core/dist.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/kernels.h"
@@ -709,6 +710,14 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   dist::init();
   if (dist::size() > 1 && !dist::is_main() && !std::freopen("/dev/null", "w", stdout))
     fail("{}: rank {} could not silence its standard output", args_.command(), dist::rank());
+  // The HEED_* variables, before any file is touched: read at their first
+  // use, a bad one (HEED_CPU_ISA=bogus) stopped the run after begin() had
+  // replaced the log of the run before. (`heed` checks them before its
+  // commands too; a program of one's own has only this.)
+  if (const std::string bad = env::problem(); !bad.empty())
+    throw UsageError(fmt::format("{}: {} (heed's README.md, \"Environment variables\")", args_.command(), bad));
+  if (const std::string note = env::unknown_note(); !note.empty() && dist::is_main())
+    fmt::print(stderr, "{}: note: {}\n", args_.command(), note);
   if (defaults_.steps_ > 0) args_.integer("steps", &steps_, "training steps (may be raised on --resume to train longer)", 1);
   args_.path("out", &out_, "HDF5 log file")
       .path("checkpoint", &checkpoint_, "checkpoint file (default: the log's name with .ckpt.h5; on --resume: that file)")

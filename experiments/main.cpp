@@ -122,10 +122,8 @@ int run(const std::vector<std::string>& args) {
   if (const std::string bad = heed::env::problem(); !bad.empty())
     throw heed::UsageError(fmt::format("{} (README.md, \"Environment variables\")", bad));
   // A name heed does not read is said, not refused (another program may read it).
-  if (const std::vector<std::string> odd = heed::env::unknown(); !odd.empty() && speaks)
-    fmt::print(stderr, "heed: note: {} {} not {} heed reads (it reads {}); ignored\n", fmt::join(odd, ", "),
-               odd.size() == 1 ? "is" : "are", odd.size() == 1 ? "a variable" : "variables",
-               fmt::join(heed::env::known(), ", "));
+  if (const std::string note = heed::env::unknown_note(); !note.empty() && speaks)
+    fmt::print(stderr, "heed: note: {}\n", note);
   // `--help=1` where a command's own options are not parsed (the commands'
   // parsers say the same of theirs).
   for (size_t i = 0; i < std::min<size_t>(args.size(), 2); ++i)

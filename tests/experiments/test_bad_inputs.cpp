@@ -793,6 +793,47 @@ TEST_CASE("a bad HEED_* environment variable is refused before any file is touch
   }
 }
 
+TEST_CASE("a program of one's own on heed::Run refuses a bad HEED_* variable before it touches the last run's files") {
+  // The example program (examples/fit_sine.cpp) as a user builds it: only
+  // Run stands between the environment and the files.
+  test::TempDir d("heed-env-own-");
+  const std::string p = d.path;
+  REQUIRE(test::run_process({HEED_EXAMPLE_PATH, "--steps", "20"}, p, p).status == 0);
+  auto own_with = [&](const std::string& var, const std::vector<std::string>& args) {
+    return test::run_process(cat({"/usr/bin/env", var, HEED_EXAMPLE_PATH}, args), p, p);
+  };
+  for (const std::string var : {"HEED_CPU_ISA=bogus", "HEED_NO_HUGE_PAGES=maybe",
+                                "HEED_FAULT_KILL_IN_CHECKPOINT_WRITE=abc", "HEED_NO_CACHE=2"}) {
+    CAPTURE(var);
+    const auto before = snapshot(p);
+    // A new run (which replaces the last one's log) and a resume.
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"--steps", "20"}, std::vector<std::string>{"--resume", "runs/fit_sine.ckpt.h5",
+                                                                              "--steps", "30"}}) {
+      Result r = own_with(var, args);
+      INFO("stdout: " << r.out << "\nstderr: " << r.err);
+      CHECK(r.status == 2);
+      CHECK(r.err.find(var.substr(0, var.find('='))) != std::string::npos);
+      CHECK(r.err.find("Environment variables") != std::string::npos);
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      CHECK(snapshot(p) == before);
+    }
+  }
+  // A name heed does not read: said once, and the run goes on.
+  Result r = own_with("HEED_NO_CACHHE=1", {"--steps", "30", "--out", "runs/other.h5"});
+  INFO("stderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.err.find("note: HEED_NO_CACHHE is not a variable heed reads") != std::string::npos);
+  Result twice = test::run_process({"/usr/bin/env", "HEED_NO_CACHHE=1", HEED_CLI_PATH, "run", "copy", "--steps", "2",
+                                    "--out", p + "/c2.h5"},
+                                   p);
+  CHECK(twice.status == 0);
+  size_t notes = 0;
+  for (size_t at = twice.err.find("HEED_NO_CACHHE"); at != std::string::npos; at = twice.err.find("HEED_NO_CACHHE", at + 1))
+    ++notes;
+  CHECK(notes == 1);  // heed's check and its Run's: one note
+}
+
 TEST_CASE("a charlm checkpoint whose config.* attributes were altered is refused naming the file and the attribute") {
   test::TempDir d("heed-config-");
   const std::string p = d.path;
