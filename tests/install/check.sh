@@ -77,5 +77,17 @@ if [[ $openblas == */openblas-openmp/* ]]; then
   [[ -n $loaded && $(readlink -f "$loaded") == $(readlink -f "$openblas") ]] ||
     fail "the consumer loads '$loaded', not $openblas"
   grep -q 'threading=OpenMP' <<<"$out" || fail "OpenBLAS does not report OpenMP threading"
+  # So does the installed heed program (its RUNPATH, not the build tree's).
+  for prog in heed heed_microbench; do
+    [[ -x $prefix/bin/$prog ]] || continue
+    echo "== ldd: the installed bin/$prog must load $openblas too"
+    loaded="$(ldd "$prefix/bin/$prog" | awk '$1 == "libopenblas.so.0" { print $3 }')"
+    echo "libopenblas.so.0 => $loaded"
+    [[ -n $loaded && $(readlink -f "$loaded") == $(readlink -f "$openblas") ]] ||
+      fail "the installed bin/$prog loads '$loaded', not $openblas"
+  done
+  "$prefix/bin/heed" info >"$work/heed-info.log" 2>&1 || { cat "$work/heed-info.log"; fail "bin/heed info"; }
+  grep -q 'threading=OpenMP; oneDNN' "$work/heed-info.log" ||
+    { cat "$work/heed-info.log"; fail "the installed bin/heed's OpenBLAS does not report OpenMP threading"; }
 fi
 echo "install check: OK"
