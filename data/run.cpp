@@ -1317,7 +1317,14 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
       std::set<std::string> redo;
       for (const auto& [pending, datasets] : owed_)
         if (*counters_.at(pending) != 0) redo.insert(datasets.begin(), datasets.end());
-      log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_, redo) : RunLog::discard());
+      // The log's configuration says what the run is now: the options a
+      // resume may change (--steps raised, --checkpoint-every, where the
+      // files are) take their new values, as the log of an uninterrupted
+      // run with them holds. (The machine's attributes stay the first's.)
+      RunLog::Options opt;
+      for (const auto& [k, v] : args_.values())
+        if (kResumeMayChange.count(k) || changeable_.count(k)) opt.attrs["config." + k] = v;
+      log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_, opt, redo) : RunLog::discard());
       fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
     }
   } else {

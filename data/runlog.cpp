@@ -267,6 +267,7 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
       impl->series.emplace(name, d);
     }
   }
+  for (const auto& [name, value] : opt.attrs) f.set_attr("/", name, value);
   RunLog log(std::move(impl));
   log.begin();
   return log;

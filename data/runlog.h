@@ -38,6 +38,9 @@ class RunLog {
   struct Options {
     double flush_seconds = 1.0;   // flush at least this often while appending
     int64_t flush_rows = 1000;    // ... or after this many rows
+    // resume(): text attributes of the root (re)written as the log reopens,
+    // before appending starts (a resumed run's options that may change).
+    std::map<std::string, std::string> attrs;
   };
 
   // A new log at path (an existing file is replaced).

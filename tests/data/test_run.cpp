@@ -208,6 +208,15 @@ TEST_CASE("Run: a finished run continues for more steps, and the log has every s
   std::vector<double> rows = h5::File(d.path + "/f.h5", h5::File::Mode::read).read_tensor("metrics/loss").to_vector<double>();
   REQUIRE(rows.size() == 3 * 16);
   for (size_t i = 0; i < 16; ++i) CHECK(rows[3 * i] == double(i + 1));
+  {
+    // The log's configuration is the run's now, as an uninterrupted run of
+    // 16 steps would have logged it; how it began is still its command line.
+    h5::File f(d.path + "/f.h5", h5::File::Mode::read);
+    auto text = [&](const char* name) { return h5::attr_as<std::string>(f.get_attr("/", name), name); };
+    CHECK(text("config.steps") == "16");
+    CHECK(text("config.checkpoint-every") == "3");  // restored, not given: as it was
+    CHECK(text("command_line").find("--resume") == std::string::npos);
+  }
   test::check_error([&] { Toy().go({"--resume", d.path + "/f.ckpt.h5", "--steps", "5"}); },
                     {"at step 16", "beyond this run's 5 steps"});
 }
