@@ -97,6 +97,21 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
 
   const DescribedOptions& task = c.task;
   const int64_t S = 3 * task.shapes;
+  // Shapes that do not fit in the signal, and options that make no sense,
+  // refused as such (drawing no sample checks them) before the memory their
+  // sizes would take is counted: that check would blame --batch or --test.
+  auto drawing = [&](const std::function<DescribedSet()>& draw) {
+    try {
+      return draw();
+    } catch (const UsageError& e) {  // shapes that do not fit, or cannot be drawn apart
+      throw UsageError(
+          fmt::format("run crossattn: --shapes {} with --length {}: {}", task.shapes, task.length, e.what()));
+    }
+  };
+  drawing([&] {
+    Generator none(0);
+    return generate_described(0, none, task);
+  });
   // Memory the options make the run take up front, refused before anything
   // is written when it is not there (else the kernel kills the run part way):
   // a set of n samples holds tokens, kinds and centres (int64), signals and
@@ -114,11 +129,12 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
   }
   DescribedSet test;
   try {
-    Generator g(static_cast<uint64_t>(c.seed) + 1000003);  // the test set, rebuilt identically on resume
-    test = generate_described(c.test, g, task);
-  } catch (const UsageError& e) {  // shapes that do not fit, or cannot be drawn apart
-    throw UsageError(
-        fmt::format("run crossattn: --shapes {} with --length {}: {}", task.shapes, task.length, e.what()));
+    test = drawing([&] {
+      Generator g(static_cast<uint64_t>(c.seed) + 1000003);  // the test set, rebuilt identically on resume
+      return generate_described(c.test, g, task);
+    });
+  } catch (const UsageError&) {
+    throw;
   } catch (const Error& e) {  // out of memory: no fault of the options' meaning
     fail("run crossattn: the test set (--test {} samples of --length {}): {}", c.test, task.length, e.what());
   }

@@ -214,6 +214,9 @@ TEST_CASE("run timeseries and run crossattn: bad options are refused naming them
       {run_timeseries, {"--harmonics", "65"}, {"--harmonics 65", "--length 128", "expected at most 64"}},
       {run_crossattn, {"--shapes", "6"}, {"--shapes 6", "--length 64", "no non-overlapping draw"}},
       {run_crossattn, {"--shapes", "8"}, {"--shapes 8", "--length 64", "do not fit"}},
+      // Shapes that cannot fit, whatever the memory: said so, not blamed on
+      // --batch (was "--batch 32 needs 23.4 GiB ...; expected a smaller --batch").
+      {run_crossattn, {"--shapes", "1048576"}, {"--shapes 1048576", "--length 64", "do not fit in length 64"}},
       {run_crossattn, {"--heads", "5"}, {"--dim 64", "--heads 5"}},
   };
   for (const Case& c : cases) {
@@ -229,6 +232,7 @@ TEST_CASE("run timeseries and run crossattn: bad options are refused naming them
     INFO("message: " << msg);
     REQUIRE(!msg.empty());
     for (const auto& m : c.message) CHECK(msg.find(m) != std::string::npos);
+    CHECK(msg.find("GiB") == std::string::npos);  // not blamed on the memory an option needs
     CHECK_FALSE(std::filesystem::exists(log));
   }
 }
