@@ -46,6 +46,54 @@ std::shared_ptr<nn::GPT> make_model(const CharLMConfig& c, int64_t vocab, Genera
                                        .generator(g));
 }
 
+// The memory a run of c's options on a text of `vocab` characters takes at
+// least, in bytes (tensor_memory): a training step (the attention fused, no
+// T x T map) at its backward's first product, where the activations every
+// block saved for it are all alive, and an evaluation's per-head statistics,
+// which keep every layer's attention maps of a batch of windows. Blocks
+// that only some paths keep (dropout's masks, the fused attention's
+// probabilities for a context of one block) are left out.
+// Peaks measured (resident, the whole process, with a 1 MB text of 18
+// characters loaded), against this, with the defaults (4 layers, 4 heads,
+// width 128): --context 256 --batch 32: 0.58 GB, this 0.46 GB; --context 1024
+// --batch 8: 1.11 GB, this 0.97 GB; --context 512 --batch 32: 1.38 GB, this
+// 1.25 GB.
+double charlm_memory(const CharLMConfig& c, int64_t vocab) {
+  const double n = static_cast<double>(c.batch) * static_cast<double>(c.context);
+  const auto D = static_cast<double>(c.width), H = static_cast<double>(c.heads), L = static_cast<double>(c.layers),
+             T = static_cast<double>(c.context), V = static_cast<double>(vocab);
+  // Per block, float32 unless said: n positions of the batch, each with D
+  // floats (act), the 3 D query/key/value projection (qkv), the
+  // feed-forward's 4 D (hidden), a layer norm's mean or variance (stat),
+  // the heads' log-sum-exps (lse), V logits; the windows and targets int64.
+  const double ids = 8 * n, act = 4 * n * D, qkv = 4 * n * 3 * D, hidden = 4 * n * 4 * D, stat = 4 * n,
+               lse = 4 * n * H, logits = 4 * n * V, map = 4 * n * H * T;
+  // Embeddings, each block's 12 D^2 weights, the head: the weights, then with
+  // the optimiser's two moments beside them.
+  const double weights = 4 * ((V + T) * D + L * 12 * D * D + D * V);
+  return tensor_memory({
+      // The step's backward through the head: what each block saved (its
+      // input and layer-normed input, the attention's output, the residual
+      // sum and its layer-normed copy, the GELU's output and slope, the
+      // projection, four layer-norm statistics, the log-sum-exps), the final
+      // layer norm's input, output and statistics, the logits' gradient and
+      // the one it gives the final layer norm's output.
+      {{weights, 1},
+       {ids, 2},
+       {act, 5 * L + 3},
+       {qkv, L},
+       {hidden, 2 * L},
+       {stat, 4 * L + 2},
+       {lse, L},
+       {logits, 1}},
+      // The evaluation's last layer: the maps of the layers before it, its
+      // scores and their softmax; the windows and targets of the step and of
+      // the evaluation, the layer's input, its layer-normed copy, queries,
+      // keys and values.
+      {{weights, 3}, {map, L + 1}, {ids, 4}, {act, 5}},
+  });
+}
+
 // The mean loss over c.eval_batches fixed windows of stream (drawn from a
 // generator seeded the same way at every evaluation, so the numbers are
 // comparable across the run); nothing when stop, asked before each batch,
@@ -446,16 +494,13 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
          split.train.numel() + split.val.numel(), c.context + 1);
   fmt::print("text: {} characters, vocabulary {} ({})\n", split.train.numel() + split.val.numel(), tok.vocab_size(),
              format_seconds(sw.seconds()));
-  // Memory a step takes at least, refused before anything is written when it
-  // is not there (else the kernel kills the run part way): the batch's
-  // logits (a row of the vocabulary per position) and one activation of
-  // each block per position (float32).
+  // Memory the run takes at least, refused before anything is written when
+  // it is not there (else the kernel kills the run part way).
   check_memory("run charlm", "batch", c.batch,
-               fmt::format("a step's logits and activations ({} sequences of --context {}, {} characters of "
-                           "vocabulary, {} blocks of --width {})",
-                           c.batch, c.context, tok.vocab_size(), c.layers, c.width),
-               static_cast<double>(c.batch) * static_cast<double>(c.context) *
-                   (static_cast<double>(tok.vocab_size()) + static_cast<double>(c.layers * c.width)) * 4);
+               fmt::format("a training step's activations and an evaluation's attention maps ({} sequences of "
+                           "--context {}, {} blocks of --width {} with --heads {}, a vocabulary of {} characters)",
+                           c.batch, c.context, c.layers, c.width, c.heads, tok.vocab_size()),
+               charlm_memory(c, tok.vocab_size()));
   // Before any file is made: weights trained on other characters are refused.
   if (const std::string init = run.args().value("init-from"); !init.empty()) check_init_vocabulary(init, tok, c.text);
 

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include "core/allocator.h"
 #include "core/files.h"
 #include "core/safetensors.h"
 #include "data/h5.h"
@@ -69,6 +71,30 @@ void check_memory(const std::string& command, const std::string& option, int64_t
                                "smaller --{}",
                                command, option, value, gib(bytes), bytes, what, gib(static_cast<double>(avail)),
                                source, option));
+}
+
+double tensor_memory(const std::vector<LiveBlocks>& moments) {
+  // Blocks are rounded up to the allocator's 64 bytes, and cached by that size.
+  auto rounded = [](double bytes) { return std::ceil(bytes / 64) * 64; };
+  // What core/allocator.cpp keeps cached at most (kMaxCachedBytes).
+  constexpr double kMaxCached = double(int64_t{4} << 30);
+  double largest = 0;
+  std::map<double, double> most;  // block size -> the most blocks of it alive at one moment
+  for (const LiveBlocks& moment : moments) {
+    std::map<double, double> count;
+    double sum = 0;
+    for (const auto& [bytes, n] : moment) {
+      if (n <= 0 || bytes <= 0) continue;
+      count[rounded(bytes)] += n;
+      sum += rounded(bytes) * n;
+    }
+    largest = std::max(largest, sum);
+    for (const auto& [bytes, n] : count) most[bytes] = std::max(most[bytes], n);
+  }
+  if (!alloc::caching_enabled()) return largest;
+  double held = 0;
+  for (const auto& [bytes, n] : most) held += bytes * n;
+  return std::min(held, largest + kMaxCached);
 }
 
 void check_output(const std::string& command, const std::string& out, const std::string& input,

@@ -45,6 +45,21 @@ int64_t memory_available(std::string* source = nullptr);
 void check_memory(const std::string& command, const std::string& option, int64_t value, const std::string& what,
                   double bytes);
 
+// Tensor blocks alive together at one moment of a run: {bytes of one block,
+// how many of them}.
+using LiveBlocks = std::vector<std::pair<double, double>>;
+
+// The memory a run's tensors take at least, in bytes, from moments of it
+// whose live blocks are known (each moment a lower bound: blocks sure to be
+// alive together then): the largest moment's sum. With the allocator's
+// cache (core/allocator.h), which keeps a freed block for a later one of
+// the same size only, the memory held is for each block size the most blocks
+// of it alive at one moment (a training step's activations stay held while
+// an evaluation allocates its attention maps), of which at most 4 GiB are
+// cached beyond the largest moment. An estimator of a model's needs lists
+// its moments and passes the sum to check_memory.
+double tensor_memory(const std::vector<LiveBlocks>& moments);
+
 // Describes a model in the log (inside Run::begin's schema): the dataset
 // models/<name>/nb_parameters and the attributes summary (the module tree)
 // and parameters (one "name [shape]" a line) of models/<name>.

@@ -52,6 +52,38 @@ void evaluate_copy(CopyModel& m, const CopyOptions& o, Generator& g, double& acc
   prev_mass = mass / static_cast<double>(count);
 }
 
+double copy_memory(const CopyOptions& o) {
+  // Per block, float32 unless said: n = batch x length positions, each with
+  // D floats (A), its 3 D query/key/value projection (B), V logits, T
+  // attention weights (one head), one log-sum-exp; the token ids and
+  // targets int64. Blocks that a step's path may also keep (the fused
+  // attention's probabilities for short sequences) are left out: counted are
+  // blocks alive on every path. Peaks measured (resident, the whole
+  // process), against this, with the defaults: --batch 16384: 0.53 GB, this
+  // 0.41 GB; --batch 65536: 2.03 GB, this 1.65 GB; --batch 131072: 3.9 GB,
+  // this 3.30 GB.
+  const double n = static_cast<double>(o.batch) * static_cast<double>(o.length);
+  const auto D = static_cast<double>(o.dim), V = static_cast<double>(o.vocab), T = static_cast<double>(o.length);
+  const double ids = 8 * n, A = 4 * n * D, B = 4 * n * 3 * D, lse = 4 * n, logits = 4 * n * V, maps = 4 * n * T;
+  // The weights (embeddings, four D x D projections, the head), then with
+  // the optimiser's two moments beside them.
+  const double weights = 4 * ((V + T) * D + 4 * D * D + D * V + V);
+  return tensor_memory({
+      // The backward's first product (the head's): ids and targets, the
+      // embedded input, the attention's output and the head's input (saved),
+      // the projections and log-sum-exp (saved), the logits' gradient and
+      // the one it gives the head's input.
+      {{weights, 1}, {ids, 2}, {A, 4}, {B, 1}, {lse, 1}, {logits, 1}},
+      // The attention's backward: its saved inputs and output, its output's
+      // gradient, and the projections' gradient it writes.
+      {{weights, 1}, {ids, 2}, {A, 3}, {B, 2}, {lse, 1}},
+      // An evaluation (the maps kept, the unfused path): the step's batch
+      // and the evaluation's, the embeddings, the position-added input, the
+      // scaled queries, keys and values, and the scores with their softmax.
+      {{weights, 3}, {ids, 4}, {A, 5}, {maps, 2}},
+  });
+}
+
 int run_copy(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
   CopyOptions o;
   Run run("copy",
@@ -73,14 +105,13 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
   if (o.batch % dist::size() != 0)
     throw UsageError(fmt::format("run copy: --batch {} is not divisible by the {} processes of this job", o.batch,
                                  dist::size()));
-  // Memory an evaluation takes at least, refused before anything is written
-  // when it is not there (else the kernel kills the run part way): the
-  // batch's T x T attention maps and its logits (float32).
+  // Memory the run takes at least, refused before anything is written when
+  // it is not there (else the kernel kills the run part way).
   check_memory("run copy", "batch", o.batch,
-               fmt::format("an evaluation's attention maps and logits ({} sequences of --length {}, --vocab {})",
-                           o.batch, o.length, o.vocab),
-               static_cast<double>(o.batch) * static_cast<double>(o.length) *
-                   static_cast<double>(o.length + o.vocab) * 4);
+               fmt::format("a training step's activations and an evaluation's attention maps ({} sequences of "
+                           "--length {}, --dim {}, --vocab {})",
+                           o.batch, o.length, o.dim, o.vocab),
+               copy_memory(o));
   CopyModel m(o, &init);
   optim::Adam opt(m.named_parameters(), optim::AdamOptions().lr(o.lr));
   optim::DataParallel ddp(m.named_parameters());  // under mpirun; one process: plain backward

@@ -37,6 +37,12 @@ void make_copy_batch(const CopyOptions& o, Generator& g, Tensor& x, Tensor& y);
 // On one fresh batch from g: accuracy over t >= 1 and the mean attention mass on t - 1.
 void evaluate_copy(CopyModel& m, const CopyOptions& o, Generator& g, double& acc, double& prev_mass);
 
+// The memory a run with options o takes at least, in bytes (peaks measured:
+// copy.cpp): a training step's activations and gradients where they are
+// most, and an evaluation's attention maps, as the allocator holds them
+// (tensor_memory, experiments/common.h).
+double copy_memory(const CopyOptions& o);
+
 // `heed run copy [options]`: one causal attention layer over token + position
 // embeddings learns y_t = x_{t-1}. 0 when done, 130 when stopped (Ctrl-C or
 // --stop-after) with a checkpoint to resume from.
