@@ -488,10 +488,20 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   }
   data::CharTokenizer tok = data::CharTokenizer::from_text(text);
   data::TextSplit split = data::split_tokens(tok.encode(text));
-  if (split.val.numel() < c.context + 1 || split.train.numel() < c.context + 1)
-    fail("run charlm: the text has {} characters; its 90/10 split needs more than {} in each part (a shorter "
-         "--context or a longer --text)",
-         split.train.numel() + split.val.numel(), c.context + 1);
+  // Each part holds a window of --context characters and the one after it.
+  // A resume keeps its --context: a text too short for it is not the one
+  // the run trained on (which was long enough).
+  if (split.val.numel() < c.context + 1 || split.train.numel() < c.context + 1) {
+    const int64_t n = split.train.numel() + split.val.numel();
+    const std::string source = c.text.empty() ? std::string("the text") : fmt::format("--text '{}'", c.text);
+    if (run.resuming())
+      fail("run charlm: {} has {} characters, too few for the run's --context {}: its 90/10 split needs at least {} "
+           "in each part; it is not the text checkpoint '{}' was trained on; expected that text",
+           source, n, c.context, c.context + 1, run.args().value("resume"));
+    fail("run charlm: {} has {} characters; its 90/10 split needs at least {} in each part for --context {} "
+         "(expected a shorter --context or a longer --text)",
+         source, n, c.context + 1, c.context);
+  }
   fmt::print("text: {} characters, vocabulary {} ({})\n", split.train.numel() + split.val.numel(), tok.vocab_size(),
              format_seconds(sw.seconds()));
   // Memory the run takes at least, refused before anything is written when

@@ -269,3 +269,58 @@ TEST_CASE("charlm: a resume keeps the warm-up the run began with: --warmup -1 gi
   CHECK(experiments::run_charlm({"--resume", ck, "--steps", "20", "--warmup=-1"}, {"heed"}) == 0);
   CHECK(load_checkpoint(ck, "charlm").config.at("warmup") == "20");
 }
+
+namespace {
+const std::vector<std::string> kTiny = {"--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
+                                        "--batch", "4", "--eval-every", "2", "--eval-batches", "2"};
+// The first n characters of a pangram, repeated.
+std::string pangrams(size_t n) {
+  std::string s;
+  while (s.size() < n) s += "the quick brown fox jumps over the lazy dog. ";
+  return s.substr(0, n);
+}
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << bytes;
+}
+}  // namespace
+
+TEST_CASE("charlm: a text too short for --context: each part of the split needs at least context + 1 characters; "
+          "a resume, which keeps --context, says the text is not the run's") {
+  test::TempDir scratch("heed-charlm-short-");
+  const std::string dir = scratch.path, text = dir + "/t.txt";
+  // 161 characters: a validation part of 17 (--context 16 + 1), which trains.
+  write_file(text, pangrams(161));
+  test::Result r = test::heed_cli(test::cat({"run", "charlm", "--text", text, "--steps", "2", "--out", dir + "/a.h5"},
+                                            kTiny),
+                                  dir);
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  // 160: a validation part of 16, refused saying what it needs (was "more
+  // than 17", which 17 is not).
+  write_file(text, pangrams(160));
+  r = test::heed_cli(test::cat({"run", "charlm", "--text", text, "--steps", "2", "--out", dir + "/b.h5"}, kTiny), dir);
+  INFO(r.out << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("--text '" + text + "' has 160 characters; its 90/10 split needs at least 17 in each part for "
+                   "--context 16 (expected a shorter --context or a longer --text)") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir + "/b.h5"));
+  // A resume cannot take a shorter --context: the run's text, cut short
+  // since, is said not to be the one the checkpoint was trained on.
+  write_file(text, pangrams(400));
+  REQUIRE(test::heed_cli(test::cat({"run", "charlm", "--text", text, "--steps", "4", "--stop-after", "2", "--out",
+                                    dir + "/c.h5"},
+                                   kTiny),
+                         dir)
+              .status == 130);
+  write_file(text, pangrams(100));
+  const auto before = test::snapshot(dir);
+  r = test::heed_cli({"run", "charlm", "--resume", dir + "/c.ckpt.h5"}, dir);
+  INFO(r.out << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("--text '" + text + "' has 100 characters, too few for the run's --context 16: its 90/10 split "
+                   "needs at least 17 in each part; it is not the text checkpoint '" +
+                   dir + "/c.ckpt.h5' was trained on; expected that text") != std::string::npos);
+  CHECK(r.err.find("shorter --context") == std::string::npos);
+  CHECK(test::snapshot(dir) == before);
+}
