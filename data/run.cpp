@@ -1109,10 +1109,13 @@ void Run::track(const std::string& name, double& value) {
             });
 }
 
-void Run::track_constant(const std::string& name, const Tensor& value, bool required) {
+void Run::track_constant(const std::string& name, const Tensor& value, bool required, const std::string& input) {
   check_name(name, true);
+  if (!input.empty() && !is_input(input))
+    fail("Run::track_constant('{}'): --{} is not an option declared with reads_file", name, input);
   constants_[name] = value;
   if (!required) optional_constants_.insert(name);
+  if (!input.empty()) constant_inputs_[name] = input;
 }
 
 void Run::restore_state() {
@@ -1167,8 +1170,19 @@ void Run::restore_state() {
     const Tensor& saved = ck.tensors.at(name);
     const bool ints = saved.dtype() == DType::i64 && value.dtype() == DType::i64;
     if (saved.shape() != value.shape() || (ints ? saved.to_vector<int64_t>() != value.to_vector<int64_t>()
-                                                : saved.to_vector<double>() != value.to_vector<double>()))
+                                                : saved.to_vector<double>() != value.to_vector<double>())) {
+      // Derived from a file an option names: said of that file (the one
+      // given, or the run's own when none is), which the user can act on.
+      if (const auto in = constant_inputs_.find(name); in != constant_inputs_.end()) {
+        const std::string file = args_.value(in->second);
+        fail("{}: {} is not the file checkpoint '{}' was trained on (its '{}' differs: the file changed since the "
+             "checkpoint, or is another one); expected that file",
+             args_.command(), file.empty() ? fmt::format("--{}'s default", in->second)
+                                           : fmt::format("--{} '{}'", in->second, file),
+             resume_, name);
+      }
       fail("{}: '{}' differs from this run's (its inputs changed since the checkpoint)", where, name);
+    }
   }
   // Every piece validates before it changes anything; a piece that does not
   // fit stops the resume before any file is touched.

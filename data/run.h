@@ -147,7 +147,12 @@ class Run {
   // saved, and on resume compared with the value rebuilt now, bit for bit
   // (refused when they differ: the inputs changed). Not required: a
   // checkpoint without it (from before the program kept it) resumes unchecked.
-  void track_constant(const std::string& name, const Tensor& value, bool required = true);
+  // `input`: the option (reads_file) naming the file it is derived from, if
+  // one is; a difference is then refused naming that option and file, e.g.
+  //   run charlm: --text '/data/v2.txt' is not the file checkpoint 'lm.ckpt.h5' was trained on (its
+  //   'corpus/fingerprint' differs: the file changed since the checkpoint, or is another one); expected that file
+  void track_constant(const std::string& name, const Tensor& value, bool required = true,
+                      const std::string& input = "");
 
   // Restores every registered piece of state from the checkpoint (resuming:
   // all validated before the log is reopened and cut back to the
@@ -252,6 +257,7 @@ class Run {
   std::vector<Entry> entries_;
   std::map<std::string, int64_t*> counters_;
   std::map<std::string, Tensor> constants_;
+  std::map<std::string, std::string> constant_inputs_;  // track_constant(): name -> the option of its file
   std::set<std::string> optional_constants_;
   std::set<std::string> optional_counters_;
   std::map<std::string, std::vector<std::string>> owed_;  // owed_work(): pending counter -> its datasets

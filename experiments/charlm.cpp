@@ -556,11 +556,12 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   for (int64_t l = 0; l < c.layers; ++l) eval_logs.push_back(fmt::format("attention/layer{}/maps", l));
   for (const std::string& name : head_stat_names()) eval_logs.push_back("heads/" + name);
   run.owed_work("eval/pending", eval_logs);
-  run.track_constant("tokenizer/codepoints", tok.to_tensor());  // `heed sample` reads it; a changed corpus is refused
+  // Both from --text: a resume on another text is refused naming it.
+  run.track_constant("tokenizer/codepoints", tok.to_tensor(), true, "text");  // `heed sample` reads it
   // The text itself: a resume on another one with the same characters would
   // train on other windows (not required: older checkpoints lack it).
   run.track_constant("corpus/fingerprint",
-                     Tensor::from_i64({static_cast<int64_t>(data::text_fingerprint(text))}, {1}), false);
+                     Tensor::from_i64({static_cast<int64_t>(data::text_fingerprint(text))}, {1}), false, "text");
   run.begin([&](RunLog& log) {
     std::vector<int64_t> all(static_cast<size_t>(tok.vocab_size()));
     for (int64_t i = 0; i < tok.vocab_size(); ++i) all[static_cast<size_t>(i)] = i;

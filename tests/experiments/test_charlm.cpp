@@ -324,3 +324,39 @@ TEST_CASE("charlm: a text too short for --context: each part of the split needs 
   CHECK(r.err.find("shorter --context") == std::string::npos);
   CHECK(test::snapshot(dir) == before);
 }
+
+TEST_CASE("charlm: a resume on a changed text names --text and the file, not only the checkpoint's key") {
+  test::TempDir scratch("heed-charlm-changed-");
+  const std::string dir = scratch.path, z1 = dir + "/z1.txt", z2 = dir + "/z2.txt";
+  const std::string text = pangrams(2000);
+  write_file(z1, text);
+  REQUIRE(test::heed_cli(test::cat({"run", "charlm", "--text", z1, "--steps", "4", "--out", dir + "/z1.h5"}, kTiny),
+                         dir)
+              .status == 0);
+  const std::string ck = dir + "/z1.ckpt.h5";
+  // The same characters in another order: the run's file gone, another given.
+  write_file(z2, std::string(text.rbegin(), text.rend()));
+  std::filesystem::remove(z1);
+  auto before = test::snapshot(dir);
+  test::Result r = test::heed_cli({"run", "charlm", "--resume", ck, "--steps", "6", "--text", z2}, dir);
+  INFO(r.out << r.err);
+  CHECK(r.status == 1);
+  // Was: "checkpoint '...z1.ckpt.h5': 'corpus/fingerprint' differs from this run's (its inputs changed since the
+  // checkpoint)".
+  CHECK(r.err.find("heed: run charlm: --text '" + z2 + "' is not the file checkpoint '" + ck +
+                   "' was trained on (its 'corpus/fingerprint' differs: the file changed since the checkpoint, or is "
+                   "another one); expected that file") != std::string::npos);
+  CHECK(test::snapshot(dir) == before);
+  // The run's own file, edited in place: named as the run recorded it.
+  write_file(z1, std::string(text.rbegin(), text.rend()));
+  before = test::snapshot(dir);
+  r = test::heed_cli({"run", "charlm", "--resume", ck, "--steps", "6"}, dir);
+  INFO(r.out << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("heed: run charlm: --text '" + z1 + "' is not the file checkpoint '" + ck + "' was trained on") !=
+        std::string::npos);
+  CHECK(test::snapshot(dir) == before);
+  // Its text as it was resumes.
+  write_file(z1, text);
+  CHECK(test::heed_cli({"run", "charlm", "--resume", ck, "--steps", "6"}, dir).status == 0);
+}
