@@ -294,18 +294,24 @@ Tensor validation_tokens(const Checkpoint& ck, const std::string& path, const da
 }
 
 // heed sample's --prompt for a closing hint: nothing when heed sample's
-// default (the Bible's) can be encoded, else " --prompt '<the first 12
-// characters of start>'", quoted for a POSIX shell.
-std::string sample_prompt_option(const data::CharTokenizer& tok, const std::string& start) {
+// default (the Bible's) can be encoded, else " --prompt '<12 characters of
+// the validation text val>'", quoted for a POSIX shell: the first 12 in a
+// row free of control characters (a NUL, a tab, a CR or newline would be
+// pasted into the quotes raw), as heed attend picks its prompt
+// (attend_default_prompt), or the longest such stretch when none is that
+// long; nothing when val holds control characters only.
+std::string sample_prompt_option(const data::CharTokenizer& tok, const Tensor& val) {
   try {
     tok.encode(kSamplePrompt);
     return "";
   } catch (const Error&) {
   }
-  std::vector<uint32_t> cps = data::decode_utf8(start);
-  cps.resize(std::min<size_t>(cps.size(), 12));
+  const int64_t n = std::min<int64_t>(val.numel(), int64_t{1} << 14);
+  const std::string prompt = attend_default_prompt(
+      tok.decode(std::vector<int64_t>(val.data<int64_t>(), val.data<int64_t>() + n)), 12);
+  if (prompt.empty()) return "";
   std::string quoted;
-  for (char ch : data::encode_utf8(cps)) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  for (char ch : prompt) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
   return " --prompt '" + quoted + "'";
 }
 
@@ -331,10 +337,7 @@ class CharLMModels : public TrainedModels {
   std::vector<std::pair<std::string, double>> evaluate(const std::string&) override {
     return {{"val_loss", *eval_loss(*model_, val_, c_, 12345)}};
   }
-  std::string sample_options() const override {
-    const int64_t n = std::min<int64_t>(val_.numel(), 12);
-    return sample_prompt_option(tok_, tok_.decode(std::vector<int64_t>(val_.data<int64_t>(), val_.data<int64_t>() + n)));
-  }
+  std::string sample_options() const override { return sample_prompt_option(tok_, val_); }
 
  private:
   CharLMConfig c_;
@@ -664,7 +667,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   if (int rc = run.finish()) return rc;
   // heed sample's default prompt is the Bible's; a text of other characters
   // gets a prompt from its own validation text in the hint.
-  const std::string prompt_option = sample_prompt_option(tok, probe_text);
+  const std::string prompt_option = sample_prompt_option(tok, split.val);
   fmt::print("\nfinal: train loss {:.4f}, validation loss {:.4f}, {}\nlog: {}\ncheckpoint: {}\n"
              "sample it: heed sample {}{}\n",
              last_train, last_val, format_seconds(run.seconds()), run.log_path(), run.checkpoint_path(),

@@ -1,6 +1,7 @@
 // tests/experiments/test_charlm.cpp: text generation and a tiny training run.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -359,4 +360,32 @@ TEST_CASE("charlm: a resume on a changed text names --text and the file, not onl
   // Its text as it was resumes.
   write_file(z1, text);
   CHECK(test::heed_cli({"run", "charlm", "--resume", ck, "--steps", "6"}, dir).status == 0);
+}
+
+TEST_CASE("charlm: the closing hint's --prompt is a stretch of the text without control characters") {
+  test::TempDir scratch("heed-charlm-ctl-");
+  const std::string dir = scratch.path;
+  struct Case {
+    std::string name, text, prompt;
+  };
+  std::string nul, crlf;
+  for (int i = 0; i < 50; ++i) nul += std::string("ab\0cd\0ef", 8);
+  for (int i = 0; i < 100; ++i) crlf += "it's a line of text\r\n";
+  // NUL bytes between two-letter words: the longest stretch without one
+  // (the hint held "ab^@cd^@efab^@c"); CR LF lines: the first 12
+  // characters of a line (the hint held a raw CR and newline).
+  for (const Case& c : {Case{"nul", nul, "efab"}, Case{"crlf", crlf, "it'\\''s a line "}}) {
+    CAPTURE(c.name);
+    const std::string text = dir + "/" + c.name + ".txt";
+    write_file(text, c.text);
+    const test::Result r = test::heed_cli(
+        test::cat({"run", "charlm", "--text", text, "--steps", "4", "--out", dir + "/" + c.name + ".h5"}, kTiny), dir);
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    const std::string ck = dir + "/" + c.name + ".ckpt.h5";
+    CHECK(r.out.find("sample it: heed sample " + ck + " --prompt '" + c.prompt + "'\n") != std::string::npos);
+    const std::string hint = r.out.substr(r.out.find("sample it:"));
+    CHECK(std::count_if(hint.begin(), hint.end() - 1, [](char ch) { return static_cast<unsigned char>(ch) < 0x20; }) ==
+          0);
+  }
 }
