@@ -80,6 +80,11 @@ class Run {
   // An option of the program's that may take a new value when a run is
   // resumed (like --steps: training for longer). Every other option is
   // restored from the checkpoint, and one given with another value is refused.
+  // A value the program hands to something whose state the checkpoint holds
+  // comes back from that state at begin(): an optimiser's learning rate is
+  // in its state (as in PyTorch), so a changeable --lr takes effect when the
+  // program sets it after begin() (opt.set_lr(lr); a schedule sets it each
+  // step anyway).
   void may_change_on_resume(const std::string& option);
   // An option of the program's whose value `placeholder` (as args().value()
   // shows it, e.g. "-1") stands for a default the program works out after
