@@ -283,6 +283,7 @@ void RunLog::declare_scalar(const std::string& name) {
   check_name(path(), "metric", name);  // on every process of a job alike, a discarding log's too
   if (!impl_) return;  // a discarding log
   impl_->require(false, "declare_scalar");
+  if (impl_->metrics.count(name)) fail("RunLog '{}': metric '{}' is declared twice", path(), name);
   Impl::Ds d;
   d.id = impl_->create_extendible("metrics/" + name, H5T_NATIVE_DOUBLE, {3}, 256);
   impl_->metrics.emplace(name, d);
@@ -291,8 +292,21 @@ void RunLog::declare_scalar(const std::string& name) {
 
 void RunLog::declare_series(const std::string& name, const Shape& item) {
   check_name(path(), "series", name);  // on every process of a job alike, a discarding log's too
+  // One row of a series is one HDF5 chunk: it holds at least one value and
+  // stays under HDF5's 4 GiB chunk limit.
+  int64_t values = 1;
+  for (int64_t d : item) {
+    if (d < 1) fail("RunLog '{}': series '{}' declared with item shape {}; expected every size >= 1", path(), name,
+                    shape_str(item));
+    values = values > (int64_t{1} << 40) / d ? (int64_t{1} << 40) : values * d;
+  }
+  if (values * 4 >= (int64_t{1} << 32))
+    fail("RunLog '{}': series '{}' declared with item shape {} ({} float32 values a row); expected a row of less than "
+         "4 GiB (HDF5's largest chunk)",
+         path(), name, shape_str(item), values);
   if (!impl_) return;  // a discarding log
   impl_->require(false, "declare_series");
+  if (impl_->series.count(name)) fail("RunLog '{}': series '{}' is declared twice", path(), name);
   Impl::Ds d;
   d.item = item;
   d.id = impl_->create_extendible("series/" + name + "/values", H5T_NATIVE_FLOAT, item, 1);

@@ -54,6 +54,13 @@ TEST_CASE("runlog: misuse is refused with a message naming the problem") {
   RunLog log = RunLog::create(path);
   log.declare_scalar("a");
   log.declare_series("s", {2});
+  // It said "could not create dataset 'series/z/values' (declared twice?)" to each.
+  test::check_error([&] { log.declare_series("z", {0, 3}); },
+                    {"series 'z' declared with item shape [0, 3]", "expected every size >= 1"});
+  test::check_error([&] { log.declare_series("big", {1 << 15, 1 << 15}); },
+                    {"series 'big'", "[32768, 32768]", "1073741824 float32 values a row", "less than 4 GiB"});
+  test::check_error([&] { log.declare_series("s", {2}); }, {"series 's' is declared twice"});
+  test::check_error([&] { log.declare_scalar("a"); }, {"metric 'a' is declared twice"});
   test::check_error([&] { log.scalar("a", 1, 1.0); }, {"scalar", "needs", "begin()"});
   log.begin();
   test::check_error([&] { log.begin(); }, {"begin() was already called"});
