@@ -1075,15 +1075,16 @@ int num_threads() { return detail::pace_cap(); }
 // bf16 runs on heed's own kernels (bf16::gemm: AVX512-BF16's vdpbf16ps),
 // so it needs that instruction set, and heed's cap (HEED_CPU_ISA,
 // set_cpu_isa) at avx512.
-std::string bf16_unsupported_reason() {
+std::string bf16_unsupported_reason(bool advice) {
   kernel::apply_isa_settings();
   const bool has = kernel::bf16::supported();
   if (has && heed::cpu_isa() == CpuIsa::avx512) return "";
   if (has)
     return fmt::format(
         "bf16 needs a CPU with AVX512-BF16; this one has it, but heed's instruction set is capped at {} (HEED_CPU_ISA={} "
-        "or set_cpu_isa): use float32, or lift the cap",
-        heed::cpu_isa() == CpuIsa::avx2 ? "AVX2" : "baseline x86-64", heed::cpu_isa_name());
+        "or set_cpu_isa){}",
+        heed::cpu_isa() == CpuIsa::avx2 ? "AVX2" : "baseline x86-64", heed::cpu_isa_name(),
+        advice ? ": use float32, or lift the cap" : "");
   const char* name = heed::cpu_isa_max() == CpuIsa::avx512 ? "AVX-512 without BF16"
                      : heed::cpu_isa_max() == CpuIsa::avx2 ? "AVX2"
                                                            : "an older instruction set";
@@ -1093,8 +1094,8 @@ std::string bf16_unsupported_reason() {
                                             heed::cpu_isa() == CpuIsa::avx2 ? "AVX2" : "baseline x86-64");
   return fmt::format(
       "bf16 needs a CPU with AVX512-BF16, and this one runs {}{}: its products would be emulated at a fraction of "
-      "float32's speed; use float32",
-      name, cap);
+      "float32's speed{}",
+      name, cap, advice ? "; use float32" : "");
 }
 
 void set_precision(Precision p) {

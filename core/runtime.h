@@ -70,8 +70,10 @@ const char* precision_name(Precision p);
 // "f32" / "float32" or "bf16" / "bfloat16"; throws naming the bad value.
 Precision parse_precision(const std::string& name);
 // Empty when this CPU runs bf16 natively, else why not (the message
-// set_precision(Precision::bf16) throws).
-std::string bf16_unsupported_reason();
+// set_precision(Precision::bf16) throws), and what to do: use float32 or
+// lift heed's instruction-set cap. advice = false leaves out what to do
+// (a resumed run cannot change its precision: its caller says what can).
+std::string bf16_unsupported_reason(bool advice = true);
 
 // 5-tap float32 convolutions on channels-last activations with channel
 // counts that are multiples of 16 (stride 1, dilation 1, padding 0..4) run

@@ -798,10 +798,15 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   if (resuming()) check_resumed_log();
   heed::set_num_threads(static_cast<int>(threads_));
   const Precision p = parse_precision(precision_);  // one of the choices (Args::choice)
-  if (p == Precision::bf16 && !bf16_unsupported_reason().empty())
-    throw UsageError(fmt::format("{}: {}--precision bf16: {}", args_.command(),
-                                 resuming() && !args_.given("precision") ? "the run of checkpoint '" + resume_ + "' has " : "",
-                                 bf16_unsupported_reason()));
+  if (p == Precision::bf16 && !bf16_unsupported_reason().empty()) {
+    // A run resumes in the precision it began with: not "use float32".
+    if (resuming())
+      throw UsageError(fmt::format("{}: the run of checkpoint '{}' has --precision bf16, which it resumes with: {}; "
+                                   "resume it where bf16 runs, or start a float32 run from its weights (heed export "
+                                   "{}, then --init-from)",
+                                   args_.command(), resume_, bf16_unsupported_reason(false), resume_));
+    throw UsageError(fmt::format("{}: --precision bf16: {}", args_.command(), bf16_unsupported_reason()));
+  }
   heed::set_precision(p);
   parsed_ = true;
   return true;

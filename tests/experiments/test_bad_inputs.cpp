@@ -299,6 +299,26 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
     CHECK(r.err.find("AVX2") != std::string::npos);
     CHECK(snapshot(p) == before);
   }
+  // A bf16 run resumed where bf16 does not run: "use float32" is no advice
+  // for a run that resumes in the precision it began with. (Its checkpoint
+  // needs a CPU with AVX512-BF16 to be made.)
+  if (test::bf16_here()) {
+    REQUIRE(heed_cli({"run", "copy", "--precision", "bf16", "--steps", "2", "--out", p + "/bf16.h5"}, p).status == 0);
+    const auto before = snapshot(p);
+    const char* had = std::getenv("HEED_CPU_ISA");
+    const std::string was = had ? had : "";
+    setenv("HEED_CPU_ISA", "avx2", 1);
+    Result r = heed_cli({"run", "copy", "--resume", p + "/bf16.ckpt.h5", "--steps", "4"}, p);
+    if (had) setenv("HEED_CPU_ISA", was.c_str(), 1);
+    else unsetenv("HEED_CPU_ISA");
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("has --precision bf16, which it resumes with: bf16 needs a CPU with AVX512-BF16") !=
+          std::string::npos);
+    CHECK(r.err.find("use float32") == std::string::npos);
+    CHECK(r.err.find("heed export " + p + "/bf16.ckpt.h5, then --init-from") != std::string::npos);
+    CHECK(snapshot(p) == before);
+  }
 }
 
 TEST_CASE("writers replace only regular files: a device or FIFO is refused and stays, a link keeps leading to "
