@@ -57,8 +57,11 @@ void check_conv(const Tensor& x, const Tensor& w, const Tensor& b, const Conv1dG
   if (g.stride < 1 || g.dilation < 1 || g.padding < 0)
     fail("conv1d: invalid stride {} / padding {} / dilation {} (expected >= 1 / >= 0 / >= 1)", g.stride, g.padding,
          g.dilation);
-  if (x.dtype() != w.dtype() || (b.defined() && b.dtype() != x.dtype()))
+  if (x.dtype() != w.dtype())
     fail("conv1d: dtype mismatch between input {} and weight {}", dtype_name(x.dtype()), dtype_name(w.dtype()));
+  if (b.defined() && b.dtype() != x.dtype())
+    fail("conv1d: bias dtype {} does not match input and weight dtype {}", dtype_name(b.dtype()),
+         dtype_name(x.dtype()));
   if (conv1d_out_length(x.size(2), w.size(2), g) < 1)
     fail("conv1d: input length {} is too short for kernel {} with padding {} and dilation {}", x.size(2), w.size(2),
          g.padding, g.dilation);

@@ -164,6 +164,25 @@ TEST_CASE("conv1d: bad shapes are named") {
                     {"conv1d", "too short", "length 2"});
 }
 
+TEST_CASE("conv1d: a bias of another dtype is named as the bias, with its dtype") {
+  // Input and weight agree (float32); only the bias is float64. The message
+  // once named the input and weight, both float32, as the mismatch.
+  Tensor x = Tensor::zeros({1, 2, 5}), w = Tensor::zeros({1, 2, 3}), b = Tensor::zeros({1}, DType::f64);
+  for (bool relu : {false, true}) {
+    INFO("relu " << relu);
+    std::string msg;
+    try {
+      relu ? conv1d_relu(x, w, b) : conv1d(x, w, b);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    CHECK(msg == "conv1d: bias dtype float64 does not match input and weight dtype float32");
+  }
+  // An input / weight mismatch is still named as such.
+  test::check_error([&] { conv1d(x, Tensor::zeros({1, 2, 3}, DType::f64), b); },
+                    {"conv1d", "input float32", "weight float64"});
+}
+
 TEST_CASE("conv1d: forward and both backwards give the same bits on 1 and 2 threads (the toy models' layers)") {
   struct Restore {
     int before = heed::num_threads();
