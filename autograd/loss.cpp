@@ -16,6 +16,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     fail("cross_entropy: targets shape {} does not match logits shape {} (expected {})", shape_str(targets.shape()),
          shape_str(logits.shape()), shape_str(lead));
   const int64_t V = logits.size(-1);
+  // Before the reshape to [-1, V], which cannot infer -1 for V = 0.
+  if (V < 1)
+    fail("cross_entropy: expected logits of shape [.., V] with V >= 1 classes, got {}", shape_str(logits.shape()));
   Tensor l2 = k::reshape(logits, {-1, V}), t2 = k::reshape(targets, {-1});
   k::CrossEntropyResult r = k::cross_entropy(l2, t2, ignore_index);
   return autograd::record(

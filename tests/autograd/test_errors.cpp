@@ -39,6 +39,15 @@ TEST_CASE("cross_entropy: targets shape, dtype and range are checked against the
               {"cross_entropy", "[.., V]", "[]"});
 }
 
+TEST_CASE("cross_entropy: a vocabulary of size 0 is named as such, not by a reshape") {
+  for (const Shape& s : {Shape{3, 0}, Shape{0, 0}, Shape{2, 3, 0}}) {
+    INFO("logits " << shape_str(s));
+    const Shape lead(s.begin(), s.end() - 1);
+    check_error([&] { cross_entropy(Tensor::zeros(s), Tensor::zeros(lead, DType::i64)); },
+                {"cross_entropy", shape_str(s), "V >= 1"});
+  }
+}
+
 TEST_CASE("embedding names out-of-range ids with the table's size") {
   Tensor w = Tensor::zeros({4, 3});
   check_error([&] { embedding(w, Tensor::from_i64({1, 0, 4}, {1, 3})); }, {"embedding", "id 4", "0..3"});
