@@ -35,6 +35,9 @@ Tensor mse_loss(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape())
     fail("mse_loss: input shape {} and target shape {} differ (expected equal shapes)", shape_str(a.shape()),
          shape_str(b.shape()));
+  if (a.dtype() != b.dtype())
+    fail("mse_loss: input {} {} and target {} {} differ in dtype (expected one dtype)", dtype_name(a.dtype()),
+         shape_str(a.shape()), dtype_name(b.dtype()), shape_str(b.shape()));
   Tensor d = k::binary(k::Binary::sub, a, b);
   Tensor y = k::mean(k::unary(k::Unary::square, d), {});
   // dL/da = 2 (a - b) / n * g; dL/db = -dL/da

@@ -28,6 +28,14 @@ TEST_CASE("mse_loss refuses to broadcast and names both shapes") {
   check_error([] { mse_loss(Tensor::zeros({2, 3}), Tensor::zeros({3})); }, {"mse_loss", "[2, 3]", "[3]"});
 }
 
+TEST_CASE("mse_loss names itself and both dtypes when they differ") {
+  // Once reported by the subtraction inside, as "sub".
+  check_error([] { mse_loss(Tensor::zeros({3}), Tensor::zeros({3}, DType::f64)); },
+              {"mse_loss", "input float32 [3]", "target float64 [3]", "dtype"});
+  check_error([] { mse_loss(Tensor::zeros({2, 2}, DType::f64), Tensor::zeros({2, 2})); },
+              {"mse_loss", "input float64 [2, 2]", "target float32 [2, 2]"});
+}
+
 TEST_CASE("cross_entropy: targets shape, dtype and range are checked against the logits") {
   Tensor logits = Tensor::zeros({2, 3, 5});
   check_error([&] { cross_entropy(logits, Tensor::zeros({2, 4}, DType::i64)); },
