@@ -145,6 +145,18 @@ TEST_CASE("layers: MultiHeadAttention parameter counts (lecture example 6) and n
   std::vector<std::string> names;
   for (auto& [n, p] : a.named_parameters()) names.push_back(n);
   CHECK(names == std::vector<std::string>{"q_proj.weight", "k_proj.weight", "v_proj.weight", "out_proj.weight"});
+  // The lecture's split: Q, K, V projections 3 * 512 * 512 = 786,432, W_O
+  // 512 * 512 = 262,144; from the parameters themselves, by name.
+  int64_t qkv = 0, out = 0;
+  for (auto& [n, p] : a.named_parameters()) {
+    if (n == "out_proj.weight") out += p.numel();
+    if (n == "q_proj.weight" || n == "k_proj.weight" || n == "v_proj.weight") {
+      CHECK(p.shape() == Shape{512, 512});
+      qkv += p.numel();
+    }
+  }
+  CHECK(qkv == 786432);
+  CHECK(out == 262144);
   CHECK(a.options.head_dim_ == 64);
   // Grouped-query: K and V shrink to kv_heads * head_dim outputs.
   CHECK(MultiHeadAttention(MultiHeadAttentionOptions(512, 8).kv_heads(2)).num_parameters() ==
