@@ -62,13 +62,21 @@ RowStats<T> forward_row(const T* __restrict xr, const T* __restrict w, const T* 
                         int64_t D, double eps) {
   // Two passes (mean, then squared deviations): no cancellation for rows
   // with a large mean, unlike E[x^2] - E[x]^2. Each sum in kLanes partial
-  // results (core/lanes.h): they vectorise, in a fixed order.
+  // results (core/lanes.h): they vectorise, in a fixed order. The mean is
+  // summed shifted by the row's first element, m = x0 + sum_d (x - x0) / D:
+  // summed as is, a row of a large value c rounds each partial at c's scale,
+  // and that error e (0.001 for 12345.678 over 1000 floats) came back as
+  // x - m = e and var = e^2, so a constant row normalised to e / sqrt(e^2 +
+  // eps), 0.88, not 0. Shifted, a constant row's mean is x0 exactly, and a
+  // near-constant row's deviations are small and subtracted exactly: the
+  // mean is off by its own rounding only.
+  const T s = xr[0];
   T a[kLanes] = {};
   int64_t d0 = 0;
   for (; d0 + kLanes <= D; d0 += kLanes)
-    for (int l = 0; l < kLanes; ++l) a[l] += xr[d0 + l];
-  for (int64_t d = d0; d < D; ++d) a[d - d0] += xr[d];
-  const T m = lanes_sum(a) / static_cast<T>(D);
+    for (int l = 0; l < kLanes; ++l) a[l] += xr[d0 + l] - s;
+  for (int64_t d = d0; d < D; ++d) a[d - d0] += xr[d] - s;
+  const T m = s + lanes_sum(a) / static_cast<T>(D);
   T q[kLanes] = {};
   for (d0 = 0; d0 + kLanes <= D; d0 += kLanes)
     for (int l = 0; l < kLanes; ++l) q[l] += (xr[d0 + l] - m) * (xr[d0 + l] - m);
@@ -133,20 +141,22 @@ inline void store16(float* p, const F16& v) {
 void forward_row_pair(const float* __restrict x0, const float* __restrict x1, const float* __restrict w,
                       const float* __restrict b, float* __restrict y0, float* __restrict y1, float* mean, float* var,
                       int64_t D, double eps) {
+  // The mean shifted by each row's first element, as in forward_row.
+  const float s0 = x0[0], s1 = x1[0];
   F16 a0 = {}, a1 = {};
   int64_t d0 = 0;
   for (; d0 + kLanes <= D; d0 += kLanes) {
-    a0 += load16(x0 + d0);
-    a1 += load16(x1 + d0);
+    a0 += load16(x0 + d0) - s0;
+    a1 += load16(x1 + d0) - s1;
   }
   float p0[kLanes], p1[kLanes];
   std::memcpy(p0, &a0, sizeof p0);
   std::memcpy(p1, &a1, sizeof p1);
   for (int64_t d = d0; d < D; ++d) {
-    p0[d - d0] += x0[d];
-    p1[d - d0] += x1[d];
+    p0[d - d0] += x0[d] - s0;
+    p1[d - d0] += x1[d] - s1;
   }
-  const float m0 = lanes_sum(p0) / static_cast<float>(D), m1 = lanes_sum(p1) / static_cast<float>(D);
+  const float m0 = s0 + lanes_sum(p0) / static_cast<float>(D), m1 = s1 + lanes_sum(p1) / static_cast<float>(D);
   F16 q0 = {}, q1 = {};
   for (d0 = 0; d0 + kLanes <= D; d0 += kLanes) {
     const F16 t0 = load16(x0 + d0) - m0, t1 = load16(x1 + d0) - m1;
