@@ -78,9 +78,9 @@ bool valid_utf8(const std::string& text) {
   }
 }
 
-// Text from a file, fit for an error message: control characters, and every
-// byte above 0x7f when the text is not UTF-8, written as \xNN (a raw 0xff
-// byte would reach the terminal as it is).
+}  // namespace
+
+// A raw 0xff byte would reach the terminal as it is.
 std::string printable(const std::string& text) {
   const bool utf8 = valid_utf8(text);
   std::string out;
@@ -91,6 +91,8 @@ std::string printable(const std::string& text) {
   }
   return out;
 }
+
+namespace {
 
 // An existing file at target is replaced only when it is a safetensors file
 // (an 8-byte length, then '{') or empty: a run's log or checkpoint, or any

@@ -45,4 +45,9 @@ File load(const std::string& path);
 // read (whose file it is, what it holds, before loading it).
 std::map<std::string, std::string> metadata(const std::string& path);
 
+// Text from a file (a tensor name, a metadata value, a path) fit for an
+// error message: control characters (a newline, a terminal escape), and
+// every byte above 0x7f when the text is not UTF-8, written as \xNN.
+std::string printable(const std::string& text);
+
 }  // namespace heed::safetensors

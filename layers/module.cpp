@@ -120,23 +120,27 @@ std::string state_dict_mismatch(const std::map<std::string, Tensor>& mine,
   // Every problem in one message: missing, unexpected and mis-shaped entries.
   // Floating dtypes convert, as PyTorch's does (a float64 state loads into a
   // float32 model); an integer entry must match exactly.
+  // Names are shown escaped (safetensors::printable): a file's key may hold a
+  // newline or a terminal's escape sequence.
   std::vector<std::string> missing, unexpected, mismatched;
   for (const auto& [name, t] : mine) {
+    const std::string shown = safetensors::printable(name);
     auto it = state.find(name);
     if (it == state.end()) {
-      missing.push_back(fmt::format("'{}' (expected shape {})", name, shape_str(t.shape())));
+      missing.push_back(fmt::format("'{}' (expected shape {})", shown, shape_str(t.shape())));
     } else if (!it->second.defined()) {
-      mismatched.push_back(fmt::format("'{}' is undefined", name));
+      mismatched.push_back(fmt::format("'{}' is undefined", shown));
     } else if (it->second.shape() != t.shape()) {
       mismatched.push_back(
-          fmt::format("'{}' has shape {}, the model expects {}", name, shape_str(it->second.shape()), shape_str(t.shape())));
+          fmt::format("'{}' has shape {}, the model expects {}", shown, shape_str(it->second.shape()), shape_str(t.shape())));
     } else if (it->second.dtype() != t.dtype() && !(it->second.is_floating() && t.is_floating())) {
-      mismatched.push_back(fmt::format("'{}' has dtype {}, the model expects {}", name, dtype_name(it->second.dtype()),
+      mismatched.push_back(fmt::format("'{}' has dtype {}, the model expects {}", shown, dtype_name(it->second.dtype()),
                                        dtype_name(t.dtype())));
     }
   }
   for (const auto& [name, t] : state)
-    if (!mine.count(name)) unexpected.push_back(fmt::format("'{}' (shape {})", name, shape_str(t.shape())));
+    if (!mine.count(name))
+      unexpected.push_back(fmt::format("'{}' (shape {})", safetensors::printable(name), shape_str(t.shape())));
   std::string what;
   if (!missing.empty()) what += fmt::format("; missing entries: {}", fmt::join(missing, ", "));
   if (!unexpected.empty()) what += fmt::format("; unexpected entries, not in the model: {}", fmt::join(unexpected, ", "));
@@ -158,7 +162,7 @@ void Module::load(const std::string& path) {
   try {
     load_state_dict(safetensors::load(path).tensors);
   } catch (const Error& e) {
-    fail("{}: loading '{}': {}", type_name(), path, e.what());
+    fail("{}: loading '{}': {}", type_name(), safetensors::printable(path), e.what());
   }
 }
 

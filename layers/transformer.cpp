@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/random.h"
+#include "core/safetensors.h"
 
 namespace heed::nn {
 
@@ -333,7 +334,8 @@ std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tenso
     bool done = false;
     auto put = [&, &k = k](const std::string& name, const Tensor& v) {
       if (auto [it, fresh] = source.emplace(name, k); !fresh)
-        fail("gpt_from_nanogpt: '{}' and '{}' both give heed's '{}'", it->second, k, name);
+        fail("gpt_from_nanogpt: '{}' and '{}' both give heed's '{}'", safetensors::printable(it->second),
+             safetensors::printable(k), safetensors::printable(name));
       out[name] = v;
     };
     for (const auto& [heed, nano] : top_names())
@@ -351,7 +353,8 @@ std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tenso
         }
       if (!done && rest.rfind("attn.c_attn.", 0) == 0) {
         if (t.dim() < 1 || t.size(0) % 3 != 0)
-          fail("gpt_from_nanogpt: '{}' has shape {}, expected the q, k and v rows stacked (a multiple of 3)", k,
+          fail("gpt_from_nanogpt: '{}' has shape {}, expected the q, k and v rows stacked (a multiple of 3)",
+               safetensors::printable(k),
                shape_str(t.shape()));
         const int64_t d = t.size(0) / 3;
         const std::string w = rest.substr(12);
@@ -360,7 +363,7 @@ std::map<std::string, Tensor> gpt_from_nanogpt(const std::map<std::string, Tenso
         done = true;
       }
     }
-    if (!done) fail("gpt_from_nanogpt: '{}' is not a name of nanoGPT's layout heed knows", k);
+    if (!done) fail("gpt_from_nanogpt: '{}' is not a name of nanoGPT's layout heed knows", safetensors::printable(k));
   }
   return out;
 }

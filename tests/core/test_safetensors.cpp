@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 
@@ -269,4 +270,61 @@ TEST_CASE("Module::save and load go through safetensors; load_state_dict convert
                                         {"bias", Tensor::zeros({2})}};
   test::check_error([&] { b.load_state_dict(ints); }, {"'weight' has dtype int64, the model expects float32"});
   test::check_error([&] { b.load(d.path + "/none.safetensors"); }, {"Linear", "none.safetensors"});
+}
+
+TEST_CASE("load_state_dict names a file's keys escaped: a newline or a terminal escape in a key stays in one line") {
+  // A safetensors file written byte by byte (an 8-byte little-endian header
+  // length, the JSON header, the data) whose keys hold control characters.
+  test::TempDir d("heed-st-keys-");
+  auto write = [&](const std::string& name, const std::string& json_key) {
+    const std::string header =
+        "{\"" + json_key + "\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}";
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    bytes += header + std::string(4, '\0');
+    std::ofstream(d.path + "/" + name, std::ios::binary) << bytes;
+    return d.path + "/" + name;
+  };
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string evil = write("evil.safetensors", "evil\\nname\\u001b[31mRED");
+  REQUIRE(safetensors::load(evil).tensors.count("evil\nname\x1b[31mRED") == 1);
+  Generator g(1);
+  nn::Linear lin(nn::LinearOptions(3, 2).generator(&g));
+  std::string msg = message([&] { lin.load(evil); });
+  INFO(msg);
+  CHECK(msg.find("unexpected entries, not in the model: 'evil\\x0aname\\x1b[31mRED' (shape [1])") != std::string::npos);
+  CHECK(msg.find('\n') == std::string::npos);
+  CHECK(msg.find('\x1b') == std::string::npos);
+
+  // A GPT's own key with a newline after it: missing under its name,
+  // unexpected under the file's, both in one line.
+  nn::GPT gpt(nn::GPTOptions(7, 8, 1, 2, 5).generator(&g));
+  std::map<std::string, Tensor> state = gpt.state_dict();
+  state["wte.weight\n"] = state.at("wte.weight");
+  state.erase("wte.weight");
+  msg = message([&] { gpt.load_state_dict(state); });
+  INFO(msg);
+  CHECK(msg.find("missing entries: 'wte.weight' (expected shape [7, 8])") != std::string::npos);
+  CHECK(msg.find("'wte.weight\\x0a' (shape [7, 8])") != std::string::npos);
+  CHECK(msg.find('\n') == std::string::npos);
+  // nanoGPT's names: a key of the layout's prefix with an escape in it.
+  std::map<std::string, Tensor> nano = nn::gpt_to_nanogpt(gpt.state_dict(), gpt.options);
+  nano["transformer.h.0.\x1b[2Jx"] = Tensor::zeros({1});
+  msg = message([&] { gpt.load_state_dict(nano); });
+  INFO(msg);
+  CHECK(msg.find("'transformer.h.0.\\x1b[2Jx'") != std::string::npos);
+  CHECK(msg.find('\x1b') == std::string::npos);
+  // The file's path too, when Module::load names it.
+  const std::string odd = write("odd\x1b.safetensors", "weight");
+  msg = message([&] { lin.load(odd); });
+  INFO(msg);
+  CHECK(msg.find("odd\\x1b.safetensors") != std::string::npos);
+  CHECK(msg.find('\x1b') == std::string::npos);
 }
