@@ -11,6 +11,7 @@
 
 #include "core/dist.h"
 #include "core/error.h"
+#include "core/safetensors.h"
 
 namespace heed::data {
 
@@ -120,21 +121,24 @@ std::string encode_utf8(const std::vector<uint32_t>& cps) {
 
 std::string load_text(const std::string& path) {
   namespace fs = std::filesystem;
+  // The path as messages show it: a byte that is not UTF-8, or a control
+  // character, as \xNN.
+  const std::string shown = safetensors::printable(path);
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
-  if (st.type() == fs::file_type::not_found) fail("text file '{}' does not exist", path);
-  if (ec) fail("text file '{}' cannot be read: {}", path, ec.message());
-  if (fs::is_directory(st)) fail("'{}' is a directory, expected a text file", path);
+  if (st.type() == fs::file_type::not_found) fail("text file '{}' does not exist", shown);
+  if (ec) fail("text file '{}' cannot be read: {}", shown, ec.message());
+  if (fs::is_directory(st)) fail("'{}' is a directory, expected a text file", shown);
   // A device never ends (/dev/zero, /dev/urandom); a pipe does: --text <(zcat corpus.gz).
   if (fs::is_character_file(st) || fs::is_block_file(st) || fs::is_socket(st))
-    fail("'{}' is a device or socket, expected a text file (or a pipe)", path);
+    fail("'{}' is a device or socket, expected a text file (or a pipe)", shown);
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read text file '{}'", path);
+  if (!in) fail("cannot read text file '{}'", shown);
   std::ostringstream ss;
   ss << in.rdbuf();
   std::string s = ss.str();
-  if (s.empty()) fail("text file '{}' is empty", path);
-  decode_utf8(s, path);  // validates, naming the offset
+  if (s.empty()) fail("text file '{}' is empty", shown);
+  decode_utf8(s, shown);  // validates, naming the offset
   return s;
 }
 

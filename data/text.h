@@ -16,7 +16,8 @@ namespace heed::data {
 
 // Reads a UTF-8 text file. Missing, unreadable, empty or invalid UTF-8 files
 // are refused with an error naming the path (and the byte offset of the first
-// invalid sequence).
+// invalid sequence); a path that is not UTF-8 is shown with its odd bytes as
+// \xNN, and a control character in it too.
 std::string load_text(const std::string& path);
 // Decodes UTF-8 into code points; throws naming the byte offset on bad input.
 std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& source = "text");

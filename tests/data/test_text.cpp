@@ -103,3 +103,23 @@ TEST_CASE("text: a 300-character file name or a symlink loop is a heed::Error na
   test::check_error([&] { kjv_text(loop); },
                     {"the corpus cache '" + loop + "' cannot be read: Too many levels of symbolic links"});
 }
+
+TEST_CASE("text: a text file's path that is not UTF-8 is shown with \\xNN, not its raw bytes") {
+  test::TempDir d("heed-text-latin1-");
+  const std::string empty = d.path + "/caf\xE9.txt";
+  std::ofstream(empty, std::ios::binary).close();
+  const std::string shown = d.path + "/caf\\xe9.txt";
+  std::string msg;
+  try {
+    load_text(empty);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  CHECK(msg == "text file '" + shown + "' is empty");
+  CHECK(is_utf8(msg));
+  const std::string bad = d.path + "/bad\xE9\n.txt";
+  std::ofstream(bad, std::ios::binary) << std::string("ok\xFF", 3);
+  test::check_error([&] { load_text(bad); }, {d.path + "/bad\\xe9\\x0a.txt: invalid UTF-8 at byte offset 2"});
+  test::check_error([&] { load_text(d.path + "/gone\xE9.txt"); },
+                    {"text file '" + d.path + "/gone\\xe9.txt' does not exist"});
+}

@@ -389,3 +389,14 @@ TEST_CASE("charlm: the closing hint's --prompt is a stretch of the text without 
           0);
   }
 }
+
+TEST_CASE("charlm: a --text whose name is not UTF-8 is named with \\xNN in its errors") {
+  test::TempDir d("heed-charlm-latin1-");
+  const std::string empty = d.path + "/caf\xE9.txt";
+  std::ofstream(empty, std::ios::binary).close();
+  const test::Result r = test::heed_cli({"run", "charlm", "--text", empty, "--steps", "2", "--out", d.path + "/b.h5"},
+                                        d.path);
+  INFO(r.out << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err == "heed: text file '" + d.path + "/caf\\xe9.txt' is empty\n");
+}
