@@ -2,15 +2,19 @@
 #include "data/text.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <memory>
+#include <new>
 
 #include <unistd.h>
 
 #include "core/dist.h"
 #include "core/error.h"
+#include "core/kernels.h"
 #include "core/safetensors.h"
 
 namespace heed::data {
@@ -42,24 +46,61 @@ size_t utf8_sequence(const unsigned char* p, size_t n, size_t i, uint32_t* cp, s
   return len;
 }
 
-}  // namespace
-
-std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& source) {
-  std::vector<uint32_t> out;
-  out.reserve(s.size());
+// Calls f(code point) for each character of s, in order, without a copy of
+// s in any other form; invalid UTF-8 is an error naming source and the byte
+// offset.
+template <class F>
+void for_each_code_point(const std::string& s, const std::string& source, F&& f) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
   size_t i = 0;
   while (i < n) {
+    if (p[i] < 0x80) {  // ASCII, most of most texts
+      f(static_cast<uint32_t>(p[i]));
+      ++i;
+      continue;
+    }
     uint32_t cp = 0;
     size_t bad_at = 0;
     const size_t len = utf8_sequence(p, n, i, &cp, &bad_at);
     if (len == 0)
       fail("{}: invalid UTF-8 at byte offset {} (byte 0x{:02x}); heed reads text as UTF-8", source, bad_at,
            static_cast<unsigned>(p[bad_at]));
-    out.push_back(cp);
+    f(cp);
     i += len;
   }
+}
+
+// The characters of UTF-8 text: its bytes that do not continue a sequence
+// (for text that is not UTF-8, at least as many as decode before the error).
+size_t count_code_points(const std::string& s) {
+  size_t n = 0;
+  for (const char ch : s) n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+  return n;
+}
+
+std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / double(int64_t{1} << 30)); }
+
+}  // namespace
+
+TextMemoryError::TextMemoryError(const std::string& path, int64_t bytes, const std::string& detail)
+    : Error(fmt::format("{} ({} bytes) does not fit in memory: {}",
+                        path.empty() ? std::string("the text") : fmt::format("text file '{}'", safetensors::printable(path)),
+                        bytes, detail)),
+      path_(path),
+      bytes_(bytes),
+      detail_(detail) {}
+
+double text_memory_bytes(int64_t bytes) {
+  // The text, one int64 token id per character (at most one a byte) and the
+  // tokenizer's tables (a code point's id, dense up to U+10FFFF at most).
+  return 9.0 * static_cast<double>(bytes) + double(int64_t{10} << 20);
+}
+
+std::vector<uint32_t> decode_utf8(const std::string& s, const std::string& source) {
+  std::vector<uint32_t> out;
+  out.reserve(count_code_points(s));
+  for_each_code_point(s, source, [&](uint32_t cp) { out.push_back(cp); });
   return out;
 }
 
@@ -132,13 +173,28 @@ std::string load_text(const std::string& path) {
   // A device never ends (/dev/zero, /dev/urandom); a pipe does: --text <(zcat corpus.gz).
   if (fs::is_character_file(st) || fs::is_block_file(st) || fs::is_socket(st))
     fail("'{}' is a device or socket, expected a text file (or a pipe)", shown);
-  std::ifstream in(path, std::ios::binary);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!in) fail("cannot read text file '{}'", shown);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
+  // Read straight into the string: a regular file's size is known (it may
+  // still grow or shrink as it is read); a pipe's grows as it comes.
+  std::string s;
+  const bool regular = fs::is_regular_file(st);
+  const uintmax_t size = regular ? fs::file_size(path, ec) : 0;
+  try {
+    if (!ec && size > 0) {
+      s.resize(static_cast<size_t>(size));
+      s.resize(std::fread(s.data(), 1, s.size(), in.get()));
+    }
+    char buf[1 << 16];  // the rest: a pipe's bytes, or what the file grew by
+    for (size_t got; (got = std::fread(buf, 1, sizeof buf, in.get())) > 0;) s.append(buf, got);
+  } catch (const std::bad_alloc&) {
+    if (regular) throw TextMemoryError(path, static_cast<int64_t>(size), "out of memory reading its bytes");
+    throw TextMemoryError(path, static_cast<int64_t>(s.size()),
+                          "out of memory reading its bytes (a pipe: the bytes read so far)");
+  }
+  if (std::ferror(in.get())) fail("cannot read text file '{}': {}", shown, std::strerror(errno));
   if (s.empty()) fail("text file '{}' is empty", shown);
-  decode_utf8(s, shown);  // validates, naming the offset
+  for_each_code_point(s, shown, [](uint32_t) {});  // validates, naming the offset
   return s;
 }
 
@@ -189,14 +245,16 @@ std::string kjv_text(const std::string& cache_path) {
 }
 
 CharTokenizer CharTokenizer::from_text(const std::string& text) {
-  std::vector<uint32_t> cps = decode_utf8(text);
-  std::sort(cps.begin(), cps.end());
-  cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+  // One pass marking the code points present (no copy of the text in any
+  // other form), then the vocabulary in code-point order.
+  std::vector<bool> seen(0x110000, false);
+  for_each_code_point(text, "text", [&](uint32_t cp) { seen[cp] = true; });
   CharTokenizer t;
-  t.chars_ = cps;
-  uint32_t top = cps.empty() ? 0 : cps.back();
+  for (uint32_t cp = 0; cp < 0x110000; ++cp)
+    if (seen[cp]) t.chars_.push_back(cp);
+  const uint32_t top = t.chars_.empty() ? 0 : t.chars_.back();
   t.lookup_.assign(static_cast<size_t>(top) + 1, -1);
-  for (size_t i = 0; i < cps.size(); ++i) t.lookup_[cps[i]] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < t.chars_.size(); ++i) t.lookup_[t.chars_[i]] = static_cast<int64_t>(i);
   return t;
 }
 
@@ -218,22 +276,42 @@ Tensor CharTokenizer::to_tensor() const {
   return Tensor::from_i64(v, {static_cast<int64_t>(v.size())});
 }
 
-std::vector<int64_t> CharTokenizer::encode(const std::string& text) const {
-  std::vector<uint32_t> cps = decode_utf8(text);
-  std::vector<int64_t> ids(cps.size());
-  for (size_t i = 0; i < cps.size(); ++i) {
-    int64_t id = cps[i] < lookup_.size() ? lookup_[cps[i]] : -1;
-    if (id < 0)
-    {
+void CharTokenizer::encode_into(const std::string& text, int64_t* out, size_t capacity) const {
+  size_t i = 0;
+  for_each_code_point(text, "text", [&](uint32_t cp) {
+    const int64_t id = cp < lookup_.size() ? lookup_[cp] : -1;
+    if (id < 0) [[unlikely]] {
+      // Invalid UTF-8 anywhere in the text is reported first, as before.
+      for_each_code_point(text, "text", [](uint32_t) {});
       // A control character is named by its code point alone: printed, it
       // would break the message's line (a newline) or the terminal.
-      const bool control = cps[i] < 0x20 || (cps[i] >= 0x7f && cps[i] <= 0x9f);
+      const bool control = cp < 0x20 || (cp >= 0x7f && cp <= 0x9f);
       fail("CharTokenizer: {}(U+{:04X}) at position {} is not in the vocabulary of {} characters",
-           control ? std::string("control character ") : fmt::format("character '{}' ", encode_utf8({cps[i]})),
-           cps[i], i, chars_.size());
+           control ? std::string("control character ") : fmt::format("character '{}' ", encode_utf8({cp})), cp, i,
+           chars_.size());
     }
-    ids[i] = id;
+    if (i < capacity) out[i] = id;
+    ++i;
+  });
+}
+
+std::vector<int64_t> CharTokenizer::encode(const std::string& text) const {
+  std::vector<int64_t> ids(count_code_points(text));
+  encode_into(text, ids.data(), ids.size());
+  return ids;
+}
+
+Tensor CharTokenizer::encode_tensor(const std::string& text) const {
+  const size_t n = count_code_points(text);
+  Tensor ids;
+  try {
+    ids = Tensor::empty({static_cast<int64_t>(n)}, DType::i64);
+  } catch (const Error& e) {  // out of memory (the allocator's message says how much)
+    throw TextMemoryError("", static_cast<int64_t>(text.size()),
+                          fmt::format("its {} characters' token ids take {} ({} bytes): {}", n,
+                                      gib(static_cast<double>(n) * 8), n * 8, e.what()));
   }
+  encode_into(text, ids.data<int64_t>(), n);
   return ids;
 }
 
@@ -247,14 +325,24 @@ std::string CharTokenizer::decode(const std::vector<int64_t>& ids) const {
   return encode_utf8(cps);
 }
 
+TextSplit split_tokens(const Tensor& ids, double train_fraction) {
+  if (!(train_fraction > 0 && train_fraction < 1)) fail("split_tokens: fraction {} must be in (0, 1)", train_fraction);
+  check_dtype(ids, DType::i64, "split_tokens");
+  if (ids.dim() != 1) fail("split_tokens: the ids have shape {}, expected one dimension", shape_str(ids.shape()));
+  const Tensor all = ids.is_contiguous() ? ids : kernel::clone(ids);
+  const int64_t n = all.numel();
+  const int64_t ntrain = static_cast<int64_t>(static_cast<double>(n) * train_fraction);
+  // Views of the one stream, not copies: a corpus of N characters is held
+  // once, as 8 N bytes of ids.
+  TextSplit s;
+  s.train = Tensor::view_of(all, {ntrain}, {1}, all.offset());
+  s.val = Tensor::view_of(all, {n - ntrain}, {1}, all.offset() + ntrain);
+  return s;
+}
+
 TextSplit split_tokens(const std::vector<int64_t>& ids, double train_fraction) {
   if (!(train_fraction > 0 && train_fraction < 1)) fail("split_tokens: fraction {} must be in (0, 1)", train_fraction);
-  const int64_t n = static_cast<int64_t>(ids.size());
-  const int64_t ntrain = static_cast<int64_t>(static_cast<double>(n) * train_fraction);
-  TextSplit s;
-  s.train = Tensor::from_i64(std::vector<int64_t>(ids.begin(), ids.begin() + ntrain), {ntrain});
-  s.val = Tensor::from_i64(std::vector<int64_t>(ids.begin() + ntrain, ids.end()), {n - ntrain});
-  return s;
+  return split_tokens(Tensor::from_i64(ids, {static_cast<int64_t>(ids.size())}), train_fraction);
 }
 
 void random_windows(const Tensor& stream, int64_t B, int64_t T, Generator& g, Tensor& x, Tensor& y) {

@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -120,6 +122,32 @@ std::optional<double> eval_loss(nn::GPT& m, const Tensor& stream, const CharLMCo
 std::string text_for(const CharLMConfig& c) {
   if (!c.text.empty()) return data::load_text(c.text);
   return data::kjv_text("runs/corpus/kjv.txt");
+}
+
+// The text of a run, for a message: "--text 'corpus.txt'", or the default's name.
+std::string text_name(const CharLMConfig& c) {
+  return c.text.empty() ? std::string("the King James Bible (the default --text)")
+                        : fmt::format("--text '{}'", safetensors::printable(c.text));
+}
+
+// A --text file that loading cannot hold (its bytes and an 8-byte token id
+// a character) is refused before it is read (status 2): else it took
+// minutes to fail, or the kernel killed the run. (A pipe's size is unknown
+// until it is read.)
+void check_text_memory(const std::string& path) {
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::is_regular_file(path, ec)) return;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) return;  // load_text reports it
+  const double need = data::text_memory_bytes(static_cast<int64_t>(size));
+  std::string source;
+  const int64_t avail = memory_available(&source);
+  if (avail < 0 || need <= static_cast<double>(avail)) return;
+  auto gib = [](double b) { return fmt::format("{:.1f} GiB", b / double(int64_t{1} << 30)); };
+  throw UsageError(fmt::format("run charlm: --text '{}' ({} bytes) needs {} ({:.0f} bytes) to load (its bytes and "
+                               "an 8-byte token id a character), more than the {} of {}; expected a smaller --text",
+                               safetensors::printable(path), size, gib(need), need,
+                               gib(static_cast<double>(avail)), source));
 }
 
 // A charlm checkpoint's tokenizer; errors begin with `who` ("sample: " or "").
@@ -277,19 +305,22 @@ Tensor validation_tokens(const Checkpoint& ck, const std::string& path, const da
     fail("{}: {} is not the text checkpoint '{}' was trained on (its corpus/fingerprint differs: the file changed "
          "since the run, or is another one); expected that text{}",
          who, source, path, give);
-  std::vector<int64_t> ids;
+  Tensor ids;
   try {
-    ids = tok.encode(bytes);
+    ids = tok.encode_tensor(bytes);
+  } catch (const data::TextMemoryError& e) {
+    fail("{}: {} ({} bytes) does not fit in memory: {}", who, source, e.bytes(), e.detail());
   } catch (const Error& e) {  // a checkpoint without the fingerprint, on another text
     std::string what = e.what();
     if (what.rfind("CharTokenizer: ", 0) == 0) what = what.substr(15);
     fail("{}: {}: {} of checkpoint '{}'; expected the text it was trained on{}", who, source, what, path, give);
   }
-  Tensor val = data::split_tokens(ids).val;
+  // Its own copy: a view would keep the whole text's ids alive.
+  Tensor val = kernel::clone(data::split_tokens(ids).val);
   if (val.numel() < context + 1)
     fail("{}: {} has {} characters, and its last 10% (the validation text) {}, fewer than the model's context of {} "
          "+ 1; expected the text checkpoint '{}' was trained on{}",
-         who, source, ids.size(), val.numel(), context, path, give);
+         who, source, ids.numel(), val.numel(), context, path, give);
   return val;
 }
 
@@ -483,14 +514,29 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   // Data: the vocabulary is built from the whole corpus and saved with the model.
   Stopwatch sw;
   std::string text;
+  data::CharTokenizer tok;
+  data::TextSplit split;
+  uint64_t fingerprint = 0;
+  check_text_memory(c.text);
   try {
     text = text_for(c);
+    // The vocabulary, then the ids straight into one int64 tensor whose two
+    // parts are views; the text's bytes are not kept past its fingerprint.
+    fingerprint = data::text_fingerprint(text);
+    tok = data::CharTokenizer::from_text(text);
+    split = data::split_tokens(tok.encode_tensor(text));
+    std::string().swap(text);
+  } catch (const data::TextMemoryError& e) {
+    fail("run charlm: {} ({} bytes) does not fit in memory: {}; expected a smaller --text (or more memory)",
+         text_name(c), e.bytes(), e.detail());
+  } catch (const std::bad_alloc&) {  // the tokenizer's own tables
+    fail("run charlm: {} ({} bytes) does not fit in memory: out of memory building its vocabulary; expected a "
+         "smaller --text (or more memory)",
+         text_name(c), text.size());
   } catch (const Error& e) {
     if (!run.resuming() || run.args().given("text") || c.text.empty()) throw;
     fail("{} (the run's --text, read from this directory when relative; give --text where it is now)", e.what());
   }
-  data::CharTokenizer tok = data::CharTokenizer::from_text(text);
-  data::TextSplit split = data::split_tokens(tok.encode(text));
   // Each part holds a window of --context characters and the one after it.
   // A resume keeps its --context: a text too short for it is not the one
   // the run trained on (which was long enough).
@@ -564,7 +610,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   // The text itself: a resume on another one with the same characters would
   // train on other windows (not required: older checkpoints lack it).
   run.track_constant("corpus/fingerprint",
-                     Tensor::from_i64({static_cast<int64_t>(data::text_fingerprint(text))}, {1}), false, "text");
+                     Tensor::from_i64({static_cast<int64_t>(fingerprint)}, {1}), false, "text");
   run.begin([&](RunLog& log) {
     std::vector<int64_t> all(static_cast<size_t>(tok.vocab_size()));
     for (int64_t i = 0; i < tok.vocab_size(); ++i) all[static_cast<size_t>(i)] = i;

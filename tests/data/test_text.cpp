@@ -2,6 +2,8 @@
 // and context windows.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -104,6 +106,90 @@ TEST_CASE("text: a 300-character file name or a symlink loop is a heed::Error na
                     {"the corpus cache '" + loop + "' cannot be read: Too many levels of symbolic links"});
 }
 
+namespace {
+// The tokenizer as it was first written: every code point decoded, sorted
+// and made unique for the vocabulary; the whole text decoded again to
+// encode. The one-pass tokenizer must give the very same vocabulary and ids
+// (checkpoints and logs record them).
+struct ReferenceTokenizer {
+  std::vector<uint32_t> chars;
+  std::vector<int64_t> ids;
+  explicit ReferenceTokenizer(const std::string& text) {
+    std::vector<uint32_t> cps = decode_utf8(text);
+    chars = cps;
+    std::sort(chars.begin(), chars.end());
+    chars.erase(std::unique(chars.begin(), chars.end()), chars.end());
+    for (uint32_t cp : cps)
+      ids.push_back(std::lower_bound(chars.begin(), chars.end(), cp) - chars.begin());
+  }
+};
+}  // namespace
+
+TEST_CASE("text: the one-pass tokenizer gives the vocabulary and ids of decode, sort and unique") {
+  // Multi-byte characters of every length, CRLF line ends, NUL, DEL, the
+  // last code point, and seeded random mixes of them.
+  const std::vector<std::string> alphabet = {"a", "Z", " ", "\r\n", "\n", std::string(1, '\0'), "\x7f", "é", "ß",
+                                             "—", "∑", "中", "🙂", "\xF4\x8F\xBF\xBF" /* U+10FFFF */, "\xC2\x80"};
+  std::vector<std::string> texts = {"In the beginning God created the heaven and the earth.\r\n",
+                                    std::string("nul\0inside\0", 11), "héllo wörld — ∑ 🙂", "\xF4\x8F\xBF\xBF"};
+  Generator g(7);
+  for (int k = 0; k < 20; ++k) {
+    std::string t;
+    const int64_t n = g.randint(1, 400);
+    for (int64_t i = 0; i < n; ++i) t += alphabet[static_cast<size_t>(g.randint(0, static_cast<int64_t>(alphabet.size())))];
+    texts.push_back(t);
+  }
+  for (const std::string& text : texts) {
+    CAPTURE(escape_invalid_utf8(text));
+    const ReferenceTokenizer ref(text);
+    const CharTokenizer t = CharTokenizer::from_text(text);
+    CHECK(t.chars() == ref.chars);
+    CHECK(t.encode(text) == ref.ids);
+    const Tensor ids = t.encode_tensor(text);
+    CHECK(ids.dtype() == DType::i64);
+    CHECK(ids.shape() == Shape{static_cast<int64_t>(ref.ids.size())});
+    CHECK(ids.to_vector<int64_t>() == ref.ids);
+    CHECK(t.decode(ref.ids) == text);
+    // The saved vocabulary rebuilds the same tokenizer.
+    CHECK(CharTokenizer::from_tensor(t.to_tensor()).chars() == ref.chars);
+  }
+}
+
+TEST_CASE("text: split_tokens of a tensor gives views of its storage, the parts split_tokens of a vector gives") {
+  std::vector<int64_t> v(1234);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>((i * 7919) % 61);
+  const Tensor ids = Tensor::from_i64(v, {1234});
+  const TextSplit a = split_tokens(ids), b = split_tokens(v);
+  CHECK(a.train.numel() == 1110);
+  CHECK(a.val.numel() == 124);
+  CHECK(a.train.to_vector<int64_t>() == b.train.to_vector<int64_t>());
+  CHECK(a.val.to_vector<int64_t>() == b.val.to_vector<int64_t>());
+  CHECK(a.train.shares_storage(ids));  // no copy of the stream
+  CHECK(a.val.shares_storage(ids));
+  CHECK(a.val.data<int64_t>() == ids.data<int64_t>() + 1110);
+  // Windows over a view read the view's tokens.
+  Generator g1(3), g2(3);
+  Tensor x1, y1, x2, y2;
+  random_windows(a.val, 5, 8, g1, x1, y1);
+  random_windows(b.val, 5, 8, g2, x2, y2);
+  CHECK(x1.to_vector<int64_t>() == x2.to_vector<int64_t>());
+  CHECK(y1.to_vector<int64_t>() == y2.to_vector<int64_t>());
+  test::check_error([&] { split_tokens(Tensor::zeros({4})); }, {"split_tokens", "int64"});
+  test::check_error([&] { split_tokens(Tensor::from_i64({1, 2, 3, 4}, {2, 2})); }, {"split_tokens", "[2, 2]"});
+}
+
+TEST_CASE("text: the one-pass tokenizer keeps its errors: invalid UTF-8 by byte offset, before a character it lacks") {
+  const CharTokenizer t = CharTokenizer::from_text("abc\n");
+  test::check_error([&] { t.encode_tensor("abx"); }, {"character 'x' (U+0078) at position 2", "vocabulary of 4"});
+  test::check_error([&] { t.encode_tensor("ab\tc"); }, {"control character (U+0009) at position 2"});
+  test::check_error([&] { t.encode(std::string("a\xC3(", 3)); }, {"text: invalid UTF-8 at byte offset 2 (byte 0x28)"});
+  // A missing character before invalid UTF-8: the invalid UTF-8 is reported,
+  // as when the whole text was decoded first.
+  test::check_error([&] { t.encode_tensor(std::string("abxa\xFF", 5)); }, {"invalid UTF-8 at byte offset 4"});
+  test::check_error([&] { CharTokenizer::from_text(std::string("ok\xED\xA0\x80", 5)); },
+                    {"text: invalid UTF-8 at byte offset 2"});
+}
+
 TEST_CASE("text: a text file's path that is not UTF-8 is shown with \\xNN, not its raw bytes") {
   test::TempDir d("heed-text-latin1-");
   const std::string empty = d.path + "/caf\xE9.txt";
@@ -122,4 +208,28 @@ TEST_CASE("text: a text file's path that is not UTF-8 is shown with \\xNN, not i
   test::check_error([&] { load_text(bad); }, {d.path + "/bad\\xe9\\x0a.txt: invalid UTF-8 at byte offset 2"});
   test::check_error([&] { load_text(d.path + "/gone\xE9.txt"); },
                     {"text file '" + d.path + "/gone\\xe9.txt' does not exist"});
+}
+
+TEST_CASE("text: a text read from a pipe, or a file that is not a whole number of buffers, is read whole") {
+  std::string big;
+  for (int i = 0; big.size() < 300000; ++i) big += fmt::format("line {} — ∑ {}\r\n", i, i * i);
+  const std::string p = write_file("big.txt", big);
+  CHECK(load_text(p) == big);
+  FILE* pipe = popen(fmt::format("cat '{}'", p).c_str(), "r");
+  REQUIRE(pipe);
+  const std::string via = load_text(fmt::format("/dev/fd/{}", fileno(pipe)));
+  pclose(pipe);
+  CHECK(via == big);
+}
+
+TEST_CASE("text: running out of memory is a TextMemoryError naming the file and its size") {
+  const TextMemoryError named("/data/caf\xE9.txt", 314572800, "out of memory reading its bytes");
+  CHECK(std::string(named.what()) ==
+        "text file '/data/caf\\xe9.txt' (314572800 bytes) does not fit in memory: out of memory reading its bytes");
+  CHECK(named.bytes() == 314572800);
+  const TextMemoryError unnamed("", 12, "x");
+  CHECK(std::string(unnamed.what()) == "the text (12 bytes) does not fit in memory: x");
+  // What a check before loading counts: the bytes and an int64 id a byte.
+  CHECK(text_memory_bytes(100000000) >= 9e8);
+  CHECK(text_memory_bytes(100000000) < 1e9);
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "data/checkpoint.h"
 #include "data/h5.h"
@@ -387,6 +388,76 @@ TEST_CASE("charlm: the closing hint's --prompt is a stretch of the text without 
     const std::string hint = r.out.substr(r.out.find("sample it:"));
     CHECK(std::count_if(hint.begin(), hint.end() - 1, [](char ch) { return static_cast<unsigned char>(ch) < 0x20; }) ==
           0);
+  }
+}
+
+TEST_CASE("charlm: a --text too big to load is refused before it is read, naming --text, the file and its size") {
+  // A sparse file of 64 GiB: loading it takes 9 bytes a byte (its bytes and
+  // an int64 id a character), more than any machine that runs this has. It
+  // took minutes to fail with a bare "std::bad_alloc" (or was killed).
+  test::TempDir d("heed-charlm-huge-");
+  const std::string huge = d.path + "/huge.txt";
+  const int64_t size = int64_t{64} << 30;
+  std::ofstream(huge, std::ios::binary).close();
+  std::filesystem::resize_file(huge, static_cast<uintmax_t>(size));
+  const test::Result r = test::heed_cli({"run", "charlm", "--text", huge, "--layers", "1", "--width", "16", "--heads",
+                                         "2", "--context", "16", "--steps", "2", "--out", d.path + "/b.h5"},
+                                        d.path);
+  INFO(r.out << r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err.rfind("heed: run charlm: --text '" + huge + "' (" + std::to_string(size) + " bytes) needs 576.0 GiB", 0) ==
+        0);
+  CHECK(r.err.find("to load (its bytes and an 8-byte token id a character), more than the ") != std::string::npos);
+  CHECK(r.err.find("; expected a smaller --text\n") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.out.empty());
+  CHECK_FALSE(std::filesystem::exists(d.path + "/b.h5"));  // no log, no checkpoint
+  CHECK_FALSE(std::filesystem::exists(d.path + "/b.ckpt.h5"));
+}
+
+TEST_CASE("charlm: running out of memory loading --text is an error naming --text and its size, not std::bad_alloc") {
+  // A pipe's size is unknown until it is read, so nothing refuses it up
+  // front: the allocation that fails is named. 200 MB of NUL characters:
+  // their bytes fit, their 1.6 GB of int64 ids do not (under ulimit -v, or
+  // AddressSanitizer's allocation limit, which ulimit -v cannot give).
+  test::TempDir d("heed-charlm-oom-");
+  struct Case {
+    int64_t bytes;
+    std::string detail;
+  };
+#ifdef __SANITIZE_ADDRESS__
+  const std::string limit =
+      "ASAN_OPTIONS=\"$ASAN_OPTIONS:allocator_may_return_null=1:max_allocation_size_mb=300\"; export ASAN_OPTIONS; ";
+  // (A std::string past the limit aborts under AddressSanitizer, whose
+  // operator new does not throw.)
+  const std::vector<Case> cases = {{200000000, "its 200000000 characters' token ids take 1.5 GiB (1600000000 bytes)"}};
+#else
+  const std::string limit = "ulimit -v 1200000; ";
+  // The ids' tensor (heed's allocator), then the text's own bytes (a
+  // std::bad_alloc while reading the pipe).
+  const std::vector<Case> cases = {{200000000, "its 200000000 characters' token ids take 1.5 GiB (1600000000 bytes)"},
+                                   {3000000000, "out of memory reading its bytes (a pipe: the bytes read so far)"}};
+#endif
+  for (const Case& c : cases) {
+    CAPTURE(c.bytes);
+    const test::Result r = test::run_process(
+        {"/bin/sh", "-c",
+         limit + "head -c " + std::to_string(c.bytes) + " /dev/zero | exec \"$0\" \"$@\"", HEED_CLI_PATH, "run",
+         "charlm", "--text", "/dev/stdin", "--layers", "1", "--width", "16", "--heads", "2", "--context", "16",
+         "--steps", "2", "--out", d.path + "/b.h5"},
+        d.path);
+    INFO(r.out << r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.rfind("heed: run charlm: --text '/dev/stdin' (", 0) == 0);
+    CHECK(r.err.find(" bytes) does not fit in memory: " + c.detail) != std::string::npos);
+    CHECK(r.err.find("; expected a smaller --text (or more memory)\n") != std::string::npos);
+    CHECK(r.err.find("bad_alloc") == std::string::npos);
+    // One line of heed's (AddressSanitizer's own warning aside).
+    int64_t lines = 0;
+    std::istringstream err(r.err);
+    for (std::string line; std::getline(err, line);) lines += line.rfind("==", 0) != 0;
+    CHECK(lines == 1);
+    CHECK_FALSE(std::filesystem::exists(d.path + "/b.h5"));
   }
 }
 
