@@ -1213,7 +1213,9 @@ void Run::check_init_from(const std::string* model) const {
     return;  // init_model reports it, naming the file
   }
   const auto exp = meta.find(kExperimentKey);
-  if (exp == meta.end()) return;  // not heed export's: its names and shapes are checked as they load
+  // Not heed export's (an empty heed_experiment names none, as for -o's
+  // check): its names and shapes are checked as they load.
+  if (exp == meta.end() || exp->second.empty()) return;
   const auto m = meta.find(kModelKey);
   const std::string theirs = m == meta.end() ? std::string() : m->second;
   if (exp->second != experiment_)

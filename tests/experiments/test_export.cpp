@@ -355,7 +355,11 @@ TEST_CASE("export: every run's --init-from refuses another experiment's export i
   // The run's own experiment's export starts it, and so do the same weights
   // without heed export's metadata (a PyTorch user's file).
   safetensors::save(p + "/bare.safetensors", copy.tensors, {{"format", "pt"}});
-  for (const std::string file : {"c.safetensors", "bare.safetensors"}) {
+  // An empty heed_experiment names no experiment (as for -o's check): the
+  // file is taken as one without it, not refused as "a  model" of "a
+  // checkpoint" of no name.
+  safetensors::save(p + "/unnamed.safetensors", copy.tensors, {{"heed_experiment", ""}});
+  for (const std::string file : {"c.safetensors", "bare.safetensors", "unnamed.safetensors"}) {
     CAPTURE(file);
     Result r = heed_cli({"run", "copy", "--steps", "2", "--init-from", p + "/" + file, "--out", p + "/x.h5"}, p);
     INFO(r.out << r.err);
