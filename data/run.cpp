@@ -1159,8 +1159,10 @@ void Run::restore_state() {
   for (const auto& [k, v] : ck.counters)
     if (k != "step" && k != "steps" && k != "processes" && !counters_.count(k)) unexpected.push_back("counter " + k);
   if (!missing.empty() || !unexpected.empty())
-    fail("{} does not fit this run: missing [{}], unexpected [{}]", where, fmt::join(missing, ", "),
-         fmt::join(unexpected, ", "));
+    fail("{} does not fit this run: {}{}{}", where,
+         missing.empty() ? "" : fmt::format("missing [{}]", fmt::join(missing, ", ")),
+         missing.empty() || unexpected.empty() ? "" : ", ",
+         unexpected.empty() ? "" : fmt::format("unexpected [{}]", fmt::join(unexpected, ", ")));
   // A diverged run's weights (heed writes no checkpoint after a non-finite
   // loss, but older heeds and other programs did) would train on NaN.
   for (const Entry& e : entries_)
@@ -1574,9 +1576,9 @@ int64_t Run::resumed_length() const {
 
 void Run::check_resumed_step(int64_t at) const {
   if (at < 0 || at > steps_)
-    throw UsageError(fmt::format("{}: checkpoint '{}' is at step {}, beyond this run's {} steps (the length may only "
-                                 "grow on resume)",
-                                 args_.command(), resume_, at, steps_));
+    throw UsageError(fmt::format("{}: checkpoint '{}' is at step {}, beyond this run's {} steps (a resumed run goes "
+                                 "on from its step: expected --steps {} or more)",
+                                 args_.command(), resume_, at, steps_, at));
 }
 
 void Run::check_unfinished(int64_t at) const {

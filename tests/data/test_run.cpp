@@ -218,7 +218,14 @@ TEST_CASE("Run: a finished run continues for more steps, and the log has every s
     CHECK(text("command_line").find("--resume") == std::string::npos);
   }
   test::check_error([&] { Toy().go({"--resume", d.path + "/f.ckpt.h5", "--steps", "5"}); },
-                    {"at step 16", "beyond this run's 5 steps"});
+                    {"at step 16", "beyond this run's 5 steps", "expected --steps 16 or more"});
+  // A shorter run than the first, still past the checkpoint's step, goes on
+  // (the message said "the length may only grow on resume").
+  Toy first;
+  REQUIRE(first.go({"--out", d.path + "/s.h5", "--stop-after", "4"}) == 130);  // of 10 steps
+  Toy shorter;
+  REQUIRE(shorter.go({"--resume", d.path + "/s.ckpt.h5", "--steps", "6"}) == 0);
+  CHECK(h5::File(d.path + "/s.h5", h5::File::Mode::read).read_tensor("metrics/loss").size(0) == 6);
 }
 
 TEST_CASE("Run: a checkpoint that does not fit the program is refused before any file changes") {
@@ -721,6 +728,12 @@ TEST_CASE("Run: stop_requested() tells a step's long work that Ctrl-C came; a co
   again.raise_at = 2;
   REQUIRE(again.go({"--out", d.path + "/r.h5"}) == 130);
   test::check_error([&] { req.go({"--resume", d.path + "/r.ckpt.h5"}); }, {"does not fit", "missing [counter later]"});
+  try {  // nothing unexpected: not said ("missing [counter later], unexpected []")
+    req.go({"--resume", d.path + "/r.ckpt.h5"});
+    FAIL("the resume was not refused");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("unexpected") == std::string::npos);
+  }
 }
 
 TEST_CASE("Run: owed work names a tracked counter, before begin()") {
