@@ -172,6 +172,12 @@ void* allocate(size_t bytes) {
       }
   }
   void* p = system_alloc(n);
+  if (!p && c.enabled) {
+    // Blocks of other sizes sitting in the cache may be what stands in the
+    // way: hand them back to the system and ask once more.
+    empty_cache();
+    p = system_alloc(n);
+  }
   if (!p) fail("out of memory allocating {} bytes", bytes);  // the gauges stay as they were
   {
     std::lock_guard<std::mutex> lock(c.mu);

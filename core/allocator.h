@@ -25,7 +25,8 @@
 
 namespace heed::alloc {
 
-void* allocate(size_t bytes);          // 64-byte aligned; never null (throws)
+void* allocate(size_t bytes);          // 64-byte aligned; never null: when the system refuses, empties the cache and
+                                       // asks once more, then throws
 void release(void* p, size_t bytes);   // bytes as passed to allocate
 
 // A std::allocator whose blocks start on a 64-byte cache line, for kernels'

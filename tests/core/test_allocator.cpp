@@ -2,6 +2,11 @@
 #include "core/allocator.h"
 #include "test_util.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+
 using namespace heed;
 
 TEST_CASE("allocator: after one warm-up step a training step takes no new memory from the system") {
@@ -143,4 +148,48 @@ TEST_CASE("allocator: an allocation the system refuses changes no gauge") {
   CHECK(after.bytes_in_use == before.bytes_in_use);
   CHECK(after.peak_bytes_in_use == before.peak_bytes_in_use);
   CHECK(after.system_allocs == before.system_allocs);
+}
+
+namespace {
+// The process's address space in bytes (VmSize), or -1.
+int64_t address_space_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  int64_t kb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmSize: %ld kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+}  // namespace
+
+TEST_CASE("allocator: an allocation that fits only without the cache's blocks empties the cache and succeeds") {
+  // A child process under an address-space limit caches a freed 400 MB block,
+  // then asks for 420 MB: only the room the cached block holds lets it fit.
+  constexpr size_t kFirst = size_t{400} << 20, kSecond = size_t{420} << 20;
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int64_t now = address_space_bytes();
+    if (now < 0) _exit(3);
+    const rlimit lim{static_cast<rlim_t>(now) + (size_t{600} << 20), static_cast<rlim_t>(now) + (size_t{600} << 20)};
+    if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(3);
+    try {
+      void* a = alloc::allocate(kFirst);
+      std::memset(a, 1, 4096);
+      alloc::release(a, kFirst);  // into the cache when it is on
+      void* b = alloc::allocate(kSecond);
+      std::memset(b, 2, 4096);
+      alloc::release(b, kSecond);
+    } catch (const heed::Error&) {
+      _exit(1);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK_MESSAGE(WEXITSTATUS(status) == 0, "exit status ", WEXITSTATUS(status),
+                " (1: the second allocation was refused although the cache held room for it; 3: no limit could be set)");
 }
