@@ -526,7 +526,32 @@ namespace {
 const std::string kDefaultGenerator = "rng/default";
 }  // namespace
 
+const std::vector<std::string>& bundled_experiments() {
+  static const std::vector<std::string> names = {"attend",  "charlm", "compression", "copy",      "crossattn",
+                                                 "scaling", "shapes", "sine",        "timeseries"};
+  return names;
+}
+
+namespace {
+// A program's own experiment name, checked before the Run takes it.
+std::string own_experiment_name(std::string name) {
+  if (name.empty())
+    fail("heed::Run: the experiment name is empty; expected the program's name (e.g. \"mine\"), which its log and "
+         "checkpoints record");
+  const std::vector<std::string>& bundled = bundled_experiments();
+  if (std::find(bundled.begin(), bundled.end(), name) != bundled.end())
+    fail("heed::Run: the experiment name '{}' is one of heed's bundled experiments ({}), whose logs and checkpoints "
+         "heed plot, inspect, export, sample and quantize read as theirs; expected a name of the program's own "
+         "(e.g. \"my_{}\")",
+         name, fmt::join(bundled, ", "), name);
+  return name;
+}
+}  // namespace
+
 Run::Run(std::string experiment, std::string summary, RunOptions defaults)
+    : Run(own_experiment_name(std::move(experiment)), std::move(summary), std::move(defaults), Bundled{}) {}
+
+Run::Run(std::string experiment, std::string summary, RunOptions defaults, Bundled)
     : experiment_(std::move(experiment)),
       defaults_(std::move(defaults)),
       args_("run " + experiment_, std::move(summary)),

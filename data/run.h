@@ -68,8 +68,24 @@ struct RunOptions {
   std::string program_;
 };
 
+namespace experiments {
+class Run;
+}
+
+// The experiments heed comes with (heed run NAME, and heed attend's log):
+// "attend", "charlm", "compression", "copy", "crossattn", "scaling",
+// "shapes", "sine", "timeseries", in order. heed plot, inspect, export,
+// sample and quantize read a log or checkpoint of one of these names as
+// that experiment's.
+const std::vector<std::string>& bundled_experiments();
+
 class Run {
  public:
+  // experiment: the program's name, which its log and checkpoints record
+  // (and a resume checks). Refused, before anything is touched (heed::Error
+  // naming it), when it is empty or the name of one of heed's bundled
+  // experiments (bundled_experiments()): heed plot would draw its log as
+  // that experiment's, heed export and sample would read its checkpoints so.
   Run(std::string experiment, std::string summary, RunOptions defaults);
   ~Run();
   Run(const Run&) = delete;
@@ -214,6 +230,11 @@ class Run {
   int finish();
 
  private:
+  // The bundled experiments' own Run (heed::experiments::Run, below), which
+  // may bear their names.
+  friend class experiments::Run;
+  struct Bundled {};
+  Run(std::string experiment, std::string summary, RunOptions defaults, Bundled);
   struct Entry {
     std::string name;
     const void* object = nullptr;  // the tracked Stateful (a module, an optimiser)
@@ -296,6 +317,17 @@ class Run {
   std::vector<std::pair<std::string, double>> shown_;
   std::chrono::steady_clock::time_point t0_, last_progress_;
 };
+
+namespace experiments {
+// The Run of heed's bundled experiments (experiments/*.cpp, which live in
+// this namespace and so name it as plain `Run`): a heed::Run that may bear
+// the name of one of them. Nothing else is different.
+class Run : public heed::Run {
+ public:
+  Run(std::string experiment, std::string summary, RunOptions defaults)
+      : heed::Run(std::move(experiment), std::move(summary), std::move(defaults), Bundled{}) {}
+};
+}  // namespace experiments
 
 // Ctrl-C during training (a Run holds one from parse() to finish()). While
 // a StopRequest lives, the first SIGINT or

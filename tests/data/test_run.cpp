@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../experiments/resume_check.h"
+#include "experiments/common.h"
 #include "../experiments/spawn.h"
 #include "test_util.h"
 
@@ -863,4 +864,40 @@ TEST_CASE("Run: a resume may end the run at the step it stopped when that step's
   Toy plain;
   plain.track_later = true;
   test::check_error([&] { plain.go({"--resume", ck, "--steps", "4"}); }, {"stopped at step 4 of 10"});
+}
+
+namespace {
+// What a bundled experiment prints for `heed run NAME --help`.
+std::string bundled_help(const std::string& name) {
+  for (const experiments::Experiment& e : experiments::experiments())
+    if (e.name == name) {
+      int status = -1;
+      const std::string out = stdout_of([&] { status = e.run({"--help"}, {"heed", "run", name, "--help"}); });
+      CHECK(status == 0);
+      return out;
+    }
+  FAIL("no bundled experiment " << name);
+  return "";
+}
+}  // namespace
+
+TEST_CASE("Run: a program's Run may bear neither an empty name nor a bundled experiment's; the bundled ones may") {
+  test::check_error([] { Run("", "a toy", RunOptions("unused.h5").steps(1)); },
+                    {"heed::Run: the experiment name is empty; expected the program's name"});
+  std::vector<std::string> names{"attend"};  // heed attend's log, which heed plot draws as its own
+  for (const experiments::Experiment& e : experiments::experiments()) names.push_back(e.name);
+  for (const std::string& name : names) {
+    INFO("name: " << name);
+    const std::vector<std::string>& bundled = bundled_experiments();
+    CHECK(std::find(bundled.begin(), bundled.end(), name) != bundled.end());
+    test::check_error([&] { Run(name, "mine", RunOptions("unused.h5").steps(1)); },
+                      {"heed::Run: the experiment name '" + name + "' is one of heed's bundled experiments (attend, "
+                       "charlm, compression, copy, crossattn, scaling, shapes, sine, timeseries)",
+                       "expected a name of the program's own (e.g. \"my_" + name + "\")"});
+    experiments::Run own(name, "the bundled one", RunOptions("unused.h5").steps(1));
+    CHECK(own.experiment() == name);
+  }
+  CHECK(Run("my_shapes", "mine", RunOptions("unused.h5").steps(1)).experiment() == "my_shapes");
+  // The bundled experiments still make their Run (here up to its --help).
+  CHECK(test::has(bundled_help("sine"), "usage: heed run sine [options]"));
 }
