@@ -127,6 +127,40 @@ void check_output_path(const std::string& path, const std::string& command, cons
   if (fs::exists(st) && !fs::is_regular_file(st))
     throw UsageError(fmt::format(
         "{} is not a regular file (a FIFO, device or socket); expected a file path like {}", named, example));
+  // Refused before anything is made: a dangling symbolic link where a
+  // directory goes, and a '..' after a directory that does not exist yet
+  // ("nd/.." reaches no file until nd is made, so every check here would
+  // pass it, and made, it names what they never saw: a file where a
+  // directory goes, an existing file to replace; a refusal then left nd).
+  {
+    fs::path existing;  // the part of the path that exists, as given
+    fs::path missing;   // the first directory that does not exist
+    fs::path rest;      // the parts from there on
+    bool back = false;  // a '..' among them
+    for (const fs::path& part : p.parent_path()) {
+      if (missing.empty()) {
+        const fs::path next = existing / part;
+        const bool there = fs::exists(fs::symlink_status(next, ec));
+        // A link to nothing, where a directory goes: no directory can be made there.
+        if (there && part != "." && part != ".." && !part.has_root_path() && !fs::exists(next, ec))
+          throw UsageError(fmt::format("{} goes through '{}', a symbolic link to '{}', which does not exist; expected "
+                                       "a path through directories that exist or can be made",
+                                       named, next.string(), fs::read_symlink(next, ec).string()));
+        if (part == "." || part == ".." || part.has_root_path() || there) {
+          existing = next;
+          continue;
+        }
+        missing = next;
+      }
+      rest /= part;
+      back = back || part == "..";
+    }
+    if (back)
+      throw UsageError(fmt::format("{} has '..' after '{}', a directory that does not exist; expected a path "
+                                   "without '..' after a directory to be made (e.g. '{}')",
+                                   named, missing.string(),
+                                   (existing / (rest / p.filename()).lexically_normal()).string()));
+  }
   // The directories to be made later: the nearest one that exists must be a
   // directory, and writable (probed with a file of a unique name, so that
   // no file of the user's is ever touched).
@@ -179,15 +213,36 @@ void check_output_path(const std::string& path, const std::string& command, cons
   if (err) throw UsageError(fmt::format("{}cannot write {}: {} fails: {}", in, target, tried, std::strerror(err)));
 }
 
-void prepare_output_path(const std::string& path, const std::string& command, const std::string& flag,
-                         const std::string& example) {
+std::vector<std::string> prepare_output_path(const std::string& path, const std::string& command,
+                                             const std::string& flag, const std::string& example) {
   check_output_path(path, command, flag, example);
-  fs::path p(path);
+  const fs::path p(path);
   std::error_code ec;
-  if (p.has_parent_path() && !fs::exists(p.parent_path(), ec)) {
-    fs::create_directories(p.parent_path(), ec);
-    if (ec) fail("cannot create directory '{}' for '{}': {}", p.parent_path().string(), path, ec.message());
+  std::vector<fs::path> wanted;  // the directories missing, innermost first
+  if (p.has_parent_path())
+    for (fs::path d = p.parent_path(); !d.empty() && !fs::exists(d, ec); d = d.parent_path()) {
+      wanted.push_back(d);
+      if (!d.has_relative_path() || d.parent_path() == d) break;
+    }
+  // One at a time, outermost first; a failure removes those made before it.
+  std::vector<std::string> made;
+  for (auto d = wanted.rbegin(); d != wanted.rend(); ++d) {
+    if (::mkdir(d->c_str(), 0777) == 0) {
+      made.push_back(d->string());
+      continue;
+    }
+    const int err = errno;
+    if (err == EEXIST && fs::is_directory(*d, ec)) continue;  // made meanwhile
+    remove_directories(made);
+    const std::string in = command.empty() ? "" : command + ": ";
+    fail("{}cannot create the directory '{}' for {}'{}': {}", in, d->string(), flag.empty() ? "" : flag + " ", path,
+         std::strerror(err));
   }
+  return made;
+}
+
+void remove_directories(const std::vector<std::string>& made) noexcept {
+  for (auto d = made.rbegin(); d != made.rend(); ++d) ::rmdir(d->c_str());  // only while empty
 }
 
 std::string ExistingFile::describe() const {
@@ -1317,15 +1372,30 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
   // The directories parse() checked, made once nothing can refuse the run
   // any more (after the checkpoint's state fits, after --init-from's
   // weights do): a refused run leaves no directory.
-  auto make_directories = [this] {
+  // What it makes is undone when something fails before the run has
+  // begun (a name too long for the filesystem, found only once its
+  // directory exists): a refused run leaves no directory and no empty log.
+  std::vector<std::string> made;  // the directories made, in order
+  bool log_made = false;          // the log's file, made by lock()
+  auto make_directories = [&] {
     if (!dist::is_main()) return;
-    if (!resuming() || new_log_) prepare_output_path(out_);
-    prepare_output_path(checkpoint_);
+    auto add = [&made](const std::vector<std::string>& d) { made.insert(made.end(), d.begin(), d.end()); };
+    if (!resuming() || new_log_) add(prepare_output_path(out_, args_.command(), "--out"));
+    add(prepare_output_path(checkpoint_, args_.command(), args_.given("checkpoint") ? "--checkpoint" : ""));
+  };
+  auto undo = [&] {
+    log_.reset();
+    release_log();  // the checkpoint's lock too (its file removed when this run made it)
+    if (log_made) ::unlink(out_.c_str());
+    remove_directories(made);
   };
   // The log's lock, taken just before the log is opened (an empty file is
   // created for it when there is none: nothing may fail after that).
-  auto lock = [this] {
+  auto lock = [&] {
+    std::error_code ec;
+    if (dist::is_main() && log_lock_ < 0) log_made = !fs::exists(fs::symlink_status(out_, ec));
     if (dist::is_main() && log_lock_ < 0 && (log_lock_ = lock_log(out_)) < 0) {
+      log_made = false;
       release_log();  // the checkpoint's lock too
       fail("{}: the log '{}' is being written by a run that is still going{}", args_.command(), out_,
            holder_words(log_writer(out_)));
@@ -1352,12 +1422,12 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     try {
       make_directories();
       lock_checkpoint();
+      if (new_log_) start_log(fmt::format("the run of checkpoint '{}' from step {}", resume_, step_));
     } catch (...) {
-      release_log();
+      undo();
       throw;
     }
     if (new_log_) {
-      start_log(fmt::format("the run of checkpoint '{}' from step {}", resume_, step_));
       fmt::print("resumed from {} at step {}/{} into a new log, {} (it continues the run after step {})\n", resume_, step_,
                  steps_, out_, step_);
     } else {
@@ -1372,18 +1442,28 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
       RunLog::Options opt;
       for (const auto& [k, v] : args_.values())
         if (kResumeMayChange.count(k) || changeable_.count(k)) opt.attrs["config." + k] = v;
-      log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_, opt, redo) : RunLog::discard());
+      try {
+        log_ = std::make_unique<RunLog>(dist::is_main() ? RunLog::resume(out_, step_, opt, redo) : RunLog::discard());
+      } catch (...) {
+        undo();
+        throw;
+      }
       fmt::print("resumed from {} at step {}/{}\n", resume_, step_, steps_);
     }
   } else {
     if (!init_from_.empty()) init_model();  // before any file or directory: weights that do not fit leave none
-    make_directories();
-    lock_checkpoint();
-    run_id_ = new_run_id();
-    if (dist::is_main())
-      start_log("");
-    else
-      log_ = std::make_unique<RunLog>(RunLog::discard());
+    try {
+      make_directories();
+      lock_checkpoint();
+      run_id_ = new_run_id();
+      if (dist::is_main())
+        start_log("");
+      else
+        log_ = std::make_unique<RunLog>(RunLog::discard());
+    } catch (...) {
+      undo();
+      throw;
+    }
   }
   if (dist::size() > 1) fmt::print("data-parallel: {} processes, rank 0 logs and checkpoints\n", dist::size());
   fmt::print("logging to {}, checkpoints to {}\n", out_, checkpoint_);

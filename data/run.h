@@ -398,16 +398,24 @@ class OutputLock {
 };
 // Checks that a file can be created at path (naming the path when not):
 // its directory, or the nearest existing one above it, is a writable
-// directory, and path is none, or not a directory or special file. Creates
-// nothing: a refused command leaves no directory behind. Throws UsageError
+// directory, and path is none, or not a directory or special file; a '..'
+// after a directory that does not exist yet ("nd/../x.h5", which names no
+// file until nd is made) is refused. Creates nothing: a refused command
+// leaves no directory behind. Throws UsageError
 // naming the command and the option that gave the path, when given
 // ("run copy: --out 'x' is a directory; expected a file path like run.h5",
 // `example` the kind of file the command writes).
 void check_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "",
                        const std::string& example = "run.h5");
-// The same, then creates the directories path needs; never touches path itself.
-void prepare_output_path(const std::string& path, const std::string& command = "", const std::string& flag = "",
-                         const std::string& example = "run.h5");
+// The same, then creates the directories path needs, outermost first;
+// never touches path itself. Returns the directories it made, in the order
+// made (none when they all exist); a failure midway removes them again
+// before it throws.
+std::vector<std::string> prepare_output_path(const std::string& path, const std::string& command = "",
+                                             const std::string& flag = "", const std::string& example = "run.h5");
+// Removes directories prepare_output_path made, innermost first, each only
+// while it is empty (a refused command's, so that it leaves none behind).
+void remove_directories(const std::vector<std::string>& made) noexcept;
 // What an output path holds now, so that a command replaces only a file it
 // wrote before (or nothing anyone could use) and refuses every other one.
 struct ExistingFile {

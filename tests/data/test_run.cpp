@@ -901,3 +901,53 @@ TEST_CASE("Run: a program's Run may bear neither an empty name nor a bundled exp
   // The bundled experiments still make their Run (here up to its --help).
   CHECK(test::has(bundled_help("sine"), "usage: heed run sine [options]"));
 }
+
+namespace {
+// Every path under dir (directories and links too), to check that a refused
+// run made none.
+std::set<std::string> every_entry(const std::string& dir) {
+  std::set<std::string> all;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) all.insert(e.path().string());
+  return all;
+}
+}  // namespace
+
+TEST_CASE("Run: a path with '..' after a directory to be made is refused; a run refused later removes what it made") {
+  test::TempDir d("heed-run-dirs-");
+  std::ofstream(d.path + "/afile") << "notes";
+  fs::create_symlink("afile", d.path + "/link");
+  fs::create_symlink("nowhere", d.path + "/dangling");
+  const std::set<std::string> before = every_entry(d.path);
+  // "nd/.." reaches nothing until nd is made; made, it names a file, a
+  // dangling link or any file at all where a directory goes.
+  for (const std::string target : {"link", "dangling", "afile"}) {
+    INFO("through " << target);
+    const std::string out = d.path + "/nd/../" + target + "/x.h5";
+    test::check_error([&] { Toy().go({"--out", out}); },
+                      {"run toy: --out '" + out + "' has '..' after '" + d.path + "/nd', a directory that does not "
+                       "exist; expected a path without '..' after a directory to be made (e.g. '" + d.path + "/" +
+                       target + "/x.h5')"});
+    CHECK(every_entry(d.path) == before);
+  }
+  // A link to nothing where a directory goes: refused in parse(), before the program's work.
+  test::check_error([&] { Toy().go({"--out", d.path + "/dangling/x.h5"}); },
+                    {"--out '" + d.path + "/dangling/x.h5' goes through '" + d.path +
+                     "/dangling', a symbolic link to 'nowhere', which does not exist"});
+  test::check_error([&] { check_output_path("nd/a/../../x.h5", "export", "-o"); },
+                    {"export: -o 'nd/a/../../x.h5' has '..' after 'nd'", "(e.g. 'x.h5')"});
+  test::check_error([&] { Toy().go({"--out", d.path + "/x.h5", "--checkpoint", d.path + "/nd/../c.h5"}); },
+                    {"--checkpoint '" + d.path + "/nd/../c.h5' has '..' after"});
+  CHECK(every_entry(d.path) == before);
+  // Refused only once its directories exist: the checkpoint's lock file,
+  // "<name>.lock", is a name too long for the filesystem.
+  const std::string long_name = d.path + "/nd2/sub/" + std::string(250, 'c') + ".h5";
+  test::check_error([&] { Toy().go({"--out", d.path + "/nd/x.h5", "--checkpoint", long_name}); },
+                    {"File name too long"});
+  CHECK(every_entry(d.path) == before);
+  // What prepare_output_path made, in order; removed innermost first.
+  const std::vector<std::string> made = prepare_output_path(d.path + "/p/q/x.h5");
+  CHECK(made == std::vector<std::string>{d.path + "/p", d.path + "/p/q"});
+  CHECK(prepare_output_path(d.path + "/p/q/y.h5").empty());
+  remove_directories(made);
+  CHECK(every_entry(d.path) == before);
+}
