@@ -617,6 +617,9 @@ Run::Run(std::string experiment, std::string summary, RunOptions defaults, Bundl
   threads_ = defaults_.threads_;
   precision_ = defaults_.precision_;
   steps_ = defaults_.steps_;
+  // Declared in parse(), for every run; a program may still give its own words.
+  if (!defaults_.init_from_)
+    args_.withhold("init-from", "does not apply: this program starts no model from given weights");
   // Dropout and anything else drawing from the default generator.
   track(kDefaultGenerator, default_generator());
 }

@@ -55,6 +55,7 @@ struct RunOptions {
   RunOptions& precision(std::string p) { precision_ = std::move(p); return *this; }
   RunOptions& progress_seconds(double s) { progress_seconds_ = s; return *this; }
   RunOptions& program(std::string p) { program_ = std::move(p); return *this; }
+  RunOptions& init_from(bool offered) { init_from_ = offered; return *this; }
   std::string out_;                 // --out: the HDF5 log
   int64_t steps_ = 0;               // --steps; 0: no --steps option, the program calls set_steps()
   int64_t checkpoint_every_ = 500;  // --checkpoint-every N (0: only at the end and when stopped)
@@ -66,6 +67,12 @@ struct RunOptions {
   // tool with subcommands). Unset: argv[0] with parse(argc, argv), else
   // "heed run <experiment>".
   std::string program_;
+  // --init-from: false for a program that trains no one model tracked as
+  // "model" (or "model/NAME"), whose Run would refuse it: --help then does
+  // not offer it, and given, it is refused at once ("--init-from does not
+  // apply: ..."; args().withhold("init-from", why) says it in the program's
+  // own words).
+  bool init_from_ = true;
 };
 
 namespace experiments {

@@ -951,3 +951,32 @@ TEST_CASE("Run: a path with '..' after a directory to be made is refused; a run 
   remove_directories(made);
   CHECK(every_entry(d.path) == before);
 }
+
+TEST_CASE("Run: RunOptions::init_from(false) leaves --init-from out of --help and refuses it at once") {
+  test::TempDir d("heed-run-init-");
+  const RunOptions none = RunOptions("unused.h5").steps(3).progress_seconds(0).init_from(false);
+  Toy shown;
+  const std::string offered = stdout_of([&] { CHECK(shown.go({"--help"}) == 0); });
+  CHECK(test::has(offered, "--init-from FILE"));
+  Toy help(none);
+  const std::string text = stdout_of([&] { CHECK(help.go({"--help"}) == 0); });
+  CHECK(test::has(text, "--resume FILE"));
+  CHECK(!test::has(text, "init-from"));
+  const std::string weights = d.path + "/w.safetensors";
+  safetensors::save(weights, {{"weight", Tensor::zeros({2, 3})}, {"bias", Tensor::zeros({2})}});
+  const std::set<std::string> before = every_entry(d.path);
+  Toy given(none);
+  bool usage = false;
+  test::check_error(
+      [&] {
+        try {
+          given.go({"--out", d.path + "/i.h5", "--init-from", weights});
+        } catch (const UsageError&) {
+          usage = true;
+          throw;
+        }
+      },
+      {"run toy: --init-from does not apply: this program starts no model from given weights"});
+  CHECK(usage);
+  CHECK(every_entry(d.path) == before);
+}
