@@ -728,7 +728,14 @@ void log_machine(RunLog& log, int64_t threads) {
   log.set_attr("backends", heed::backend_info());
 }
 
-void Run::may_change_on_resume(const std::string& option) { changeable_.insert(option); }
+void Run::may_change_on_resume(const std::string& option) {
+  // The resume's options are checked in parse(), and --help listed them.
+  if (parse_called_)
+    fail("Run::may_change_on_resume('{}'): called after parse(), which has checked a resume's options; expected it "
+         "before parse()",
+         option);
+  changeable_.insert(option);
+}
 void Run::resolved_default(const std::string& option, const std::string& placeholder) {
   placeholders_[option] = placeholder;
 }
@@ -805,10 +812,7 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   args_.path("out", &out_, "HDF5 log file")
       .path("checkpoint", &checkpoint_, "checkpoint file (default: the log's name with .ckpt.h5; on --resume: that file)")
       .integer("checkpoint-every", &checkpoint_every_, "write a checkpoint every N steps (0: only at the end and when stopped)", 0)
-      .path("resume", &resume_,
-            "continue the run saved in this checkpoint, appending to its log; its configuration comes back "
-            "with it, and only the run's length, --threads, --stop-after, where and how often it checkpoints, and "
-            "where its log is now (--out, for a log that moved) may change")
+      .path("resume", &resume_, resume_help())
       .integer("stop-after", &stop_after_, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0)
       .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024)
       .choice("precision", &precision_, {"f32", "bf16"},
@@ -901,6 +905,19 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
 // checkpoint's.
 const std::set<std::string> kResumeMayChange = {"threads", "checkpoint", "checkpoint-every", "steps", "out"};
 const std::set<std::string> kNeverRestored = {"resume", "stop-after", "init-from"};
+
+std::string Run::resume_help() const {
+  // The program's own options a resume may change (declared before parse(),
+  // as they must be), named beside the run's.
+  std::vector<std::string> own;
+  for (const std::string& k : changeable_)
+    if (args_.has(k) && !kResumeMayChange.count(k)) own.push_back("--" + k);
+  return fmt::format("continue the run saved in this checkpoint, appending to its log; its configuration comes back "
+                     "with it, and only the run's length{}, --threads, --stop-after, where and how often it "
+                     "checkpoints, {}where its log is now (--out, for a log that moved){} may change",
+                     defaults_.steps_ > 0 ? " (--steps)" : "", own.empty() ? "and " : "",
+                     own.empty() ? std::string() : fmt::format(", and {}", fmt::join(own, ", ")));
+}
 
 void Run::restore_config() {
   const std::set<std::string>& never = kNeverRestored;

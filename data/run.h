@@ -108,6 +108,8 @@ class Run {
   // in its state (as in PyTorch), so a changeable --lr takes effect when the
   // program sets it after begin() (opt.set_lr(lr); a schedule sets it each
   // step anyway).
+  // Before parse() (which checks a resume's options, and whose --help lists
+  // these beside --resume); after it, refused.
   void may_change_on_resume(const std::string& option);
   // An option of the program's whose value `placeholder` (as args().value()
   // shows it, e.g. "-1") stands for a default the program works out after
@@ -255,6 +257,7 @@ class Run {
                  std::function<void(const Tensor&)> load);
   void check_name(const std::string& name, bool tensor) const;  // tensor: a key under tensors/, else a counter
   void restore_config();
+  std::string resume_help() const;  // --resume's help: every option a resume may change
   void check_resumed_step(int64_t at) const;  // refuses a checkpoint's step beyond the run's length
   // Refuses a length that ends the run at the step where a longer one
   // stopped (its end-of-run work undone), unless that step's work is owed.

@@ -980,3 +980,26 @@ TEST_CASE("Run: RunOptions::init_from(false) leaves --init-from out of --help an
   CHECK(usage);
   CHECK(every_entry(d.path) == before);
 }
+
+TEST_CASE("Run: --resume's help names every option a resume may change, the program's own too") {
+  test::TempDir d("heed-run-help-");
+  Toy plain;
+  const std::string text = stdout_of([&] { CHECK(plain.go({"--help"}) == 0); });
+  CHECK(test::has(text, "only the run's length (--steps), --threads, --stop-after, where and how often it "
+                        "checkpoints, and where its log is now (--out, for a log that moved) may change"));
+  int64_t rounds = 1;
+  double rate = 0.5;
+  Toy own;
+  own.run.args().integer("rounds", &rounds, "rounds", 1).real("rate", &rate, "a rate");
+  own.run.may_change_on_resume("rounds");
+  own.run.may_change_on_resume("rate");
+  const std::string listed = stdout_of([&] { CHECK(own.go({"--help"}) == 0); });
+  CHECK(test::has(listed, "where its log is now (--out, for a log that moved), and --rate, --rounds may change"));
+  // After parse() the resume is checked: too late to change what it takes.
+  Toy late;
+  REQUIRE(late.run.parse({"--out", d.path + "/l.h5"}));
+  test::check_error([&] { late.run.may_change_on_resume("rounds"); },
+                    {"Run::may_change_on_resume('rounds'): called after parse()"});
+  // heed run shapes: its length is --epochs, which a resume may raise.
+  CHECK(test::has(bundled_help("shapes"), "(--out, for a log that moved), and --epochs may change"));
+}
