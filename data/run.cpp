@@ -252,11 +252,13 @@ std::string ExistingFile::describe() const {
     case Kind::not_hdf5:
       if (!safetensors) return "a file that is not HDF5";
       return experiment.empty() ? "a safetensors file heed did not write (its metadata names no heed_experiment)"
-                                : fmt::format("a safetensors file heed wrote (of the '{}' experiment)", experiment);
+                                : fmt::format("a safetensors file heed wrote (of the '{}' experiment)",
+                                              safetensors::printable(experiment));
     case Kind::hdf5: return "an HDF5 file that is not heed's";
-    case Kind::log: return fmt::format("a heed run log of the '{}' experiment", experiment);
+    case Kind::log: return fmt::format("a heed run log of the '{}' experiment", safetensors::printable(experiment));
     case Kind::checkpoint:
-      return fmt::format("a heed {}checkpoint of the '{}' experiment", quantized ? "quantized " : "", experiment);
+      return fmt::format("a heed {}checkpoint of the '{}' experiment", quantized ? "quantized " : "",
+                         safetensors::printable(experiment));
   }
   return "?";
 }
@@ -1320,15 +1322,18 @@ void Run::check_init_from(const std::string* model) const {
   if (exp == meta.end() || exp->second.empty()) return;
   const auto m = meta.find(kModelKey);
   const std::string theirs = m == meta.end() ? std::string() : m->second;
+  // The file's words, shown with a newline or a terminal escape as \xNN.
+  using safetensors::printable;
   if (exp->second != experiment_)
     fail("{}: --init-from '{}' holds a {} model{} (heed export of a {} checkpoint: its {} metadata); expected the "
          "weights of a {} model",
-         args_.command(), init_from_, exp->second, theirs.empty() ? std::string() : " (" + theirs + ")", exp->second,
-         kExperimentKey, experiment_);
+         args_.command(), init_from_, printable(exp->second),
+         theirs.empty() ? std::string() : " (" + printable(theirs) + ")", printable(exp->second), kExperimentKey,
+         experiment_);
   if (model && !model->empty() && !theirs.empty() && theirs != *model)
     fail("{}: --init-from '{}' holds the {} model of a {} checkpoint (its {} metadata); this run trains the {} model: "
          "expected its weights (heed export --model {})",
-         args_.command(), init_from_, theirs, experiment_, kModelKey, *model, *model);
+         args_.command(), init_from_, printable(theirs), experiment_, kModelKey, *model, *model);
 }
 
 // --init-from: the weights of the one model the run registered as "model",

@@ -1003,3 +1003,22 @@ TEST_CASE("Run: --resume's help names every option a resume may change, the prog
   // heed run shapes: its length is --epochs, which a resume may raise.
   CHECK(test::has(bundled_help("shapes"), "(--out, for a log that moved), and --epochs may change"));
 }
+
+TEST_CASE("Run: --init-from's refusal and an existing file's description show a file's metadata with \\xNN") {
+  test::TempDir d("heed-run-meta-");
+  const std::string weights = d.path + "/w.safetensors";
+  safetensors::save(weights, {{"weight", Tensor::zeros({2, 3})}},
+                    {{kExperimentKey, "evil\n\x1b[2Jshapes"}, {kModelKey, "m\x1b]0;t\x07"}});
+  std::string msg;
+  try {
+    Toy().go({"--out", d.path + "/e.h5", "--init-from", weights});
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO("message: " << msg);
+  CHECK(test::has(msg, "holds a evil\\x0a\\x1b[2Jshapes model (m\\x1b]0;t\\x07) (heed export of a "
+                       "evil\\x0a\\x1b[2Jshapes checkpoint"));
+  CHECK(msg.find_first_of("\n\x1b\x07") == std::string::npos);
+  CHECK(!fs::exists(d.path + "/e.h5"));
+  CHECK(existing_file(weights).describe() == "a safetensors file heed wrote (of the 'evil\\x0a\\x1b[2Jshapes' experiment)");
+}
