@@ -139,15 +139,9 @@ void check_text_memory(const std::string& path) {
   if (path.empty() || !std::filesystem::is_regular_file(path, ec)) return;
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) return;  // load_text reports it
-  const double need = data::text_memory_bytes(static_cast<int64_t>(size));
-  std::string source;
-  const int64_t avail = memory_available(&source);
-  if (avail < 0 || need <= static_cast<double>(avail)) return;
-  auto gib = [](double b) { return fmt::format("{:.1f} GiB", b / double(int64_t{1} << 30)); };
-  throw UsageError(fmt::format("run charlm: --text '{}' ({} bytes) needs {} ({:.0f} bytes) to load (its bytes and "
-                               "an 8-byte token id a character), more than the {} of {}; expected a smaller --text",
-                               safetensors::printable(path), size, gib(need), need,
-                               gib(static_cast<double>(avail)), source));
+  check_memory_needed("run charlm", fmt::format("--text '{}' ({} bytes)", safetensors::printable(path), size),
+                      "to load (its bytes and an 8-byte token id a character)", "text",
+                      data::text_memory_bytes(static_cast<int64_t>(size)));
 }
 
 // A charlm checkpoint's tokenizer; errors begin with `who` ("sample: " or "").

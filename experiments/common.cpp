@@ -63,14 +63,18 @@ int64_t memory_available(std::string* source) {
 
 void check_memory(const std::string& command, const std::string& option, int64_t value, const std::string& what,
                   double bytes) {
+  check_memory_needed(command, fmt::format("--{} {}", option, value), "for " + what, option, bytes);
+}
+
+void check_memory_needed(const std::string& command, const std::string& subject, const std::string& need,
+                         const std::string& option, double bytes) {
   std::string source;
   const int64_t avail = memory_available(&source);
   if (avail < 0 || bytes <= static_cast<double>(avail)) return;
   auto gib = [](double b) { return fmt::format("{:.1f} GiB", b / double(int64_t{1} << 30)); };
-  throw UsageError(fmt::format("{}: --{} {} needs {} ({:.0f} bytes) for {}, more than the {} of {}; expected a "
-                               "smaller --{}",
-                               command, option, value, gib(bytes), bytes, what, gib(static_cast<double>(avail)),
-                               source, option));
+  throw UsageError(fmt::format("{}: {} needs {} ({:.0f} bytes) {}, more than the {} of {}; expected a smaller --{}",
+                               command, subject, gib(bytes), bytes, need, gib(static_cast<double>(avail)), source,
+                               option));
 }
 
 double tensor_memory(const std::vector<LiveBlocks>& moments) {

@@ -44,6 +44,14 @@ int64_t memory_available(std::string* source = nullptr);
 //   of --length 64), more than the 21.6 GiB of available memory (MemAvailable); expected a smaller --test
 void check_memory(const std::string& command, const std::string& option, int64_t value, const std::string& what,
                   double bytes);
+// check_memory's refusal for what a command line asks that is not an
+// option's number: `subject` is what it asks ("--text 'a.txt' (1000
+// bytes)"), `need` what the bytes are for ("to load (...)"; check_memory's
+// is "for <what>"), `option` the one to make smaller ("text"). E.g.
+//   run charlm: --text 'a.txt' (1000 bytes) needs 1.2 GiB (1288490189 bytes) to load (...), more than the
+//   0.9 GiB of available memory (MemAvailable); expected a smaller --text
+void check_memory_needed(const std::string& command, const std::string& subject, const std::string& need,
+                         const std::string& option, double bytes);
 
 // Tensor blocks alive together at one moment of a run: {bytes of one block,
 // how many of them}.
