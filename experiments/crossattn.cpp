@@ -112,20 +112,37 @@ int run_crossattn(const std::vector<std::string>& args, const std::vector<std::s
     Generator none(0);
     return generate_described(0, none, task);
   });
-  // Memory the options make the run take up front, refused before anything
-  // is written when it is not there (else the kernel kills the run part way):
-  // a set of n samples holds tokens, kinds and centres (int64), signals and
-  // heights (float32); the test set's mean square takes one more signal.
+  // Memory the options make the run take, refused before anything is
+  // written when it is not there (else the kernel kills the run part way, or
+  // an allocation fails after the log is written): the test set; the model's
+  // weights, gradients and optimiser state; what a training step and an
+  // evaluation allocate besides (crossattn_memory). Named is the option that
+  // makes it too much: --dim when the weights alone are, --length when one
+  // sample a step is, else --batch.
   {
-    const auto M = static_cast<double>(task.shapes), L = static_cast<double>(task.length);
-    const double sample = 8 * 3 * M + 8 * M + 8 * M + 4 * M + 4 * L;
-    const double test_bytes = static_cast<double>(c.test) * (sample + 4 * L);
     check_memory("run crossattn", "test", c.test,
                  fmt::format("the test set ({} samples of --length {})", c.test, task.length),
-                 test_bytes);
+                 described_bytes(c.test, task) + 4 * static_cast<double>(task.length) * static_cast<double>(c.test));
+    const auto D = static_cast<double>(c.dim);
+    check_memory("run crossattn", "dim", c.dim,
+                 fmt::format("the weights, their gradients and the optimiser's two moments ({} decoder and {} "
+                             "encoder layers of 12 x {}^2 weights)",
+                             c.layers, c.encoder_layers, c.dim),
+                 4 * 4 * static_cast<double>(c.layers + c.encoder_layers) * 12 * D * D);
+    auto need = [&](int64_t batch) {
+      return crossattn_memory(task, c.dim, c.heads, c.encoder_layers, c.layers, batch, c.test, kEvalChunk);
+    };
+    check_memory("run crossattn", "length", task.length,
+                 fmt::format("a training step on one sample and an evaluation's attention maps ({} test samples at "
+                             "a time of --length {}, --shapes {}, --dim {}, --heads {}, --layers {}) beside the test "
+                             "set",
+                             std::min(kEvalChunk, c.test), task.length, task.shapes, c.dim, c.heads, c.layers),
+                 need(1));
     check_memory("run crossattn", "batch", c.batch,
-                 fmt::format("each step's batch ({} samples of --length {}) beside the test set", c.batch, task.length),
-                 test_bytes + static_cast<double>(c.batch) * sample);
+                 fmt::format("a training step's activations and gradients ({} samples of --length {}, --shapes {}, "
+                             "--dim {}, --heads {}, --layers {}) and an evaluation beside the test set",
+                             c.batch, task.length, task.shapes, c.dim, c.heads, c.layers),
+                 need(c.batch));
   }
   DescribedSet test;
   try {

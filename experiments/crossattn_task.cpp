@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/kernels.h"
+#include "experiments/common.h"
 
 namespace heed::experiments {
 
@@ -107,6 +108,11 @@ DescribedSet generate_described(int64_t n, Generator& g, const DescribedOptions&
   }
   s.signal = render_tokens(s.tokens, o);
   return s;
+}
+
+double described_bytes(int64_t n, const DescribedOptions& o) {
+  const auto M = static_cast<double>(o.shapes), L = static_cast<double>(o.length);
+  return static_cast<double>(n) * (8 * 3 * M + 8 * M + 8 * M + 4 * M + 4 * L);
 }
 
 Tensor render_tokens(const Tensor& tokens0, const DescribedOptions& o) {
@@ -231,6 +237,83 @@ Tensor SignalFromTokens::forward(const Tensor& tokens) {  // [N, S]
 
 void SignalFromTokens::keep_attention(bool on) {
   for (auto& c : cross) c->keep_attention(on);
+}
+
+// Peaks measured (resident, the whole process, --steps 1: one step and one
+// evaluation), against this: the defaults (--dim 64, --heads 2, --layers 2,
+// --length 64, --shapes 3) with --batch 512: 0.36 GB, this 0.33 GB; --batch
+// 2048: 1.31 GB, this 1.29 GB; --batch 8192: 5.01 GB, this 5.07 GB; --dim 128
+// --batch 2048: 2.57 GB, this 2.55 GB; --length 256 --batch 1024: 2.58 GB,
+// this 2.57 GB; --encoder-layers 2 --batch 2048: 1.52 GB, this 1.45 GB;
+// --layers 4 --heads 8 --batch 2048: 2.46 GB, this 2.41 GB. (The program
+// itself, about 50 MB, is in the peaks, not in this.)
+double crossattn_memory(const DescribedOptions& task, int64_t dim, int64_t heads, int64_t encoder_layers,
+                        int64_t layers, int64_t batch, int64_t test, int64_t chunk) {
+  const auto D = static_cast<double>(dim), H = static_cast<double>(heads), E = static_cast<double>(encoder_layers),
+             Y = static_cast<double>(layers), L = static_cast<double>(task.length),
+             S = static_cast<double>(3 * task.shapes), V = static_cast<double>(vocabulary_size(task)),
+             B = static_cast<double>(batch), C = static_cast<double>(std::min(chunk, test));
+  // The fused attention keeps a step's probabilities when all keys are one
+  // block (core/cpu_attention.cpp: 128 keys).
+  const double kept = S <= 128 ? 1 : 0;
+  // Per block, float32: n signal positions (queries), each with D floats
+  // (act), the feed-forward's 4 D (hidden), a layer norm's mean or variance
+  // (stat), the heads' log-sum-exps (lse), S keys per head (probs); m token
+  // positions with D floats (mact), their 3 D projection (mqkv), 4 D (mhidden)
+  // and their own statistics, log-sum-exps and S x S probabilities.
+  auto blocks = [&](double samples) {
+    const double n = samples * L, m = samples * S;
+    struct {
+      double act, hidden, stat, lse, probs, mact, mqkv, mhidden, mstat, mlse, mprobs;
+    } b{4 * n * D, 16 * n * D, 4 * n, 4 * n * H, 4 * samples * H * L * S, 4 * m * D, 12 * m * D, 16 * m * D,
+        4 * m,     4 * m * H,  4 * samples * H * S * S};
+    return b;
+  };
+  const auto step = blocks(B), eval = blocks(C);
+  // The weights: token, place and position embeddings, each encoder block's
+  // and decoder layer's 12 D^2 (attention without bias, feed-forward) and
+  // biases and layer norms, the read-out; then with their gradients, and the
+  // optimiser's two moments beside them.
+  const double weights =
+      4 * ((V + S + L) * D + E * (12 * D * D + 9 * D) + Y * (12 * D * D + 9 * D) + 2 * D + 2 * D + D + 1);
+  // The test set, its signals' squares (the reference mean square), and a step's batch.
+  const double data = described_bytes(test, task) + 4 * L * static_cast<double>(test);
+  const double batch_data = described_bytes(batch, task);
+  return tensor_memory({
+      // The training step's backward through the last decoder layer's
+      // feed-forward: what each layer saved (its layer norms' outputs and
+      // statistics, the queries, the attention's output, probabilities and
+      // log-sum-exps, the residual sums, the feed-forward's hidden layer and
+      // its activation), the keys and values each layer projected from the
+      // tokens, the encoder blocks' own (as a GPT block's), the starting
+      // positions, the last layer norm's output, and the gradients in flight:
+      // two of the residual stream's and the hidden layer's.
+      {{weights, 2},
+       {data, 1},
+       {batch_data, 1},
+       {step.act, 6 * Y + 4},
+       {step.hidden, 2 * Y + 1},
+       {step.stat, 4 * Y + 2},
+       {step.lse, Y},
+       {step.probs, kept * Y},
+       {step.mact, 2 * Y + 5 * E + 2},
+       {step.mqkv, E},
+       {step.mhidden, 2 * E},
+       {step.mstat, 4 * E + 2},
+       {step.mlse, E},
+       {step.mprobs, kept * E}},
+      // An evaluation's last layer (the maps kept, the unfused path): the
+      // maps of the layers before it, its scores and their softmax, the
+      // residual stream, its layer-normed copy, the queries and scaled
+      // queries, the heads' output; the tokens' memory, keys and values.
+      {{weights, 4},
+       {data, 1},
+       {batch_data, 1},
+       {eval.act, 6},
+       {eval.hidden, 1},
+       {4 * C * H * L * S, Y + 1},
+       {eval.mact, 3 + 5 * E}},
+  });
 }
 
 }  // namespace heed::experiments

@@ -67,6 +67,9 @@ struct DescribedSet {
 // n samples as described above; throws naming the option when the options
 // make no sense or M shapes cannot fit.
 DescribedSet generate_described(int64_t n, Generator& g, const DescribedOptions& o = {});
+// The bytes n samples of generate_described take: tokens, kinds and centres
+// (int64), signal and heights (float32).
+double described_bytes(int64_t n, const DescribedOptions& o);
 
 // The signal a token sequence describes: tokens [N, S] -> [N, L] f32. Throws
 // when a token is not of the kind its place needs (kind, position, height).
@@ -118,5 +121,14 @@ class SignalFromTokens : public nn::Module {
   std::shared_ptr<nn::Linear> head;
   int64_t length, dim;
 };
+
+// The memory a `heed run crossattn` takes, in bytes (tensor_memory,
+// experiments/common.h): its test set of `test` samples and a step's batch,
+// SignalFromTokens's weights, gradients and optimiser state, a training step
+// on `batch` samples where its activations and gradients are most, and an
+// evaluation of `chunk` test samples at a time that keeps every decoder
+// layer's attention maps. Peaks measured against it: crossattn_task.cpp.
+double crossattn_memory(const DescribedOptions& task, int64_t dim, int64_t heads, int64_t encoder_layers,
+                        int64_t layers, int64_t batch, int64_t test, int64_t chunk);
 
 }  // namespace heed::experiments

@@ -350,26 +350,27 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
   run.may_change_on_resume("epochs");
   if (!run.parse(args, command_line)) return 0;
 
-  // Memory the options make the run take up front, refused before anything
-  // is written when it is not there (else the kernel kills the run part way):
-  // a sample holds its input (C channels of L positions) twice (as drawn and
-  // standardised), its target, and four shapes' centres, widths, heights and
-  // target heights (float32), kinds and partners (int64); a step of the
-  // attention model, the batch's L x L attention map.
+  // Memory the options make the run take, refused before anything is
+  // written when it is not there (else the kernel kills the run part way, or
+  // an allocation fails after the log is written): the training set, the
+  // test set beside it, then what the models' steps and evaluations, batch
+  // by batch, allocate besides (shapes_memory).
   {
     const data::ShapesOptions so;
-    const auto L = static_cast<double>(so.length);
-    const double C = 1 + (c.positional ? static_cast<double>(data::positional_channels(so.length)) : 0);
-    const double sample = 2 * 4 * C * L + 4 * L + 4 * 4 * 4 + 2 * 4 * 8;
-    const double train = static_cast<double>(c.train) * sample, test = static_cast<double>(c.test) * sample;
-    check_memory("run shapes", "train", c.train, fmt::format("the training set ({} samples)", c.train), train);
+    const int64_t C = 1 + (c.positional ? data::positional_channels(so.length) : 0);
+    const bool cnn = c.model != "attention", attention = c.model != "cnn";
+    // The data alone: shapes_memory of no model and a batch of none.
+    check_memory("run shapes", "train", c.train, fmt::format("the training set ({} samples)", c.train),
+                 shapes_memory(C, so.length, false, false, c.train, 0, 0));
     check_memory("run shapes", "test", c.test,
-                 fmt::format("the test set ({} samples) beside the training set", c.test), train + test);
-    if (c.model != "cnn")
-      check_memory("run shapes", "batch", c.batch,
-                   fmt::format("a step's attention map ({} samples x {} x {} positions) beside the data", c.batch,
-                               so.length, so.length),
-                   train + test + static_cast<double>(c.batch) * 4 * L * L);
+                 fmt::format("the test set ({} samples) beside the training set", c.test),
+                 shapes_memory(C, so.length, false, false, c.train, c.test, 0));
+    check_memory("run shapes", "batch", c.batch,
+                 fmt::format("a training step's activations and gradients and an evaluation{} ({} samples of {} "
+                             "positions a batch, {}) beside the data",
+                             attention ? "'s attention maps" : "", c.batch, so.length,
+                             c.model == "both" ? "both models" : "the " + c.model + " model"),
+                 shapes_memory(C, so.length, cnn, attention, c.train, c.test, c.batch));
   }
   Stopwatch total_clock;
   Data d = make_data(c);

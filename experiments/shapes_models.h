@@ -20,4 +20,15 @@ std::shared_ptr<nn::Sequential> make_shapes_cnn(int64_t in_channels = 1, Generat
 std::shared_ptr<nn::Sequential> make_shapes_attention(int64_t in_channels = 1, bool scaled = false,
                                                       Generator* g = nullptr);
 
+// The memory a `heed run shapes` takes, in bytes (tensor_memory,
+// experiments/common.h): its training and test sets (`train` and `test`
+// samples of `in_channels` channels and `length` positions) and a step's
+// copy of a batch; the models' weights, gradients and optimiser state; a
+// training step of each model trained (cnn, attention) on `batch` samples
+// where its activations and gradients are most, and an evaluation of `batch`
+// test samples at a time (the attention model's keeps its L x L maps).
+// Peaks measured against it: shapes_models.cpp.
+double shapes_memory(int64_t in_channels, int64_t length, bool cnn, bool attention, int64_t train, int64_t test,
+                     int64_t batch);
+
 }  // namespace heed::experiments

@@ -175,30 +175,52 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
     throw UsageError(fmt::format("run timeseries: --batch {} is not divisible by the {} processes of this job",
                                  c.batch, dist::size()));
 
-  // Memory the options make the run take up front, refused before anything
-  // is written when it is not there (else the kernel kills the run part way):
-  // a set of n signals holds input, target and clean signals, the period,
-  // phase and noise (float32), R harmonics' amplitudes and offsets (float32)
-  // and A anomalies' positions, widths (int64) and heights (float32); the
-  // attention model's evaluation keeps each layer's maps of a chunk of test
-  // signals.
+  // Memory the options make the run take, refused before anything is
+  // written when it is not there (else the kernel kills the run part way, or
+  // an allocation fails after the log is written): the test set; the models'
+  // weights, gradients and optimiser state; what a training step and an
+  // evaluation allocate besides (timeseries_memory). Named is the option that
+  // makes it too much: --dim or --cnn-channels when a model's weights alone
+  // are, --length when one signal a step is, else --batch.
   {
-    const auto T = static_cast<double>(so.length), R = static_cast<double>(so.harmonics),
-               A = static_cast<double>(so.anomalies_max);
-    const double signal = 3 * 4 * T + 3 * 4 + 2 * 4 * R + (8 + 8 + 4) * A;
-    const double test_bytes = static_cast<double>(c.test) * signal;
     check_memory("run timeseries", "test", c.test,
-                 fmt::format("the test set ({} signals of --length {})", c.test, so.length), test_bytes);
-    const double batch_bytes = test_bytes + static_cast<double>(c.batch) * signal;
+                 fmt::format("the test set ({} signals of --length {})", c.test, so.length),
+                 series_bytes(c.test, so));
+    ForecasterSizes m;
+    m.attention = c.model != "cnn";
+    m.cnn = c.model != "attention";
+    m.dim = c.dim;
+    m.heads = c.heads;
+    m.layers = c.layers;
+    m.kernel = c.kernel;
+    m.cnn_channels = c.cnn_channels;
+    m.cnn_layers = c.cnn_layers;
+    const auto D = static_cast<double>(c.dim), C = static_cast<double>(c.cnn_channels);
+    if (m.attention)
+      check_memory("run timeseries", "dim", c.dim,
+                   fmt::format("the attention model's weights, their gradients and the optimiser's two moments ({} "
+                               "block(s) of 12 x {}^2 weights)",
+                               c.layers, c.dim),
+                   4 * 4 * static_cast<double>(c.layers) * 12 * D * D);
+    if (m.cnn)
+      check_memory("run timeseries", "cnn-channels", c.cnn_channels,
+                   fmt::format("the CNN's weights, their gradients and the optimiser's two moments ({} layer(s) "
+                               "of {} x {}^2 weights after the first)",
+                               c.cnn_layers - 1, c.kernel, c.cnn_channels),
+                   4 * 4 * static_cast<double>(c.cnn_layers - 1) * static_cast<double>(c.kernel) * C * C);
+    const std::string models = c.model == "both" ? "both models" : "the " + c.model + " model";
+    check_memory("run timeseries", "length", so.length,
+                 fmt::format("a training step on one signal and an evaluation{} ({}, {} test signals at a time of "
+                             "--length {}) beside the test set",
+                             m.attention ? fmt::format("'s attention maps ({} layer(s) x {} heads)", c.layers, c.heads)
+                                         : std::string(),
+                             models, std::min(kSignalsPerEval, c.test), so.length),
+                 timeseries_memory(so, m, 1, c.test, kSignalsPerEval));
     check_memory("run timeseries", "batch", c.batch,
-                 fmt::format("each step's batch ({} signals of --length {}) beside the test set", c.batch, so.length),
-                 batch_bytes);
-    if (c.model != "cnn")
-      check_memory("run timeseries", "length", so.length,
-                   fmt::format("the attention maps of an evaluation ({} layer(s) x {} heads x {} test signals x "
-                               "{} x {} positions) beside the data",
-                               c.layers, c.heads, std::min(kSignalsPerEval, c.test), so.length, so.length),
-                   batch_bytes + static_cast<double>(c.layers * c.heads * std::min(kSignalsPerEval, c.test)) * 4 * T * T);
+                 fmt::format("a training step's activations and gradients ({}, {} signals of --length {}) and an "
+                             "evaluation beside the test set",
+                             models, c.batch, so.length),
+                 timeseries_memory(so, m, c.batch, c.test, kSignalsPerEval));
   }
   const int64_t first = first_scored_position(so);
   Generator data(static_cast<uint64_t>(c.seed));

@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "core/kernels.h"
+#include "experiments/common.h"
 
 namespace heed::experiments {
 
@@ -40,6 +41,12 @@ double clean_value(double t, double P, double phi, const float* a, const float* 
 }
 
 }  // namespace
+
+double series_bytes(int64_t n, const SeriesOptions& o) {
+  const auto T = static_cast<double>(o.length), R = static_cast<double>(o.harmonics),
+             A = static_cast<double>(o.anomalies_max);
+  return static_cast<double>(n) * (3 * 4 * T + 3 * 4 + 2 * 4 * R + (8 + 8 + 4) * A);
+}
 
 SeriesSet generate_series(int64_t n, Generator& g, const SeriesOptions& o) {
   check_options(o);
@@ -235,6 +242,76 @@ Tensor ConvForecaster::forward(const Tensor& x) {  // [N, T]
   Tensor h = unsqueeze(x, 1);  // [N, 1, T]
   for (auto& c : convs) h = c->forward_relu(h);
   return squeeze(out->forward(h), 1);
+}
+
+// Peaks measured (resident, the whole process, --steps 1: one step of each
+// model and one evaluation), against this: the defaults (both models,
+// --length 128, --dim 32, --heads 2, --layers 1, --cnn-channels 24,
+// --cnn-layers 4, --kernel 7) with --batch 256: 0.24 GB, this 0.21 GB;
+// --batch 1024: 0.72 GB, this 0.72 GB; --batch 4096: 2.69 GB, this 2.79 GB;
+// --model attention --batch 4096: 2.10 GB, this 2.03 GB; --model cnn --batch
+// 4096: 0.64 GB, this 0.76 GB; --length 512 --batch 512: 2.22 GB, this 2.26
+// GB; --length 64 --batch 2048: 0.78 GB, this 0.79 GB; --model attention
+// --dim 64 --heads 4 --layers 2 --batch 1024: 1.65 GB, this 1.57 GB; --model
+// cnn --cnn-channels 48 --kernel 3 --batch 2048: 0.62 GB, this 0.54 GB. (The
+// program itself, about 50 MB, is in the peaks, not in this.)
+double timeseries_memory(const SeriesOptions& o, const ForecasterSizes& m, int64_t batch, int64_t test,
+                         int64_t chunk) {
+  const auto T = static_cast<double>(o.length), D = static_cast<double>(m.dim), H = static_cast<double>(m.heads),
+             Y = static_cast<double>(m.layers), K = static_cast<double>(m.kernel),
+             C = static_cast<double>(m.cnn_channels), Z = static_cast<double>(m.cnn_layers),
+             B = static_cast<double>(batch), E = static_cast<double>(std::min(chunk, test));
+  // The test set and a step's batch, in every moment.
+  const LiveBlocks data = {{series_bytes(test, o), 1}, {series_bytes(batch, o), 1}};
+  auto with_data = [&](LiveBlocks blocks) {
+    blocks.insert(blocks.end(), data.begin(), data.end());
+    return blocks;
+  };
+  std::vector<LiveBlocks> moments = {with_data({})};
+  if (m.attention) {
+    // Per block, float32: n positions, each with D floats (act), the 3 D
+    // query/key/value projection (qkv), the feed-forward's 4 D (hidden), a
+    // layer norm's mean or variance (stat), the heads' log-sum-exps (lse),
+    // the causal convolution's T + kernel - 1 outputs of D channels (conv);
+    // the fused attention keeps a step's probabilities when all keys are one
+    // block (core/cpu_attention.cpp: 64 keys, causal).
+    const double n = B * T, act = 4 * n * D, qkv = 4 * n * 3 * D, hidden = 4 * n * 4 * D, stat = 4 * n,
+                 lse = 4 * n * H, conv = 4 * B * D * (T + K - 1), probs = T <= 64 ? 4 * B * H * T * T : 0;
+    // The embedding convolution, each block's 12 D^2 (attention without
+    // bias, feed-forward) and biases and layer norms, the read-out; then
+    // with their gradients and the optimiser's two moments beside them.
+    const double weights = 4 * (K * D + D + Y * (12 * D * D + 9 * D) + 2 * D + D + 1);
+    // The step's backward through the last block's feed-forward: what each
+    // block saved (as a GPT block's, charlm.cpp), the embedding's output and
+    // its transposed copy, the last layer norm's input and output, and the
+    // gradients in flight: two of the residual stream's, the hidden layer's,
+    // the projections' (the attention's backward).
+    moments.push_back(with_data({{weights, 2},
+                                 {act, 5 * Y + 5},
+                                 {qkv, Y + 1},
+                                 {hidden, 2 * Y + 1},
+                                 {stat, 4 * Y + 2},
+                                 {lse, Y},
+                                 {probs, Y},
+                                 {conv, 1}}));
+    // An evaluation's last layer (the maps kept, the unfused path): the maps
+    // of the layers before it, its scores, their masked copy and softmax,
+    // the residual stream, its layer-normed copy, queries, keys and values.
+    const double ne = E * T;
+    moments.push_back(with_data({{weights, 4}, {4 * E * H * T * T, Y + 2}, {4 * ne * D, 6}, {4 * ne * 4 * D, 1}}));
+  }
+  if (m.cnn) {
+    // Per layer, float32: its T + kernel - 1 outputs of C channels (saved for
+    // the ReLU's backward, and the next layer's input), and the whole batch's
+    // unfolded input (kernel x C values an output position) the products
+    // read. The backward holds every layer's output, the read-out's, and
+    // the gradients of a layer's output and input.
+    const double out = 4 * B * C * (T + K - 1), cols = 4 * B * (T + K - 1) * K * C;
+    const double weights = 4 * (K * C + C + (Z - 1) * (K * C * C + C) + C + 1);
+    moments.push_back(with_data({{weights, 2}, {out, Z + 3}, {cols, 1}}));
+    moments.push_back(with_data({{weights, 4}, {4 * E * C * (T + K - 1), 3}, {4 * E * (T + K - 1) * K * C, 1}}));
+  }
+  return tensor_memory(moments);
 }
 
 }  // namespace heed::experiments

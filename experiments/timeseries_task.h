@@ -65,6 +65,10 @@ struct SeriesSet {
 // n samples as described above; advances g by the draws of each sample in
 // turn. Throws naming the option when the options make no sense.
 SeriesSet generate_series(int64_t n, Generator& g, const SeriesOptions& o = {});
+// The bytes n samples of generate_series take: input, target and clean
+// signals, period, phase and noise, R amplitudes and offsets (float32), A
+// anomalies' positions and widths (int64) and heights (float32).
+double series_bytes(int64_t n, const SeriesOptions& o);
 
 // The first position scored: the first ceil(period_max) positions have no
 // earlier cycle to look at, so losses and test errors leave them out.
@@ -131,5 +135,21 @@ class ConvForecaster : public nn::Module {
   std::vector<std::shared_ptr<CausalConv1d>> convs;
   std::shared_ptr<nn::Conv1d> out;
 };
+
+// The sizes of `heed run timeseries`'s two forecasters (either may be left out).
+struct ForecasterSizes {
+  bool attention = true, cnn = true;
+  int64_t dim = 32, heads = 2, layers = 1, kernel = 7;  // AttentionForecaster (and both models' kernel)
+  int64_t cnn_channels = 24, cnn_layers = 4;            // ConvForecaster
+};
+
+// The memory a `heed run timeseries` takes, in bytes (tensor_memory,
+// experiments/common.h): its test set of `test` signals and a step's batch,
+// the models' weights, gradients and optimiser state, each model's training
+// step on `batch` signals where its activations and gradients are most, and
+// an evaluation of `chunk` test signals at a time that keeps every layer's
+// attention maps. Peaks measured against it: timeseries_task.cpp.
+double timeseries_memory(const SeriesOptions& o, const ForecasterSizes& m, int64_t batch, int64_t test,
+                         int64_t chunk);
 
 }  // namespace heed::experiments
