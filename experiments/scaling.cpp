@@ -35,6 +35,35 @@ SaturationRow measure_saturation(int64_t dk, bool scaled, int64_t queries, int64
   return r;
 }
 
+// Peaks measured (resident, the whole process, --steps 1), against this:
+// the defaults (3 seeds, --dim 256, --length 16, --dk-max 1024) with --batch
+// 4096: 0.98 GB, this 0.78 GB; --batch 16384: 3.63 GB, this 3.03 GB (part 2
+// counts copy_memory's lower bound); --queries 4096 --keys 4096 --dk-max 64:
+// 1.00 GB, this 0.96 GB; --queries 2048 --dk-max 65536: 2.21 GB, this 2.16 GB.
+double scaling_memory(int64_t dk_max, int64_t queries, int64_t keys, int64_t seeds, const CopyOptions& copy) {
+  const auto Q = static_cast<double>(queries), K = static_cast<double>(keys);
+  // Part 1, one moment a d_k (4, 8, .. dk_max): q and k, and of the Q x K
+  // float64 matrices the upstream gradient, the scores, their softmax, its
+  // product with the gradient, the scores' gradient, and the statistics'
+  // temporaries. (The cache holds every d_k's q and k: about twice the
+  // largest's.)
+  std::vector<LiveBlocks> moments;
+  for (int64_t d = 4; d <= dk_max; d *= 2) {
+    const auto dk = static_cast<double>(d);
+    moments.push_back({{8 * Q * dk, 1}, {8 * K * dk, 1}, {8 * Q * K, 7}});
+  }
+  if (seeds > 0) {
+    const auto D = static_cast<double>(copy.dim), V = static_cast<double>(copy.vocab),
+               T = static_cast<double>(copy.length);
+    // Every model's weights (embeddings, four D x D projections, the head)
+    // with their gradients and the optimiser's two moments; copy_memory
+    // counts one model's.
+    const double weights = 4 * ((V + T) * D + 4 * D * D + D * V + V);
+    moments.push_back({{copy_memory(copy), 1}, {weights, 4 * (2 * static_cast<double>(seeds) - 1)}});
+  }
+  return tensor_memory(moments);
+}
+
 namespace {
 
 struct Settings {
@@ -94,6 +123,37 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
   if (s.copy.batch % dist::size() != 0)
     throw UsageError(fmt::format("run scaling: --batch {} is not divisible by the {} processes of this job",
                                  s.copy.batch, dist::size()));
+
+  // Memory the options make the run take, refused before anything is
+  // written when it is not there (else part 1 or the first steps were
+  // killed part way, or an allocation failed, after the log was written):
+  // part 1, named by the option of its largest term (--dk-max for the
+  // queries and keys, else the larger of --queries and --keys), then the
+  // models' weights (--dim), then part 2's steps beside them (--batch).
+  {
+    const double part1 = scaling_memory(s.dk_max, s.queries, s.keys, 0, s.copy);
+    const bool by_dk = 2 * static_cast<double>(s.queries + s.keys) * static_cast<double>(s.dk_max) >
+                       7 * static_cast<double>(s.queries) * static_cast<double>(s.keys);
+    const bool by_keys = !by_dk && s.keys > s.queries;
+    check_memory("run scaling", by_dk ? "dk-max" : by_keys ? "keys" : "queries",
+                 by_dk ? s.dk_max : by_keys ? s.keys : s.queries,
+                 fmt::format("part 1's float64 scores, softmax and gradients (--queries {} x --keys {}) and queries "
+                             "and keys of d_k up to --dk-max {}",
+                             s.queries, s.keys, s.dk_max),
+                 part1);
+    const auto D = static_cast<double>(s.copy.dim), V = static_cast<double>(s.copy.vocab),
+               T = static_cast<double>(s.copy.length);
+    check_memory("run scaling", "dim", s.copy.dim,
+                 fmt::format("part 2's {} models' weights, their gradients and the optimiser's two moments (--dim "
+                             "{}, --vocab {}, --length {}) beside part 1",
+                             2 * s.seeds, s.copy.dim, s.copy.vocab, s.copy.length),
+                 part1 + 2 * static_cast<double>(s.seeds) * 4 * 4 * ((V + T) * D + 4 * D * D + D * V + V));
+    check_memory("run scaling", "batch", s.copy.batch,
+                 fmt::format("part 2's training steps and evaluations ({} models in turn, {} sequences of --length "
+                             "{}, --dim {}, --vocab {}) beside their weights and part 1",
+                             2 * s.seeds, s.copy.batch, s.copy.length, s.copy.dim, s.copy.vocab),
+                 scaling_memory(s.dk_max, s.queries, s.keys, s.seeds, s.copy));
+  }
 
   // Part 2's models: [variant][seed], variant 0 scaled (1/sqrt(dim)), 1 unscaled
   // (factor 1). Both variants of a seed start from the same weights and see

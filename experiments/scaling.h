@@ -23,6 +23,16 @@ SaturationRow measure_saturation(int64_t dk, bool scaled, int64_t queries, int64
 // `heed run scaling [options]`: part 1 the table above for d_k = 4 .. 1024,
 // part 2 the copy task trained scaled and unscaled. 0 when done, 130 when
 // stopped with a checkpoint.
+// The memory a `heed run scaling` takes, in bytes: part 1's float64 score
+// matrices (`queries` x `keys`, several alive at once) and queries and keys
+// at d_k = `dk_max`, then part 2's 2 x `seeds` copy models (weights,
+// gradients and the optimiser's two moments each) and one model's training
+// step and evaluation at a time (copy_memory, copy.h; options `copy`), as
+// the allocator holds them (tensor_memory, common.h). With seeds 0, part 1
+// alone. Peaks measured against it: scaling.cpp.
+struct CopyOptions;
+double scaling_memory(int64_t dk_max, int64_t queries, int64_t keys, int64_t seeds, const CopyOptions& copy);
+
 int run_scaling(const std::vector<std::string>& args, const std::vector<std::string>& command_line);
 
 }  // namespace heed::experiments
