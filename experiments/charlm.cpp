@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -142,6 +143,18 @@ void check_text_memory(const std::string& path) {
   check_memory_needed("run charlm", fmt::format("--text '{}' ({} bytes)", safetensors::printable(path), size),
                       "to load (its bytes and an 8-byte token id a character)", "text",
                       data::text_memory_bytes(static_cast<int64_t>(size)));
+}
+
+// A --text of 64 MiB or more takes seconds to read and tokenize (100 MB:
+// about 3.5 s on 2 cores): a line says so first, so that the wait is not
+// silent. Smaller texts load in under a second and say nothing here.
+void announce_long_load(const std::string& path) {
+  std::error_code ec;
+  if (path.empty() || !dist::is_main() || !std::filesystem::is_regular_file(path, ec)) return;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size < (uintmax_t{64} << 20)) return;
+  fmt::print("text: reading and tokenizing '{}' ({:.0f} MB) ...\n", safetensors::printable(path), size / 1e6);
+  std::fflush(stdout);
 }
 
 // A charlm checkpoint's tokenizer; errors begin with `who` ("sample: " or "").
@@ -512,6 +525,7 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
   data::TextSplit split;
   uint64_t fingerprint = 0;
   check_text_memory(c.text);
+  announce_long_load(c.text);
   try {
     text = text_for(c);
     // The vocabulary, then the ids straight into one int64 tensor whose two

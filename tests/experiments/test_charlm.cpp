@@ -474,3 +474,36 @@ TEST_CASE("charlm: a --text whose name is not UTF-8 is named with \\xNN in its e
   CHECK(r.status == 1);
   CHECK(r.err == "heed: text file '" + d.path + "/caf\\xe9.txt' is empty\n");
 }
+
+TEST_CASE("charlm: a --text of 64 MiB or more is announced before it is read; a small one is not") {
+  // Loading takes seconds from this size on (100 MB: about 3.5 s): a line
+  // says so first. Both files end in a byte that is not UTF-8, so each run
+  // stops right after reading its text.
+  test::TempDir d("heed-charlm-announce-");
+  struct Case {
+    std::string name;
+    int64_t bytes;
+    bool announced;
+  };
+  for (const Case& c : {Case{"big.txt", int64_t{64} << 20, true}, Case{"small.txt", (int64_t{64} << 20) - 1, false}}) {
+    CAPTURE(c.name);
+    const std::string path = d.path + "/" + c.name;
+    {
+      std::ofstream f(path, std::ios::binary);
+      const std::string line = "In the beginning God created the heaven and the earth.\n";
+      for (int64_t left = c.bytes - 1; left > 0; left -= static_cast<int64_t>(line.size()))
+        f.write(line.data(), std::min<int64_t>(left, static_cast<int64_t>(line.size())));
+      f.put('\xFF');
+    }
+    REQUIRE(std::filesystem::file_size(path) == static_cast<uintmax_t>(c.bytes));
+    const test::Result r = test::heed_cli({"run", "charlm", "--text", path, "--layers", "1", "--width", "16", "--heads",
+                                           "2", "--context", "16", "--steps", "2", "--out", d.path + "/b.h5"},
+                                          d.path);
+    INFO(r.out << r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("invalid UTF-8 at byte offset " + std::to_string(c.bytes - 1)) != std::string::npos);
+    const std::string line = "text: reading and tokenizing '" + path + "' (67 MB) ...\n";
+    CHECK((r.out.find(line) != std::string::npos) == c.announced);
+    CHECK((r.out.find("reading and tokenizing") != std::string::npos) == c.announced);
+  }
+}
