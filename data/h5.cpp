@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -12,11 +13,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <thread>
 
 extern char** environ;
 
@@ -175,6 +179,67 @@ bool marked_open_whole(const std::string& path) {
   return !ec && size >= eof;
 }
 
+// HDF5 locks a file it opens (this build of it, and h5py's: flock()): shared
+// to read, for as long as the file is open (SWMR readers too), exclusive to
+// write until a writer turns to SWMR. A writer's open fails on another
+// program's lock, but only after it opened the file: H5Fcreate had already
+// truncated it (O_TRUNC), so a reader left open on a log made a new run at
+// its --out empty the log, then fail. So heed takes that lock itself before
+// HDF5 opens a file to create it, and holds it in HDF5's place.
+//
+// HDF5_USE_FILE_LOCKING in the environment overrides a file access property
+// list: "FALSE" or "0", no locks at all (heed takes none either); "TRUE",
+// "1" or "BEST_EFFORT", HDF5 locks whatever heed asks (then heed only looks
+// before HDF5 opens: its own lock would make HDF5's fail).
+enum class EnvLocking { unset, off, on };
+EnvLocking env_locking() {
+  const char* v = std::getenv("HDF5_USE_FILE_LOCKING");
+  if (!v) return EnvLocking::unset;
+  const std::string s = v;
+  if (s == "FALSE" || s == "0") return EnvLocking::off;
+  if (s == "TRUE" || s == "1" || s == "BEST_EFFORT") return EnvLocking::on;
+  return EnvLocking::unset;
+}
+
+// How long a writer waits for another program's HDF5 lock to go: a reader
+// that polls a log (opens it, reads, closes it, again and again) holds it a
+// few milliseconds at a time, and must not refuse a run that starts then.
+constexpr auto kLockWait = std::chrono::seconds(2);
+
+// Takes the exclusive lock on fd, waiting up to kLockWait while another
+// program holds one: 0, or errno (EWOULDBLOCK: still held; another: the file
+// system takes no locks, as HDF5 then does without).
+int take_lock(int fd) {
+  const auto until = std::chrono::steady_clock::now() + kLockWait;
+  for (;;) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (err != EWOULDBLOCK || std::chrono::steady_clock::now() >= until) return err;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Whether another program holds an HDF5 lock on the file at path (an open
+// refused for that is not a damaged file).
+bool locked_elsewhere(const std::string& path) {
+  if (env_locking() == EnvLocking::off) return false;  // HDF5 refuses nothing for a lock then
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // drops the lock if it was taken
+  return held;
+}
+
+// The refusal of a file another program has open (its HDF5 lock held past
+// kLockWait), for `what` ("cannot create HDF5 file 'x.h5'").
+[[noreturn]] void in_use(const std::string& what) {
+  fail("{}: it is open in another program, which holds HDF5's lock on it (a reader such as h5py, h5dump or heed "
+       "inspect); close it and try again, or have the reader open it without the lock (HDF5_USE_FILE_LOCKING=FALSE "
+       "in its environment, or h5py.File(..., locking=False)); the file is as it was",
+       what);
+}
+
 }  // namespace
 
 std::string open_problem(const std::string& path, bool for_writing) {
@@ -246,17 +311,45 @@ File::File(const std::string& path, Mode mode) : path_(path) {
       }
       break;
     }
-    case Mode::create: id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl); break;
+    case Mode::create: {
+      // The lock first, without truncating (see kLockWait). A file that
+      // cannot be opened here is left to H5Fcreate, which says why.
+      const EnvLocking env = env_locking();
+      const int fd = env == EnvLocking::off ? -1 : ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+      if (fd >= 0) {
+        const int err = take_lock(fd);
+        if (err == EWOULDBLOCK) {
+          ::close(fd);
+          in_use(fmt::format("cannot create HDF5 file '{}'", path));
+        }
+        if (err == 0 && env == EnvLocking::unset) {
+          lock_fd_ = fd;  // held in HDF5's place: HDF5 takes none of its own
+          H5Pset_file_locking(fapl, false, true);
+        } else {
+          ::close(fd);  // HDF5 locks by itself (or the file system takes no locks)
+        }
+      }
+      id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+      break;
+    }
     case Mode::read: id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); break;
     case Mode::read_swmr: id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl); break;
-    case Mode::append:
-      id_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
+    case Mode::append: {
+      // Another program's lock (a reader) refuses the open: waited for as
+      // create waits, then named as what it is, not as a damaged file.
+      const auto until = std::chrono::steady_clock::now() + kLockWait;
+      while ((id_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl)) < 0 && locked_elsewhere(path)) {
+        if (std::chrono::steady_clock::now() >= until) in_use(fmt::format("cannot open '{}' to write to it", path));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
       // A writer killed in SWMR mode leaves the superblock marked "open for
       // writing"; HDF5's own h5clear resets that mark (the data is intact).
       if (id_ < 0 && clear_status_flags(path)) id_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
       break;
+    }
   }
   if (id_ < 0) {
+    unlock();
     if (mode == Mode::create) {
       const std::string why = system_reason();
       refused("cannot create HDF5 file '{}': {}", path, why.empty() ? "is the directory writable?" : why);
@@ -269,9 +362,11 @@ File::File(const std::string& path, Mode mode) : path_(path) {
 
 File::~File() { close(); }
 
-File::File(File&& o) noexcept : path_(std::move(o.path_)), id_(o.id_), copy_(std::move(o.copy_)) {
+File::File(File&& o) noexcept
+    : path_(std::move(o.path_)), id_(o.id_), copy_(std::move(o.copy_)), lock_fd_(o.lock_fd_) {
   o.id_ = -1;
   o.copy_.clear();
+  o.lock_fd_ = -1;
 }
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {
@@ -279,15 +374,28 @@ File& File::operator=(File&& o) noexcept {
     path_ = std::move(o.path_);
     id_ = o.id_;
     copy_ = std::move(o.copy_);
+    lock_fd_ = o.lock_fd_;
     o.id_ = -1;
     o.copy_.clear();
+    o.lock_fd_ = -1;
   }
   return *this;
+}
+
+void File::unlock() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // closing the descriptor drops its lock
+  lock_fd_ = -1;
+}
+
+void File::abandon() {
+  id_ = -1;
+  unlock();  // as a killed writer's goes
 }
 
 bool File::close() {
   const bool ok = id_ < 0 || H5Fclose(id_) >= 0;
   id_ = -1;
+  unlock();
   if (!copy_.empty()) {
     std::error_code ec;
     std::filesystem::remove(copy_, ec);
@@ -563,7 +671,10 @@ std::map<std::string, Attr> File::attrs(const std::string& object) const {
   return out;
 }
 
-void File::start_swmr_write() { check_ok(H5Fstart_swmr_write(id_), "start SWMR writing", path_); }
+void File::start_swmr_write() {
+  check_ok(H5Fstart_swmr_write(id_), "start SWMR writing", path_);
+  unlock();  // HDF5 drops its own lock here too: SWMR readers may open the file now
+}
 
 void File::flush() { check_ok(H5Fflush(id_, H5F_SCOPE_GLOBAL), "flush", path_); }
 

@@ -35,10 +35,14 @@ using Attr = std::variant<std::string, int64_t, double>;
 class File {
  public:
   enum class Mode {
-    create,     // truncate or create; latest file format (needed for SWMR)
+    // Truncate or create; latest file format (needed for SWMR). A file
+    // another program has open through HDF5 (a reader such as h5py or heed
+    // inspect holds HDF5's lock on it) is waited for a moment, then refused,
+    // untouched: never truncated first (see kLockWait in h5.cpp).
+    create,
     read,       // read-only
     read_swmr,  // read-only while a writer appends (single-writer/multiple-reader)
-    append,     // read-write on an existing file
+    append,     // read-write on an existing file (one another program holds: as create)
     // Read-only, whatever state a killed writer left: as a SWMR reader, else
     // plainly, else (a file still marked open for writing, e.g. killed while
     // a resume had it open before SWMR began) from a private copy with that
@@ -61,7 +65,7 @@ class File {
   // after a failed write, closing would write the superblock's new end of
   // file over a file that holds less (readers then refuse it as truncated),
   // where an SWMR log left as it was reads up to its last flush.
-  void abandon() { id_ = -1; }
+  void abandon();
 
   bool exists(const std::string& object) const;  // a group, dataset or attribute path
   // Dataset paths under `group` (recursively), e.g. "params/0.weight".
@@ -103,6 +107,10 @@ class File {
   std::string path_;
   int64_t id_ = -1;
   std::string copy_;  // read_any: the cleared copy it reads, removed on close
+  // create: the descriptor holding this file's lock in HDF5's place until
+  // start_swmr_write() (HDF5 drops its own then) or close(); -1: none.
+  int lock_fd_ = -1;
+  void unlock();
 };
 
 std::string attr_str(const Attr& a);  // for printing

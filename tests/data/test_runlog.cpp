@@ -256,3 +256,114 @@ TEST_CASE("runlog: a log whose resume was killed before SWMR began still reads, 
   REQUIRE(m.size(0) == 5);
   CHECK(m.at({4, 1}) == 50.0);
 }
+
+namespace {
+
+// A child process that opens path as a SWMR reader (as h5py's
+// File(path, "r", libver="latest", swmr=True) does: HDF5 then holds its
+// shared lock on the file), says so on `ready` ('x'; 'e' when it cannot
+// open it), and keeps it open until a byte comes on `go`, or for hold_ms
+// when that is not 0.
+pid_t hold_open(const std::string& path, const int (&ready_pipe)[2], const int (&go_pipe)[2], int hold_ms) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  close(ready_pipe[0]);
+  close(go_pipe[1]);  // the parent's end closing (it ended) ends the wait
+  const int ready = ready_pipe[1], go = go_pipe[0];
+  try {
+    h5::File reader(path, h5::File::Mode::read_swmr);
+    if (write(ready, "x", 1) != 1) _exit(3);
+    char c = 0;
+    if (hold_ms > 0) usleep(static_cast<useconds_t>(hold_ms) * 1000);
+    else if (read(go, &c, 1) != 1) _exit(4);
+  } catch (...) {
+    if (write(ready, "e", 1) != 1) _exit(3);
+    _exit(5);
+  }
+  _exit(0);
+}
+
+// Ends and reaps a child at the end of the scope, should the test stop
+// before it does.
+struct Reaped {
+  pid_t pid;
+  ~Reaped() {
+    if (pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("runlog: a log another program has open is neither truncated by a new log nor reopened, and is named so") {
+  // A reader left open on a log (h5py, heed inspect) made a new run at the
+  // same --out empty the log (HDF5 truncates, then finds the reader's lock),
+  // then fail with "Resource temporarily unavailable"; a resume said the log
+  // was damaged.
+  const std::string path = temp_path("held.h5");
+  {
+    RunLog log = RunLog::create(path);
+    log.declare_scalar("loss");
+    log.begin();
+    for (int64_t s = 1; s <= 6; ++s) log.scalar("loss", s, static_cast<double>(s));
+  }
+  const std::string before = test::slurp(path);
+  REQUIRE(!before.empty());
+  int ready[2], go[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  const pid_t reader = hold_open(path, ready, go, 0);
+  REQUIRE(reader > 0);
+  Reaped reaped_reader{reader};
+  char c = 0;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  REQUIRE(c == 'x');
+  test::check_error([&] { RunLog::create(path); },
+                    {"cannot create HDF5 file '" + path + "'", "open in another program", "h5py",
+                     "HDF5_USE_FILE_LOCKING=FALSE", "locking=False"});
+  CHECK(test::slurp(path) == before);
+  test::check_error([&] { RunLog::resume(path, 4); },
+                    {"cannot open '" + path + "' to write to it", "open in another program", "close it"});
+  CHECK(test::slurp(path) == before);
+  REQUIRE(write(go[1], "x", 1) == 1);
+  int status = 0;
+  waitpid(reader, &status, 0);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  // A reader that lets go soon (one that polls the log) is waited for.
+  const pid_t poller = hold_open(path, ready, go, 300);
+  REQUIRE(poller > 0);
+  Reaped reaped_poller{poller};
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  REQUIRE(c == 'x');
+  {
+    RunLog log = RunLog::resume(path, 4);
+    log.scalar("loss", 5, 50.0);
+  }
+  waitpid(poller, &status, 0);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  {
+    h5::File f(path, h5::File::Mode::read);
+    Tensor m = f.read_tensor("metrics/loss");
+    REQUIRE(m.size(0) == 5);
+    CHECK(m.at({4, 1}) == 50.0);
+  }
+  const pid_t poller2 = hold_open(path, ready, go, 300);
+  REQUIRE(poller2 > 0);
+  Reaped reaped_poller2{poller2};
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  REQUIRE(c == 'x');
+  {
+    RunLog log = RunLog::create(path);
+    log.declare_scalar("fresh");
+    log.begin();
+    log.scalar("fresh", 1, 1.0);
+  }
+  waitpid(poller2, &status, 0);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  h5::File f(path, h5::File::Mode::read);
+  CHECK(f.exists("metrics/fresh"));
+  CHECK_FALSE(f.exists("metrics/loss"));
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
+}
