@@ -744,13 +744,14 @@ void Run::resolved_default(const std::string& option, const std::string& placeho
 
 namespace {
 // The run_id of the log heed can read at path ("" from heeds before it);
-// nothing when there is no such log.
-std::optional<std::string> readable_log_run(const std::string& path) {
+// nothing when there is no such log, or when its rows end before `step`
+// (cut back since by an older checkpoint's resume: not one to go on in).
+std::optional<std::string> readable_log_run(const std::string& path, int64_t step) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
   try {
     h5::File f(path, h5::File::Mode::read_any);
-    if (!f.has_attr("/", "heed_log_format")) return std::nullopt;
+    if (!f.has_attr("/", "heed_log_format") || !RunLog::gap_before(f, step).empty()) return std::nullopt;
     return f.has_attr("/", "run_id") ? h5::attr_str(f.get_attr("/", "run_id")) : std::string();
   } catch (const Error&) {
     return std::nullopt;
@@ -1061,7 +1062,7 @@ void Run::check_resumed_log() {
     // readable: a missing --out is then a mistyped path to where it moved.
     // (A log there of another run, which replaced it, is not its log.)
     const auto own = resume_ck_->config.find("out");
-    if (own != resume_ck_->config.end() && readable_log_run(own->second) == resume_ck_->run_id)
+    if (own != resume_ck_->config.end() && readable_log_run(own->second, at) == resume_ck_->run_id)
       fail("{}: the log '{}' is missing, and the run's log is still at '{}' (leave --out out, or give where it moved)",
            args_.command(), out_, own->second);
     check_output_path(out_, args_.command(), "--out");
@@ -1098,6 +1099,11 @@ void Run::check_resumed_log() {
     fail("{}: the log '{}' is another run's than checkpoint '{}' (the log's run began {} with: {}); a later run at the "
          "same --out replaced the log; {}",
          args_.command(), out_, resume_, text("start_time"), text("command_line"), go_on);
+  // Its rows must reach the checkpoint's step (an older checkpoint resumed
+  // since cut them back): else the steps between would be missing.
+  if (const std::string gap = RunLog::gap_before(f, at); !gap.empty())
+    fail("{}: the log '{}' cannot continue from checkpoint '{}' at step {}: {}; {}", args_.command(), out_, resume_, at,
+         gap, go_on);
   if (!log_id.empty()) return;  // the same run, named by both
   for (const auto& [k, v] : resume_ck_->config) {
     if (kResumeMayChange.count(k) || kNeverRestored.count(k) || changeable_.count(k)) continue;

@@ -5,6 +5,7 @@
 
 #include <sys/time.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -220,6 +221,38 @@ RunLog RunLog::create(const std::string& path, const Options& opt) {
   return RunLog(std::move(impl));
 }
 
+std::string RunLog::gap_before(const h5::File& log, int64_t step) {
+  bool any = false;
+  int64_t last = INT64_MIN, reach = INT64_MIN;  // the latest step logged; the latest step the rows account for
+  auto rows_of = [&](const std::vector<int64_t>& steps) {
+    if (steps.empty()) return;
+    any = true;
+    const int64_t end = steps.back(), every = steps.size() > 1 ? end - steps[steps.size() - 2] : 1;
+    last = std::max(last, end);
+    reach = std::max(reach, every > 1 ? end + every - 1 : end);
+  };
+  // The steps of a dataset's last two rows (column 0 of a metric's).
+  auto last_two = [&](const std::string& p, bool metric) {
+    const Shape s = log.dataset_shape(p);
+    if (s.size() != (metric ? 2u : 1u) || (metric && s[1] != 3)) return std::vector<int64_t>{};
+    const int64_t n = std::min<int64_t>(s[0], 2);
+    const Tensor t = metric ? log.read_block(p, {s[0] - n, 0}, {n, 1}) : log.read_block(p, {s[0] - n}, {n});
+    std::vector<int64_t> steps;
+    for (int64_t i = 0; i < n; ++i) steps.push_back(static_cast<int64_t>(metric ? t.at({i, 0}) : t.at({i})));
+    return steps;
+  };
+  for (const std::string& p : log.list_datasets("/")) {
+    if (p.rfind("metrics/", 0) == 0)
+      rows_of(last_two(p, true));
+    else if (p.rfind("series/", 0) == 0 && p.size() > 12 && p.substr(p.size() - 5) == "/step")
+      rows_of(last_two(p, false));
+  }
+  if (!any || reach >= step) return "";
+  return fmt::format("it ends at step {}, so steps {} to {} would be missing from it (an older checkpoint of the run "
+                     "was resumed since, which cut the log back to its step)",
+                     last, last + 1, step);
+}
+
 RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options& opt,
                       const std::set<std::string>& redo) {
   auto impl = std::make_unique<Impl>(h5::File(path, h5::File::Mode::append), opt);
@@ -230,6 +263,10 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
   if (format != kLogFormat)
     fail("run log '{}' is in format {}; this heed appends to format {} (docs/log-format.md){}", path, format, kLogFormat,
          format > kLogFormat ? ": it was written by a newer heed" : "");
+  // Before any row goes: a log cut back by the resume of an older checkpoint
+  // would go on from this one's step with the steps between missing.
+  if (const std::string gap = gap_before(f, after_step); !gap.empty())
+    fail("run log '{}' cannot continue a run resumed at step {}: {}; continue in a new log", path, after_step, gap);
   impl->start_unix = h5::attr_as<double>(f.get_attr("/", "start_unix_time"),
                                          fmt::format("run log '{}': its start_unix_time attribute", path));
   for (const std::string& p : f.list_datasets("/")) {

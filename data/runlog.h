@@ -58,6 +58,16 @@ class RunLog {
     return resume(path, after_step, Options(), redo);
   }
 
+  // Why `log` cannot take the rows of a run resumed from a checkpoint at
+  // `step`: "" when its rows reach that step, else (it ends before it:
+  // an older checkpoint of the run was resumed since, which cut it back)
+  // e.g. "it ends at step 300, so steps 301 to 990 would be missing from it
+  // (...)". A metric or series logged every k steps (its last two rows k
+  // apart) reaches the k - 1 steps after its last row; a log with no rows
+  // at all reaches every step (a program that logs nothing loses nothing).
+  // resume() refuses such a log before it changes anything.
+  static std::string gap_before(const h5::File& log, int64_t step);
+
   // A log that writes nothing (the processes of a data-parallel job other
   // than rank 0 log through one of these: path() is empty).
   static RunLog discard();

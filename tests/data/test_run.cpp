@@ -1022,3 +1022,27 @@ TEST_CASE("Run: --init-from's refusal and an existing file's description show a 
   CHECK(!fs::exists(d.path + "/e.h5"));
   CHECK(existing_file(weights).describe() == "a safetensors file heed wrote (of the 'evil\\x0a\\x1b[2Jshapes' experiment)");
 }
+
+TEST_CASE("Run: a later checkpoint after an older one's resume cut the log back is refused, naming both steps") {
+  // Checkpoint at 9, then an older copy (step 4) resumed to 6: the log was
+  // cut back to 4 and went on to 6. Resuming the step-9 checkpoint then
+  // logged from 10 on, steps 7-9 missing from the log, with status 0.
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/g.h5", ck = d.path + "/g.ckpt.h5", old = d.path + "/old.ckpt.h5";
+  REQUIRE(Toy().go({"--out", log, "--steps", "12", "--stop-after", "4"}) == 130);
+  fs::copy_file(ck, old);
+  REQUIRE(Toy().go({"--resume", ck, "--stop-after", "9"}) == 130);
+  REQUIRE(Toy().go({"--resume", old, "--stop-after", "6"}) == 130);
+  CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6});
+  const auto before = test::snapshot(d.path);
+  test::check_error([&] { Toy().go({"--resume", ck}); },
+                    {"the log '" + log + "' cannot continue from checkpoint '" + ck + "' at step 9",
+                     "ends at step 6", "steps 7 to 9 would be missing", "--out NEW.h5", "steps after 9"});
+  CHECK(test::snapshot(d.path) == before);
+  // As the message says: a new log goes on from the checkpoint.
+  REQUIRE(Toy().go({"--resume", ck, "--out", d.path + "/g2.h5"}) == 0);
+  CHECK(logged_steps(d.path + "/g2.h5", "loss") == std::vector<double>{10, 11, 12});
+  // The older checkpoint's own resume, which the log does reach, goes on.
+  REQUIRE(Toy().go({"--resume", old}) == 0);
+  CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+}

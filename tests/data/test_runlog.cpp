@@ -367,3 +367,66 @@ TEST_CASE("runlog: a log another program has open is neither truncated by a new 
   CHECK_FALSE(f.exists("metrics/loss"));
   for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
 }
+
+TEST_CASE("runlog: a log cut back by an older checkpoint's resume is refused for a later checkpoint, untouched") {
+  // A checkpoint at step 9, then an older one (step 4) resumed to step 6:
+  // the log was cut back to 4 and holds 1..6. Resuming the step-9
+  // checkpoint went on at 10 with steps 7-9 missing, silently.
+  const std::string path = temp_path("cut-back.h5");
+  {
+    RunLog log = RunLog::create(path);
+    log.declare_scalar("loss");
+    log.declare_scalar("eval");
+    log.declare_series("maps", {2});
+    log.begin();
+    for (int64_t s = 1; s <= 9; ++s) {
+      log.scalar("loss", s, static_cast<double>(s));
+      if (s % 3 == 0) log.scalar("eval", s, 0.5);
+      if (s % 2 == 0) log.series("maps", s, Tensor::zeros({2}));
+    }
+  }
+  {
+    RunLog log = RunLog::resume(path, 4);
+    for (int64_t s = 5; s <= 6; ++s) log.scalar("loss", s, static_cast<double>(s));
+  }
+  {
+    h5::File f(path, h5::File::Mode::read);
+    CHECK(RunLog::gap_before(f, 6) == "");
+    CHECK(RunLog::gap_before(f, 5) == "");
+    const std::string gap = RunLog::gap_before(f, 9);
+    CHECK(test::has(gap, "ends at step 6"));
+    CHECK(test::has(gap, "steps 7 to 9 would be missing"));
+  }
+  const std::string before = test::slurp(path);
+  test::check_error([&] { RunLog::resume(path, 9); },
+                    {"run log '" + path + "'", "resumed at step 9", "ends at step 6", "steps 7 to 9", "a new log"});
+  CHECK(test::slurp(path) == before);
+  {  // The checkpoint the log was cut back for goes on.
+    RunLog log = RunLog::resume(path, 6);
+    log.scalar("loss", 7, 7.0);
+  }
+  // A metric logged every k steps reaches the k - 1 steps after its last row;
+  // a log with no rows loses nothing.
+  const std::string sparse = temp_path("sparse.h5");
+  {
+    RunLog log = RunLog::create(sparse);
+    log.declare_scalar("eval");
+    log.declare_scalar("never");
+    log.begin();
+    log.scalar("eval", 10, 1.0);
+    log.scalar("eval", 20, 2.0);
+  }
+  {
+    h5::File f(sparse, h5::File::Mode::read);
+    CHECK(RunLog::gap_before(f, 29) == "");
+    CHECK(test::has(RunLog::gap_before(f, 30), "ends at step 20, so steps 21 to 30"));
+  }
+  const std::string empty = temp_path("no-rows.h5");
+  {
+    RunLog log = RunLog::create(empty);
+    log.declare_scalar("never");
+    log.begin();
+  }
+  h5::File f(empty, h5::File::Mode::read);
+  CHECK(RunLog::gap_before(f, 1000) == "");
+}
