@@ -84,14 +84,26 @@ struct RunLog::Impl {
   }
   ~Impl() { close(false); }
 
+  // Why the first write that failed failed ("No space left on device"):
+  // read from HDF5's error stack at once, as the next call clears it.
+  std::string failure;
+
   // Writes every dataset's rows that HDF5 still holds; false when a write
   // failed (a full disk: the rows were left as zeros, silently, before).
+  // The first failure's reason is kept: every dataset is flushed still, and
+  // a later flush that succeeds (a dataset whose rows fit where it had room)
+  // clears HDF5's error stack.
   bool write_rows() {
     bool ok = true;
-    for (auto& [n, d] : metrics) ok = H5Dflush(d.id) >= 0 && ok;
+    auto flush = [&](hid_t id) {
+      if (H5Dflush(id) >= 0) return;
+      if (ok) failure = h5::system_reason();
+      ok = false;
+    };
+    for (auto& [n, d] : metrics) flush(d.id);
     for (auto& [n, d] : series) {
-      ok = H5Dflush(d.id) >= 0 && ok;
-      ok = H5Dflush(d.step_id) >= 0 && ok;
+      flush(d.id);
+      flush(d.step_id);
     }
     return ok;
   }
@@ -104,7 +116,7 @@ struct RunLog::Impl {
     file.abandon();
   }
   [[noreturn]] void write_failed() {
-    const std::string why = h5::system_reason();
+    const std::string why = failure.empty() ? h5::system_reason() : failure;
     abandon();
     fail("RunLog '{}': could not write the log{}{}; the rows logged since its last flush are lost", file.path(),
          why.empty() ? "" : ": ", why);

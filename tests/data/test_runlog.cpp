@@ -1,9 +1,11 @@
 // tests/data/test_runlog.cpp: the HDF5 run log: schema, appends, reading while
 // the writer runs, surviving kill -9, resuming.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "data/h5.h"
@@ -429,4 +431,54 @@ TEST_CASE("runlog: a log cut back by an older checkpoint's resume is refused for
   }
   h5::File f(empty, h5::File::Mode::read);
   CHECK(RunLog::gap_before(f, 1000) == "");
+}
+
+TEST_CASE("runlog: a write the file system refuses is reported with its reason, also when a later flush succeeds") {
+  // The log flushes every dataset, and each flush clears HDF5's error stack:
+  // when the one that failed (no room for its next chunk) was followed by
+  // one that succeeded (its rows fit in the chunk it has), the message lost
+  // the reason. A file size limit refuses the write here (EFBIG), as a full
+  // disk does (ENOSPC).
+  const std::string path = temp_path("limited.h5");
+  int out[2];
+  REQUIRE(pipe(out) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::string msg = "no error";
+    try {
+      signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG
+      RunLog::Options opt;
+      opt.flush_seconds = 1e9;
+      opt.flush_rows = 1000000;
+      RunLog log = RunLog::create(path, opt);
+      log.declare_scalar("a_grows");   // flushed first (by name)
+      log.declare_scalar("b_stays");   // flushed after it, into the chunk it has
+      log.begin();
+      log.scalar("a_grows", 1, 1.0);
+      log.scalar("b_stays", 1, 1.0);
+      log.flush();
+      struct rlimit lim {};
+      lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(std::filesystem::file_size(path));
+      if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(5);
+      for (int64_t s = 2; s <= 600; ++s) log.scalar("a_grows", s, 1.0);  // past its first chunk of 256 rows
+      log.scalar("b_stays", 2, 2.0);
+      log.flush();
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    if (write(out[1], msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) _exit(4);
+    _exit(0);
+  }
+  close(out[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  INFO("message: " << msg);
+  CHECK(test::has(msg, "RunLog '" + path + "': could not write the log: " + std::strerror(EFBIG)));
+  CHECK(test::has(msg, "the rows logged since its last flush are lost"));
 }
