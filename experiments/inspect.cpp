@@ -115,6 +115,12 @@ h5::File open_for_reading(const std::string& path) {
     return h5::File(path, h5::File::Mode::read_any);
   } catch (const Error&) {
   }
+  // A run makes its log's file before HDF5 writes anything in it: killed
+  // in between, it leaves it empty.
+  if (fs::is_regular_file(st) && fs::file_size(path, ec) == 0 && !ec)
+    fail("inspect: '{}' is empty (0 bytes), not yet an HDF5 file: a run killed as it started leaves its log so (or "
+         "the run is starting now); there is nothing to inspect",
+         path);
   if (!h5::has_signature(path)) fail("inspect: '{}' is not an HDF5 file (no HDF5 signature)", path);
   // Which kind of file it is cannot be read; its name tells (a checkpoint is
   // never open in a writer: it is written beside and renamed).

@@ -184,6 +184,15 @@ TEST_CASE("inspect: a missing, non-HDF5 or truncated file is refused with a mess
   std::ofstream(text) << "not a log\n";
   CHECK(has(inspect_error(text), "'" + text + "' is not an HDF5 file"));
 
+  // A run killed as it started (its log's file made, nothing in it yet):
+  // said as that, not as a file that is not HDF5.
+  std::string empty = temp_path("started.h5");
+  std::ofstream(empty).close();
+  const std::string e0 = inspect_error(empty);
+  CHECK(has(e0, "'" + empty + "' is empty (0 bytes)"));
+  CHECK(has(e0, "killed as it started"));
+  CHECK_FALSE(has(e0, "not an HDF5 file"));
+
   std::string whole = temp_path("whole.h5"), cut = temp_path("cut.h5");
   write_small_log(whole);
   std::filesystem::copy_file(whole, cut, std::filesystem::copy_options::overwrite_existing);
