@@ -11,6 +11,20 @@
 
 namespace heed::experiments {
 
+namespace {
+
+// The name under which a run of one model logs it (models/<name>, the
+// experiments' log_model calls), by experiment; "" for an experiment of
+// several models, or a program's own.
+std::string single_model_name(const std::string& experiment) {
+  static const std::map<std::string, std::string> names = {
+      {"charlm", "gpt"}, {"copy", "copy"}, {"crossattn", "crossattn"}, {"sine", "mlp"}};
+  const auto it = names.find(experiment);
+  return it == names.end() ? std::string() : it->second;
+}
+
+}  // namespace
+
 int run_export(const std::vector<std::string>& args) {
   for (const auto& x : args)
     if (x == "--help" || x == "-h") {
@@ -30,6 +44,8 @@ int run_export(const std::vector<std::string>& args) {
           "  -o, --out FILE     the file to write (default: the checkpoint's name with .safetensors)\n"
           "  --model NAME       which model, for a checkpoint with several (shapes: cnn or attention;\n"
           "                     scaling: scaled/seed0, unscaled/seed0, ...); the only one by default\n"
+          "                     (also when named as its log names it: charlm gpt, copy copy, sine mlp,\n"
+          "                     crossattn crossattn)\n"
           "  --names nanogpt    charlm: a plain PyTorch GPT's names (nanoGPT: transformer.h.0.attn.c_attn.weight\n"
           "                     with q, k and v fused, ...); heed's own by default. heed loads either.\n"
           "  --help             show this help\n");
@@ -66,6 +82,10 @@ int run_export(const std::vector<std::string>& args) {
   // One model under its name (shapes --model attention): that one.
   if (model.empty() && models.size() == 1 && all.size() == ck.get("model/" + *models.begin()).size())
     model = *models.begin();
+  // A checkpoint of one model keeps it under model/ alone, though its log
+  // names it (models/<name>): that name is the one model, as no --model is.
+  const std::string own = single_model_name(ck.experiment);
+  if (models.empty() && !all.empty() && !own.empty() && model == own) model.clear();
   if (model.empty() && !models.empty())
     throw UsageError(fmt::format("export: checkpoint '{}' holds several models ({}); choose one with --model", path,
                                  fmt::join(models, ", ")));
@@ -90,7 +110,10 @@ int run_export(const std::vector<std::string>& args) {
     throw UsageError(fmt::format("export: checkpoint '{}' has no model{} ({})", path,
                                  model.empty() ? std::string() : " '" + model + "'",
                                  !model.empty() && models.empty() && !all.empty()
-                                     ? std::string("it has one model: leave out --model")
+                                     ? (own.empty() ? std::string("it has one model: leave out --model")
+                                                    : fmt::format("it has one model, {}: give --model {} or leave "
+                                                                  "out --model",
+                                                                  own, own))
                                  : models.empty() ? std::string("heed export reads the module a run tracked as \"model\"")
                                                   : fmt::format("its models: {}", fmt::join(models, ", "))));
   if (names == "nanogpt") {

@@ -4,7 +4,9 @@
 // and the charlm and scaling runs that refuse given weights they cannot use.
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "data/h5.h"
 #include "experiments/charlm.h"
 #include "spawn.h"
 #include "test_util.h"
@@ -379,4 +381,45 @@ TEST_CASE("export: the C++ tour's weights and heed export's default output for i
   CHECK(tour_export.size() > 12);
   CHECK(tour_export != "runs/tour.safetensors");  // export's default for runs/tour.ckpt.h5
   CHECK(tour_export.rfind(".safetensors") == tour_export.size() - 12);
+}
+
+TEST_CASE("export: --model takes the name a checkpoint of one model logs it under (models/<name>); another name is "
+          "refused naming that one") {
+  // It refused them all ("has no model 'copy' (it has one model: leave out
+  // --model)"), though the run's log lists the model under that name.
+  test::TempDir d("heed-export-own-");
+  const std::string p = d.path;
+  const std::string text = p + "/t.txt";
+  write_text(text, "the quick brown fox jumps over the lazy dog. ", 100);
+  train_charlm(p, text, "charlm");
+  for (const std::vector<std::string>& run :
+       {std::vector<std::string>{"copy", "--steps", "2"}, {"sine", "--steps", "2"},
+        {"crossattn", "--steps", "2", "--test", "8", "--batch", "4", "--dim", "16", "--layers", "1", "--eval-every",
+         "2"}}) {
+    Result r = heed_cli(test::cat(test::cat({"run"}, run), {"--threads", "1", "--out", p + "/" + run[0] + ".h5"}), p);
+    INFO(r.out << r.err);
+    REQUIRE(r.status <= 1);  // (sine's status when two steps miss its threshold)
+  }
+  for (const std::string experiment : {"charlm", "copy", "sine", "crossattn"}) {
+    CAPTURE(experiment);
+    const std::string ckpt = p + "/" + experiment + ".ckpt.h5";
+    // The model's name as the run's log gives it: its one models/<name>.
+    std::set<std::string> logged;
+    for (const std::string& ds : h5::File(p + "/" + experiment + ".h5", h5::File::Mode::read).list_datasets("/models"))
+      logged.insert(ds.substr(0, ds.find('/')));
+    REQUIRE(logged.size() == 1);
+    const std::string name = *logged.begin();
+    REQUIRE(heed_cli({"export", ckpt, "-o", p + "/plain.safetensors"}, p).status == 0);
+    Result r = heed_cli({"export", ckpt, "--model", name, "-o", p + "/named.safetensors"}, p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    // The same file as without --model, byte for byte.
+    CHECK(test::slurp(p + "/named.safetensors") == test::slurp(p + "/plain.safetensors"));
+    const auto before = snapshot(p);
+    r = heed_cli({"export", ckpt, "--model", "other", "-o", p + "/other.safetensors"}, p);
+    CHECK(r.status == 2);
+    CHECK(r.err == "heed: export: checkpoint '" + ckpt + "' has no model 'other' (it has one model, " + name +
+                       ": give --model " + name + " or leave out --model)\n");
+    CHECK(snapshot(p) == before);
+  }
 }
