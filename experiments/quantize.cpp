@@ -151,8 +151,9 @@ ModelQuantization plan_quantization(TrainedModels& tm, const std::vector<std::st
         const int64_t most = std::min(l.rows, l.cols);
         l.rank = s.rank > 0 ? s.rank : std::max<int64_t>(1, most / 2);
         if (l.rank > most)
-          throw UsageError(fmt::format("{}: --rank {} is larger than {} {}{} allows (expected 1..{})", who, s.rank,
-                                       label, shape_str(l.shape), as_matrix, most));
+          throw UsageError(fmt::format("{}: --rank {} is larger than {} {}{} allows (expected 1..{}, or 0: half of "
+                                       "each matrix's smaller side)",
+                                       who, s.rank, label, shape_str(l.shape), as_matrix, most));
       }
       mq.layers.push_back(std::move(l));
     }
@@ -257,7 +258,8 @@ constexpr const char* kQuantizeHelp =
     "options:\n"
     "  --method M         uniform|hadamard|gaussian|e8|lplr (default hadamard)\n"
     "  --bits B           bits per code, 2..16 (default 4)\n"
-    "  --rank R           lplr: the factors' rank (default: half of each matrix's smaller side)\n"
+    "  --rank R           lplr: the factors' rank, 1 to each matrix's smaller side (default, or 0:\n"
+    "                     half of each matrix's smaller side)\n"
     "  --range R          row (one range per row, default) or tensor (one per matrix)\n"
     "  --seed S           seed of the signs, rotations and sketches (default 0)\n"
     "  --keep NAMES       parameters to leave in float32, comma-separated (e.g. 0.weight, or\n"

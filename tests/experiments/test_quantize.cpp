@@ -259,7 +259,7 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
       {"bits not a number", {"quantize", t.lm, "--bits", "four"}, 2, {"--bits", "'four'"}},
       {"an unknown method", {"quantize", t.lm, "--method", "e9"}, 2, {"--method", "uniform, hadamard", "'e9'"}},
       {"a rank larger than the matrices", {"quantize", t.lm, "--method", "lplr", "--rank", "33"}, 2,
-       {"--rank 33", "is larger than", "wte.weight", "expected 1.."}},
+       {"--rank 33", "is larger than", "wte.weight", "expected 1..", ", or 0: half of each matrix's smaller side)"}},
       {"a rank for another method", {"quantize", t.lm, "--method", "uniform", "--rank", "4"}, 2,
        {"--rank 4", "lplr only", "uniform"}},
       {"e8 on rows of 5", {"quantize", t.shapes, "--method", "e8"}, 2,
@@ -352,6 +352,43 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
     for (const auto& m : c.absent) CHECK(r.err.find(m) == std::string::npos);
     CHECK(snapshot(p) == before);
   }
+}
+
+TEST_CASE("heed quantize --rank 0 is the default rank, and --help and the too-large rank's message say so") {
+  // --rank 0 was taken as the default while --help said nothing of 0 and a
+  // rank too large was told "expected 1..32".
+  Trained& t = trained();
+  const std::string p = t.dir.path;
+  Result help = heed_cli({"quantize", "--help"}, p);
+  REQUIRE(help.status == 0);
+  CHECK(help.out.find("  --rank R           lplr: the factors' rank, 1 to each matrix's smaller side (default, or 0:\n"
+                      "                     half of each matrix's smaller side)\n") != std::string::npos);
+  Result zero = heed_cli({"quantize", t.lm, "--method", "lplr", "--rank", "0", "--threads", "1", "-o",
+                          p + "/rank0.ckpt.h5"},
+                         p);
+  INFO(zero.out << zero.err);
+  REQUIRE(zero.status == 0);
+  Result deflt = heed_cli({"quantize", t.lm, "--method", "lplr", "--threads", "1", "-o", p + "/rankd.ckpt.h5"}, p);
+  INFO(deflt.out << deflt.err);
+  REQUIRE(deflt.status == 0);
+  // The same per-layer lines (each matrix's rank, half of its smaller side, among them) and the same weights.
+  auto layer_report = [](const std::string& out) {
+    std::string lines;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.find(" rank ") != std::string::npos && line.rfind("  ", 0) == 0) lines += line + "\n";
+    return lines;
+  };
+  CHECK(!layer_report(zero.out).empty());
+  CHECK(layer_report(zero.out) == layer_report(deflt.out));
+  CHECK(load_checkpoint(p + "/rank0.ckpt.h5", "charlm").get("model").at("wte.weight").to_vector<float>() ==
+        load_checkpoint(p + "/rankd.ckpt.h5", "charlm").get("model").at("wte.weight").to_vector<float>());
+  Result big = heed_cli({"quantize", t.lm, "--method", "lplr", "--rank", "33", "-o", p + "/rank33.ckpt.h5"}, p);
+  INFO(big.err);
+  CHECK(big.status == 2);
+  CHECK(big.err.find(" allows (expected 1..") != std::string::npos);
+  CHECK(big.err.find(", or 0: half of each matrix's smaller side)\n") != std::string::npos);
+  CHECK_FALSE(fs::exists(p + "/rank33.ckpt.h5"));
 }
 
 TEST_CASE("heed quantize reads a charlm run's text where --text says it is now") {
