@@ -1,7 +1,12 @@
 // experiments/heads.cpp: per-head attention statistics and `heed attend`.
 #include "experiments/heads.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "data/args.h"
@@ -184,6 +189,49 @@ std::string attend_printable(const std::string& text) {
 
 namespace {
 
+// Whether heed attend's figures of the log `out` can be drawn, asked before
+// it writes anything. A HEED_PYTHON that cannot draw them (no such program,
+// or one without numpy, h5py or matplotlib) is a bad environment (status 2,
+// as every HEED_* variable's), and so is a figures' directory that is
+// not one (out without .h5, plus _plots: a file of that name) or cannot be
+// written in. Without Debian's Python or its packages, the maps and the
+// table are still worth having: false, after a note that says how to draw
+// them later.
+bool can_plot(const std::string& out) {
+  namespace fs = std::filesystem;
+  const std::string dir = default_plot_dir(out);
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw UsageError(fmt::format("attend: the figures' directory '{}' (beside --out '{}') exists and is not a "
+                                 "directory; expected a directory or nothing there (remove it, or give another --out)",
+                                 dir, out));
+  if (!fs::exists(st) && fs::exists(fs::symlink_status(dir, ec)))
+    throw UsageError(fmt::format("attend: the figures' directory '{}' (beside --out '{}') is a symbolic link to "
+                                 "nothing; expected a directory or nothing there (remove it, or give another --out)",
+                                 dir, out));
+  if (fs::is_directory(st) && access(dir.c_str(), W_OK | X_OK) != 0)
+    throw UsageError(fmt::format("attend: cannot write in the figures' directory '{}' (beside --out '{}'): {}; "
+                                 "expected a directory heed may write in",
+                                 dir, out, std::strerror(errno)));
+  std::string why = plot_problem();
+  if (why.empty()) return true;
+  const char* chosen = std::getenv("HEED_PYTHON");
+  if (chosen && *chosen) {
+    // Named by the variable, however the interpreter failed; a program that
+    // is no Python (a shell) says many lines, the script's own one: its last.
+    if (const size_t nl = why.find_last_of('\n'); nl != std::string::npos)
+      why = fmt::format("HEED_PYTHON='{}' cannot run the plotting script ({}); expected a Python 3 interpreter with "
+                        "python3-numpy, python3-h5py and python3-matplotlib (or HEED_PYTHON unset: /usr/bin/python3)",
+                        chosen, why.substr(nl + 1));
+    else if (why.find("HEED_PYTHON") == std::string::npos)
+      why = fmt::format("HEED_PYTHON='{}': {}", chosen, why);
+    throw UsageError(fmt::format("attend: {}", why));
+  }
+  fmt::print(stderr, "heed: note: attend will draw no figure: {}; heed plot {} draws it later\n", why, out);
+  return false;
+}
+
 int attend(const std::vector<std::string>& args) {
   std::string prompt = kAttendPrompt;
   std::string out;
@@ -258,6 +306,10 @@ int attend(const std::vector<std::string>& args) {
     out = base + "_attend.h5";
   }
   check_output("attend", out, path, "run log", "attend");
+  // The figures are drawn after the file is written: what would keep them
+  // from being drawn is said before anything is written (a refused command
+  // leaves every file as it was).
+  const bool plot = can_plot(out);
   prepare_output_path(out, "attend", "--out");  // before the work: a path that cannot be written is refused at once
 
   autograd::NoGradGuard ng;
@@ -321,7 +373,7 @@ int attend(const std::vector<std::string>& args) {
     log.close();
   }
   fmt::print("\nmaps and statistics: {}\n", out);
-  plot_log(out, default_plot_dir(out));
+  if (plot) plot_log(out, default_plot_dir(out));
   return 0;
 }
 

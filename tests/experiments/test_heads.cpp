@@ -308,3 +308,78 @@ TEST_CASE("attend_default_prompt and attend_printable") {
   CHECK(attend_printable("\u2029é") == "\\u2029é");
   CHECK(attend_printable("In the beginning") == "In the beginning");
 }
+
+namespace {
+
+// HEED_PYTHON set for the heed processes a test starts, as it was after.
+struct PythonFor {
+  std::string was;
+  bool had;
+  explicit PythonFor(const std::string& value) : had(std::getenv("HEED_PYTHON") != nullptr) {
+    if (had) was = std::getenv("HEED_PYTHON");
+    setenv("HEED_PYTHON", value.c_str(), 1);
+  }
+  ~PythonFor() {
+    if (had) setenv("HEED_PYTHON", was.c_str(), 1);
+    else unsetenv("HEED_PYTHON");
+  }
+};
+
+// A tiny charlm trained on `line` repeated, in dir; its checkpoint's path.
+std::string tiny_charlm(const std::string& dir, const std::string& name, const std::string& line, int times = 80) {
+  std::string all;
+  for (int i = 0; i < times; ++i) all += line;
+  std::ofstream(dir + "/" + name + ".txt") << all;
+  REQUIRE(run_charlm({"--text", dir + "/" + name + ".txt", "--layers", "1", "--heads", "2", "--width", "16",
+                      "--context", "16", "--batch", "4", "--steps", "2", "--eval-every", "2", "--eval-batches", "1",
+                      "--out", dir + "/" + name + ".h5"},
+                     {"heed", "run", "charlm"}) == 0);
+  return dir + "/" + name + ".ckpt.h5";
+}
+
+}  // namespace
+
+TEST_CASE("heed attend refuses what would keep it from drawing its figure before it writes anything: a HEED_PYTHON "
+          "that cannot, a file where the figures' directory goes") {
+  // It wrote (or replaced) its .h5, then failed on the figure with status 1,
+  // the new maps beside the old figure.
+  test::TempDir d("heed-attend-plot-");
+  const std::string ck = tiny_charlm(d.path, "c", "In the beginning God created the heaven and the earth. ");
+  const std::string r = d.path + "/R.h5";
+  test::Result first = test::heed_cli({"attend", ck, "--prompt", "In the", "-o", r}, d.path);
+  INFO(first.out << first.err);
+  REQUIRE(first.status == 0);
+  REQUIRE(std::filesystem::is_regular_file(d.path + "/R_plots/attention_grid.png"));
+  const std::string not_executable = d.path + "/python3";
+  std::ofstream(not_executable) << "#!/bin/sh\n";
+  struct Case {
+    std::string python, says;
+  };
+  for (const Case& c : {Case{"/nonexistent/python3", "HEED_PYTHON='/nonexistent/python3': No such file or directory"},
+                        Case{not_executable, "HEED_PYTHON='" + not_executable + "' is not an executable program"}}) {
+    CAPTURE(c.python);
+    const auto before = test::snapshot(d.path);
+    test::Result bad = [&] {
+      PythonFor python(c.python);
+      return test::heed_cli({"attend", ck, "--prompt", "the heaven", "-o", r}, d.path);
+    }();
+    INFO(bad.out << bad.err);
+    CHECK(bad.status == 2);
+    CHECK(bad.err.rfind("heed: attend: " + c.says, 0) == 0);
+    CHECK(bad.err.find('\n') == bad.err.size() - 1);  // one line
+    CHECK(bad.out.empty());  // refused before the work: no table
+    CHECK(test::snapshot(d.path) == before);
+  }
+  CHECK(h5::attr_str(h5::File(r, h5::File::Mode::read).get_attr("/", "prompt")) == "In the");
+  // A file where the figures' directory goes: nothing written.
+  std::ofstream(d.path + "/F_plots") << "mine\n";
+  const auto before = test::snapshot(d.path);
+  test::Result file = test::heed_cli({"attend", ck, "--prompt", "In the", "-o", d.path + "/F.h5"}, d.path);
+  INFO(file.out << file.err);
+  CHECK(file.status == 2);
+  CHECK(file.err == "heed: attend: the figures' directory '" + d.path + "/F_plots' (beside --out '" + d.path +
+                        "/F.h5') exists and is not a directory; expected a directory or nothing there (remove it, or "
+                        "give another --out)\n");
+  CHECK(test::snapshot(d.path) == before);
+  CHECK_FALSE(std::filesystem::exists(d.path + "/F.h5"));
+}
