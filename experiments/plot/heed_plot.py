@@ -825,8 +825,45 @@ def lm_layers(f):
     return sorted(layers)
 
 
+PROBE_SYMBOLS = {" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5"}  # space, newline and tab as symbols for them
+FONTS = {}  # font family (None: the default) -> the FT2Font matplotlib draws it with
+
+
+def font_has(ch, family=None):
+    """Whether the font matplotlib draws text of this family with has a glyph
+    for ch. One it lacks is drawn as an empty box, with a UserWarning
+    ("Glyph 8203 ... missing from current font") on stderr."""
+    if family not in FONTS:
+        from matplotlib import font_manager, ft2font
+        FONTS[family] = ft2font.FT2Font(font_manager.findfont(font_manager.FontProperties(family=family)))
+    return FONTS[family].get_char_index(ord(ch)) != 0
+
+
+def code_point(ch):
+    return f"U+{ord(ch):04X}"
+
+
 def probe_label(ch):
-    return {" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5"}.get(ch, ch)
+    """A character of a model's text as a tick label: space, newline and tab
+    as symbols; one that would not show (a control or format character such
+    as U+200B ZERO WIDTH SPACE) or that the monospace font lacks as its code
+    point, U+200B."""
+    if ch in PROBE_SYMBOLS:
+        return PROBE_SYMBOLS[ch]
+    return ch if ch.isprintable() and font_has(ch, "monospace") else code_point(ch)
+
+
+def drawable(text):
+    """text for a title: each character the default font lacks as its code point."""
+    return "".join(c if font_has(c) else code_point(c) for c in text)
+
+
+def label_ticks(ax, labels, fontsize):
+    """Both axes of a map over a text labelled with its characters (probe_label);
+    the columns' labels upright when one is a code point."""
+    ax.set_xticks(range(len(labels)), labels, fontsize=fontsize, fontfamily="monospace",
+                  rotation=90 if any(len(l) > 1 for l in labels) else 0)
+    ax.set_yticks(range(len(labels)), labels, fontsize=fontsize, fontfamily="monospace")
 
 
 def heatmap_grid(maps, panels, vmax, title):
@@ -865,8 +902,7 @@ def lm_attention(f, layer, out_dir, written):
     fig, axes, im, ncols, nrows = heatmap_grid(maps, heads, vmax, lambda h: f"head {h}")
     for h, ax in enumerate(axes[:heads]):
         if labels:
-            ax.set_xticks(range(t), labels, fontsize=7, fontfamily="monospace")
-            ax.set_yticks(range(t), labels, fontsize=7, fontfamily="monospace")
+            label_ticks(ax, labels, 7)
         if h % ncols == 0:
             ax.set_ylabel("query (row)")
         if h // ncols == nrows - 1 or h + ncols >= heads:
@@ -874,7 +910,7 @@ def lm_attention(f, layer, out_dir, written):
     fig.colorbar(im, ax=list(axes), shrink=0.9, extend="max" if vmax < 1 else "neither",
                  label="attention weight (rows sum to 1)")
     shown = probe if len(probe) <= 60 else probe[:57] + "..."
-    fig.suptitle(f"layer {layer} attention at step {step}" + (f": {shown!r}" if probe else ""))
+    fig.suptitle(f"layer {layer} attention at step {step}" + (f": {drawable(repr(shown))}" if probe else ""))
     save(fig, out_dir, f"attention_layer{layer}.png", written)
     written.series.add(f"attention/layer{layer}/maps")
 
@@ -953,14 +989,13 @@ def plot_attend(f, out_dir, written):
             kind = kinds[l * heads + h] if l * heads + h < len(kinds) else ""
             ax.set_title(f"layer {l} head {h}" + (f": {kind}" if kind and kind != "mixed" else ""), fontsize=9)
             if labels:
-                ax.set_xticks(range(t), labels, fontsize=6, fontfamily="monospace")
-                ax.set_yticks(range(t), labels, fontsize=6, fontfamily="monospace")
+                label_ticks(ax, labels, 6)
             else:
                 ax.set_xticks([])
                 ax.set_yticks([])
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight (rows: queries)")
     shown = prompt if len(prompt) <= 70 else prompt[:67] + "..."
-    fig.suptitle(f"every head over {shown!r}")
+    fig.suptitle(f"every head over {drawable(repr(shown))}")
     save(fig, out_dir, "attention_grid.png", written)
 
 

@@ -383,3 +383,16 @@ TEST_CASE("heed attend refuses what would keep it from drawing its figure before
   CHECK(test::snapshot(d.path) == before);
   CHECK_FALSE(std::filesystem::exists(d.path + "/F.h5"));
 }
+
+TEST_CASE("heed attend draws a prompt with a character its font lacks (U+200B) without a warning") {
+  // matplotlib's "UserWarning: Glyph 8203 (\N{ZERO WIDTH SPACE}) missing
+  // from current font" reached the user with a line of heed_plot.py.
+  test::TempDir d("heed-attend-glyph-");
+  const std::string ck = tiny_charlm(d.path, "z", "the cat sat on the mat\u200b and the dog sat. ");
+  test::Result r = test::heed_cli({"attend", ck, "--prompt", "the mat\u200b and", "-o", d.path + "/a.h5"}, d.path);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("Warning") == std::string::npos);
+  CHECK(r.err.find("Glyph") == std::string::npos);
+  CHECK(std::filesystem::is_regular_file(d.path + "/a_plots/attention_grid.png"));
+}
