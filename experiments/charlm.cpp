@@ -782,7 +782,10 @@ int run_sample(const std::vector<std::string>& args) {
          "and values of the ones before it; past the context, every character runs the model on the\n"
          "whole window of the last CONTEXT characters again (the positions are learned and absolute: each\n"
          "step moves every character to another one), with or without the cache.");
-  a.text("prompt", &prompt, "text to continue")
+  a.text("prompt", &prompt,
+         "text to continue (default: \"" + std::string(kSamplePrompt) +
+             "\"; for a run on a text without its characters, the first line of the run's validation text that is "
+             "as long, or its longest)")
       .integer("tokens", &o.tokens, "characters to generate", 1, kMaxLength)
       .real("temperature", &o.temperature, "softmax temperature", 0.0, 1e300, true)
       .integer("top-k", &o.top_k, "sample among the k most likely characters (0: all)", 0)
@@ -792,9 +795,14 @@ int run_sample(const std::vector<std::string>& args) {
   a.set_program("heed sample CHECKPOINT");  // errors begin "sample: ", as every command's
   if (!a.parse(args, &path, "a checkpoint path")) return 0;
   o.use_cache = !no_cache;
-  CharModel cm = load_charlm(path, "sample");
+  const Checkpoint ck = load_checkpoint(path, "charlm");
+  CharModel cm = charlm_from(ck, path, "sample");
   auto& model = cm.model;
   const data::CharTokenizer& tok = cm.tok;
+  // The default works with any model, as heed attend's does.
+  if (!a.given("prompt"))
+    prompt = default_prompt(ck, path, tok, prompt, static_cast<int64_t>(std::string_view(kSamplePrompt).size()), 1,
+                            "sample");
   std::vector<int64_t> ids = cm.encode_prompt(prompt, "sample", path);
   Stopwatch sw;
   std::vector<int64_t> out = generate(*model, ids, o);

@@ -187,6 +187,33 @@ std::string attend_printable(const std::string& text) {
   return s;
 }
 
+std::string default_prompt(const Checkpoint& ck, const std::string& path, const data::CharTokenizer& tok,
+                           const std::string& preferred, int64_t n, int64_t least, const char* command) {
+  try {
+    tok.encode(preferred);
+    return preferred;
+  } catch (const Error&) {
+  }
+  // A line of the run's own text (read and checked as heed quantize reads
+  // it), from a stretch long enough to hold many lines.
+  const std::string lacks =
+      fmt::format("{}: the default --prompt \"{}\" has characters checkpoint '{}' lacks, and ", command, preferred, path);
+  std::string prompt;
+  try {
+    prompt = attend_default_prompt(validation_start(ck, path, tok, command, 1 << 14), n);
+  } catch (const Error& e) {
+    std::string why = e.what();
+    if (const std::string own = std::string(command) + ": "; why.rfind(own, 0) == 0) why = why.substr(own.size());
+    throw UsageError(fmt::format("{}no prompt could be taken from its run's text instead ({}); expected --prompt TEXT",
+                                 lacks, why));
+  }
+  if (static_cast<int64_t>(data::decode_utf8(prompt).size()) < least)
+    throw UsageError(fmt::format("{}its run's validation text has no line of {} character{} or more to take instead; "
+                                 "expected --prompt TEXT",
+                                 lacks, least, least == 1 ? "" : "s"));
+  return prompt;
+}
+
 namespace {
 
 // Whether heed attend's figures of the log `out` can be drawn, asked before
@@ -257,33 +284,11 @@ int attend(const std::vector<std::string>& args) {
   const int64_t context = cm.model->options.context_;
   if (!a.given("prompt")) {
     // The default is the Bible's: cut to the context, or for a run on a text
-    // of other characters, the start of that run's validation text (as run
-    // charlm's probe of the maps, read and checked as heed quantize reads it).
+    // of other characters, a line of that run's validation text as long, or
+    // its longest (a newline or other control character in a prompt would
+    // break the one-line output).
+    prompt = default_prompt(ck, path, cm.tok, prompt, std::min<int64_t>(40, context), 2, "attend");
     std::vector<uint32_t> cps = data::decode_utf8(prompt);
-    try {
-      cm.tok.encode(prompt);
-    } catch (const Error&) {
-      try {
-        // Its first line of the default's length (a newline or other control
-        // character in a prompt would break the one-line output), or its
-        // longest, from a stretch of the text long enough to hold many lines.
-        prompt = attend_default_prompt(validation_start(ck, path, cm.tok, "attend", 1 << 14),
-                                       std::min<int64_t>(40, context));
-      } catch (const Error& e) {
-        std::string why = e.what();
-        if (why.rfind("attend: ", 0) == 0) why = why.substr(8);
-        throw UsageError(fmt::format("attend: the default --prompt \"{}\" has characters checkpoint '{}' lacks, and "
-                                     "no prompt could be taken from its run's text instead ({}); expected --prompt "
-                                     "TEXT",
-                                     prompt, path, why));
-      }
-      cps = data::decode_utf8(prompt);
-      if (cps.size() < 2)
-        throw UsageError(fmt::format("attend: the default --prompt \"{}\" has characters checkpoint '{}' lacks, and "
-                                     "its run's validation text has no line of 2 characters or more to take instead; "
-                                     "expected --prompt TEXT",
-                                     kAttendPrompt, path));
-    }
     if (static_cast<int64_t>(cps.size()) > context) {
       cps.resize(static_cast<size_t>(context));
       prompt = data::encode_utf8(cps);

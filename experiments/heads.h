@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/checkpoint.h"
 #include "data/text.h"
 
 namespace heed::experiments {
@@ -58,6 +59,17 @@ int run_attend(const std::vector<std::string>& args);
 // they would break the one-line output), or, when no line is that long, the
 // first of its longest lines; "" for a text of control characters only.
 std::string attend_default_prompt(const std::string& text, int64_t n);
+
+// The prompt a command takes when none is given, for checkpoint ck (read
+// from path) of tokenizer tok: `preferred` (heed's own, the Bible's) when
+// the vocabulary encodes it; else, for a run on a text without its
+// characters, attend_default_prompt(the start of the run's validation text,
+// n), read from the run's --text and checked against the checkpoint's
+// corpus fingerprint as heed quantize reads it. A UsageError beginning
+// "<command>: " and ending "expected --prompt TEXT" when that text cannot be
+// read or has no line of `least` characters.
+std::string default_prompt(const Checkpoint& ck, const std::string& path, const data::CharTokenizer& tok,
+                           const std::string& preferred, int64_t n, int64_t least, const char* command);
 
 // A prompt as heed attend shows it between double quotes, on one line:
 // control characters escaped (\n, \r, \t, \x1b, or u and four hex digits after the

@@ -396,3 +396,42 @@ TEST_CASE("heed attend draws a prompt with a character its font lacks (U+200B) w
   CHECK(r.err.find("Glyph") == std::string::npos);
   CHECK(std::filesystem::is_regular_file(d.path + "/a_plots/attention_grid.png"));
 }
+
+TEST_CASE("heed sample's default prompt works with a model of any text: for one without \"And God said\"'s "
+          "characters, a line of its run's validation text") {
+  // It was refused with status 2 on any model lacking 'A'.
+  test::TempDir d("heed-sample-default-");
+  const std::string line = "the quick brown fox jumps over the lazy dog ";
+  const std::string lower = tiny_charlm(d.path, "lower", line);
+  test::Result s = test::heed_cli({"sample", lower, "--tokens", "5"}, d.path);
+  INFO(s.out << s.err);
+  REQUIRE(s.status == 0);
+  {
+    std::string all;  // one byte a character: the validation text begins at 90% of the bytes
+    for (int i = 0; i < 80; ++i) all += line;
+    const std::string prompt = all.substr(static_cast<size_t>(static_cast<double>(all.size()) * 0.9), 12);
+    CHECK(s.out.rfind(prompt, 0) == 0);
+    CHECK(s.out.size() == prompt.size() + 5 + 1);  // 5 characters of one byte, a newline
+  }
+  // A prompt given is the user's: refused when the vocabulary lacks a character.
+  test::Result given = test::heed_cli({"sample", lower, "--prompt", "And God said", "--tokens", "5"}, d.path);
+  CHECK(given.status == 2);
+  CHECK(given.err.rfind("heed: sample: --prompt \"And God said\": character 'A'", 0) == 0);
+  // The Bible's characters: the default itself.
+  const std::string bible = tiny_charlm(d.path, "bible", "And God said unto Moses, I AM THAT I AM. ");
+  test::Result b = test::heed_cli({"sample", bible, "--tokens", "5"}, d.path);
+  INFO(b.err);
+  CHECK(b.status == 0);
+  CHECK(b.out.rfind("And God said", 0) == 0);
+  // Its text gone, there is nothing to take a prompt from: the message says to give one.
+  std::filesystem::remove(d.path + "/lower.txt");
+  test::Result gone = test::heed_cli({"sample", lower, "--tokens", "5"}, d.path);
+  INFO(gone.err);
+  CHECK(gone.status == 2);
+  CHECK(gone.err.rfind("heed: sample: the default --prompt \"And God said\" has characters checkpoint '" + lower +
+                           "' lacks, and no prompt could be taken from its run's text instead (",
+                       0) == 0);
+  CHECK(gone.err.find("lower.txt") != std::string::npos);
+  CHECK(gone.err.find("); expected --prompt TEXT\n") != std::string::npos);
+  CHECK(gone.out.empty());
+}
