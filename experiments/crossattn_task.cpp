@@ -14,6 +14,8 @@ constexpr const char* kKindNames[kDescribedKinds] = {"triangle", "box", "bump"};
 
 // What the options ask for cannot be drawn: a UsageError (a caller's
 // command line is at fault), unlike running out of memory for the samples.
+// Its message has no prefix: `heed run crossattn` puts it after its own
+// ("run crossattn: --shapes 2 with --length 16: ...").
 template <class... Args>
 [[noreturn]] void refuse(fmt::format_string<Args...> f, Args&&... args) {
   throw UsageError(fmt::format(f, std::forward<Args>(args)...));
@@ -25,11 +27,11 @@ void check_options(const DescribedOptions& o) {
   if (o.heights < 1) fail("crossattn: heights must be >= 1, got {}", o.heights);
   if (o.shapes < 1) fail("crossattn: shapes must be >= 1, got {}", o.shapes);
   if (position_tokens(o) < 1)
-    refuse("crossattn: length {} leaves no room for a shape of half width {}", o.length, o.half_width);
+    refuse("length {} leaves no room for a shape of half width {}", o.length, o.half_width);
   // The densest packing: centres 2 half_width + 2 apart from the first.
   const int64_t span = (o.shapes - 1) * (2 * o.half_width + 2);
   if ((position_tokens(o) - 1) * o.position_step < span)
-    refuse("crossattn: {} shapes of half width {} do not fit in length {}", o.shapes, o.half_width, o.length);
+    refuse("{} shapes of half width {} do not fit in length {}", o.shapes, o.half_width, o.length);
 }
 
 int64_t centre_of(int64_t index, const DescribedOptions& o) { return o.half_width + 1 + o.position_step * index; }
@@ -82,7 +84,7 @@ DescribedSet generate_described(int64_t n, Generator& g, const DescribedOptions&
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t attempt = 0;; ++attempt) {
       if (attempt == o.max_attempts)
-        refuse("crossattn: no non-overlapping draw of {} shapes in {} attempts (length {}, half width {}); expected "
+        refuse("no non-overlapping draw of {} shapes in {} attempts (length {}, half width {}); expected "
                "fewer shapes or a longer signal",
                M, o.max_attempts, o.length, o.half_width);
       for (size_t m = 0; m < static_cast<size_t>(M); ++m) {

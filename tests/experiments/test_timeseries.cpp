@@ -225,6 +225,7 @@ TEST_CASE("run timeseries and run crossattn: bad options are refused naming them
       // --batch (was "--batch 32 needs 23.4 GiB ...; expected a smaller --batch").
       {run_crossattn, {"--shapes", "1048576"}, {"--shapes 1048576", "--length 64", "do not fit in length 64"}},
       {run_crossattn, {"--heads", "5"}, {"--dim 64", "--heads 5"}},
+      {run_crossattn, {"--shapes", "2", "--length", "16"}, {"--shapes 2", "--length 16", "2 shapes", "do not fit"}},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = c.args;
@@ -239,6 +240,10 @@ TEST_CASE("run timeseries and run crossattn: bad options are refused naming them
     INFO("message: " << msg);
     REQUIRE(!msg.empty());
     for (const auto& m : c.message) CHECK(msg.find(m) != std::string::npos);
+    // The command named once, at the start (was "run crossattn: --shapes 2
+    // with --length 16: crossattn: 2 shapes ...").
+    CHECK(msg.rfind("run ", 0) == 0);
+    CHECK(msg.find("crossattn:", msg.find(':') + 1) == std::string::npos);
     CHECK(msg.find("GiB") == std::string::npos);  // not blamed on the memory an option needs
     CHECK_FALSE(std::filesystem::exists(log));
   }
