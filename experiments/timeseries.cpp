@@ -139,7 +139,9 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
       .real("noise-min", &c.series.noise_min, "smallest noise standard deviation", 0.0)
       .real("noise-max", &c.series.noise_max, "largest noise standard deviation", 0.0)
       .integer("anomalies", &c.series.anomalies_max, "at most this many anomalies per signal", 0, kMaxLength)
-      .real("window", &c.window, "same-phase window: keys within this many steps of a whole number of periods back",
+      .real("window", &c.window,
+            "same-phase window: keys within this many steps of a whole number of periods back (at most --length "
+            "- --period-max)",
             0.0)
       .integer("test", &c.test, "test signals", kLoggedSignals, kMaxSamples)
       .integer("eval-every", &c.eval_every, "evaluate every N steps (and at the end)", 1)
@@ -169,6 +171,16 @@ int run_timeseries(const std::vector<std::string>& args, const std::vector<std::
     throw UsageError(fmt::format("run timeseries: --harmonics {} is more than signals of --length {} can represent "
                                  "(T samples hold T/2 frequencies); expected at most {}",
                                  so.harmonics, so.length, so.length / 2));
+  // Same-phase attention scores a query at t once t + 1 >= P + window
+  // (same_phase_attention): a window beyond T - period_max leaves signals
+  // with no query to score, and past T - period_min none at all, the scores
+  // then logged as 0 as if measured.
+  if (c.window > static_cast<double>(so.length) - so.period_max)
+    throw UsageError(fmt::format("run timeseries: --window {} leaves no query to score in signals of --length {} "
+                                 "with periods up to --period-max {} (--period-min {}): a query at t is scored once "
+                                 "t + 1 >= period + window; expected at most {:g}",
+                                 c.window, so.length, so.period_max, so.period_min,
+                                 static_cast<double>(so.length) - so.period_max));
   if (c.dim % c.heads != 0)
     throw UsageError(fmt::format("run timeseries: --dim {} is not divisible by --heads {}", c.dim, c.heads));
   if (c.batch % dist::size() != 0)

@@ -219,6 +219,14 @@ TEST_CASE("run timeseries and run crossattn: bad options are refused naming them
        {"--kernel 65536", "--length 64", "expected at most 64"}},
       // Harmonics beyond T/2 only alias (65536 spent minutes drawing sines before step 1).
       {run_timeseries, {"--harmonics", "65"}, {"--harmonics 65", "--length 128", "expected at most 64"}},
+      // A window past --length - --period-max leaves signals with no query to
+      // score (was: run, "no key lies within 1000 step(s) ...; widen
+      // --window", the scores logged as 0).
+      {run_timeseries,
+       {"--window", "1000"},
+       {"--window 1000", "--length 128", "--period-max 24", "expected at most 104"}},
+      {run_timeseries, {"--window", "64.5", "--length", "96", "--period-min", "8", "--period-max", "32"},
+       {"--window 64.5", "--length 96", "--period-max 32", "--period-min 8", "expected at most 64"}},
       {run_crossattn, {"--shapes", "6"}, {"--shapes 6", "--length 64", "no non-overlapping draw"}},
       {run_crossattn, {"--shapes", "8"}, {"--shapes 8", "--length 64", "do not fit"}},
       // Shapes that cannot fit, whatever the memory: said so, not blamed on
