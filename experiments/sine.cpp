@@ -32,6 +32,23 @@ void sine_points(int64_t n, Tensor& x, Tensor& y) {
 
 }  // namespace
 
+double sine_memory(int64_t points, int64_t hidden, int64_t processes) {
+  // Per process, float32: its share n of the points, each with H hidden
+  // values in a block (A, 4 n H bytes) and one value in a column (c, 4 n);
+  // all N points' x and y drawn before they are shared out (4 N each).
+  // At the backward's start: both layers' pre-activations or their tanh
+  // outputs, saved, and the gradients flowing back (4 blocks of n x H), the
+  // columns (input, target, output and its gradient). Peaks measured
+  // (resident, the whole process, --steps 3), against this: --points
+  // 1048576: 0.59 GB, this 0.56 GB; --points 4194304: 2.29 GB, this 2.25 GB;
+  // --hidden 128 --points 2097152: 4.38 GB, this 4.35 GB.
+  const auto N = static_cast<double>(points), H = static_cast<double>(hidden);
+  const double n = N / static_cast<double>(std::max<int64_t>(processes, 1));
+  // The weights (1 -> H -> H -> 1), with their gradients and the momentum.
+  const double weights = 4 * (H * H + 3 * H + 1);
+  return tensor_memory({{{weights, 3}, {4 * N, 2}, {4 * n * H, 4}, {4 * n, 4}}});
+}
+
 int run_sine(const std::vector<std::string>& args, const std::vector<std::string>& command_line) {
   double lr = 0.05, momentum = 0.9;
   int64_t hidden = 32, seed = 0, points = 256;
@@ -48,6 +65,23 @@ int run_sine(const std::vector<std::string>& args, const std::vector<std::string
       .integer("points", &points, "training points, evenly spaced on [-pi, pi]", 2, kMaxSamples)
       .integer("seed", &seed, "initialisation seed", 0);
   if (!run.parse(args, command_line)) return 0;
+  if (points % dist::size() != 0)
+    throw UsageError(fmt::format("run sine: --points {} is not divisible by the {} processes of this job", points,
+                                 dist::size()));
+  // Memory the run takes at least, refused before anything is written when
+  // it is not there (else an allocation fails, or the kernel kills the run,
+  // after the log is begun): --hidden when the weights alone are too much,
+  // else --points.
+  {
+    const auto H = static_cast<double>(hidden);
+    check_memory("run sine", "hidden", hidden,
+                 fmt::format("the weights, their gradients and the momentum (a {} x {} layer and two of {})", hidden,
+                             hidden, hidden),
+                 3 * 4 * (H * H + 3 * H + 1));
+    check_memory("run sine", "points", points,
+                 fmt::format("a training step's activations and gradients ({} points of --hidden {})", points, hidden),
+                 sine_memory(points, hidden, dist::size()));
+  }
 
   Tensor x, y;  // [N, 1] each
   sine_points(points, x, y);
@@ -56,9 +90,6 @@ int run_sine(const std::vector<std::string>& args, const std::vector<std::string
   optim::SGD opt(net.named_parameters(), optim::SGDOptions(lr).momentum(momentum));
   optim::DataParallel ddp(net.named_parameters());  // under mpirun each process fits its share of the points
   ddp.broadcast_parameters();
-  if (points % dist::size() != 0)
-    throw UsageError(fmt::format("run sine: --points {} is not divisible by the {} processes of this job", points,
-                                 dist::size()));
   x = dist::shard(x);
   y = dist::shard(y);
   double initial_mse = 0, mse = 0;

@@ -17,6 +17,7 @@
 #include "experiments/crossattn_task.h"
 #include "experiments/scaling.h"
 #include "experiments/shapes_models.h"
+#include "experiments/sine.h"
 #include "experiments/timeseries.h"
 #include "experiments/timeseries_task.h"
 #include "spawn.h"
@@ -575,5 +576,80 @@ TEST_CASE("run scaling: a --batch, --queries, --keys, --dk-max or --dim whose me
       CHECK(r.status == 0);
       CHECK(std::filesystem::exists(out));
     }
+  }
+}
+
+namespace {
+
+// Runs heed under `ulimit -v kib` (no limit in the sanitized build, whose
+// shadow memory takes terabytes of address space).
+test::Result heed_limited(const std::vector<std::string>& args, const std::string& dir, int64_t kib) {
+#ifdef __SANITIZE_ADDRESS__
+  (void)kib;
+  return test::heed_cli(args, dir);
+#else
+  std::vector<std::string> argv = {"/bin/sh", "-c", "ulimit -v " + std::to_string(kib) + "; exec \"$0\" \"$@\"",
+                                   HEED_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test::run_process(argv, dir);
+#endif
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("run sine: --points or --hidden whose memory is not there is refused at once, naming it, the log left as "
+          "it was") {
+  // sine had no memory check: --points 67108864 (the largest --help offers)
+  // under ulimit -v 4000000 printed "logging to S.h5", then "out of memory
+  // allocating 8589934592 bytes" (status 1), an earlier run's S.h5 replaced
+  // by an empty log. The estimate is checked against peaks measured with
+  // /usr/bin/time -v (resident, the whole process, --steps 3): a lower bound.
+  auto near = [](double estimate, double measured) {
+    CAPTURE(estimate);
+    CAPTURE(measured);
+    CHECK(estimate > 0.9 * measured);
+    CHECK(estimate < measured);
+  };
+  near(sine_memory(1048576, 32), 579608 * 1024.0);
+  near(sine_memory(4194304, 32), 2237552 * 1024.0);
+  near(sine_memory(2097152, 128), 4279776 * 1024.0);
+  // Shared out over processes, each holds its share of the activations.
+  CHECK(sine_memory(4194304, 32, 2) < 0.6 * sine_memory(4194304, 32));
+
+  test::TempDir d("heed-ulimit-");
+  const std::string log = d.path + "/S.h5";
+  const test::Result good = test::heed_cli({"run", "sine", "--steps", "20", "--out", log}, d.path);
+  INFO(good.out << good.err);
+  REQUIRE(std::filesystem::exists(log));
+  const std::string before = file_bytes(log);
+  struct Case {
+    std::vector<std::string> args;
+    std::string named;
+    bool huge;  // beyond any machine's memory (4 TiB)
+  };
+  for (const Case& c : {Case{{"--points", "67108864"}, "--points 67108864", false},
+                        Case{{"--hidden", "65536"}, "--hidden 65536", false},
+                        Case{{"--points", "67108864", "--hidden", "4096"}, "--points 67108864", true}}) {
+    CAPTURE(c.args);
+    std::vector<std::string> args = {"run", "sine"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    args.insert(args.end(), {"--steps", "1", "--out", log});
+#ifdef __SANITIZE_ADDRESS__
+    if (!c.huge) continue;  // no ulimit -v there
+#endif
+    const test::Result r = heed_limited(args, d.path, 4000000);
+    INFO(r.out << r.err);
+    const std::string option = c.named.substr(0, c.named.find(' '));
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind("heed: run sine: " + c.named + " needs ", 0) == 0);
+    CHECK(r.err.find("; expected a smaller " + option + "\n") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.out.empty());  // refused before "logging to ..."
+    CHECK(file_bytes(log) == before);
   }
 }
