@@ -59,9 +59,10 @@ double copy_memory(const CopyOptions& o) {
   // targets int64. Blocks that a step's path may also keep (the fused
   // attention's probabilities for short sequences) are left out: counted are
   // blocks alive on every path. Peaks measured (resident, the whole
-  // process), against this, with the defaults: --batch 16384: 0.53 GB, this
-  // 0.41 GB; --batch 65536: 2.03 GB, this 1.65 GB; --batch 131072: 3.9 GB,
-  // this 3.30 GB.
+  // process, --steps 1), against this: the defaults with --batch 131072:
+  // 3.9 GB, this 3.83 GB; --dim 256 --batch 4096: 0.93 GB, this 0.89 GB;
+  // --dim 256 --batch 16384: 3.59 GB, this 3.54 GB; --dim 512 --batch 4096:
+  // 1.83 GB, this 1.77 GB; --dim 128 --batch 16384: 1.84 GB, this 1.79 GB.
   const double n = static_cast<double>(o.batch) * static_cast<double>(o.length);
   const auto D = static_cast<double>(o.dim), V = static_cast<double>(o.vocab), T = static_cast<double>(o.length);
   const double ids = 8 * n, A = 4 * n * D, B = 4 * n * 3 * D, lse = 4 * n, logits = 4 * n * V, maps = 4 * n * T;
@@ -79,8 +80,10 @@ double copy_memory(const CopyOptions& o) {
       {{weights, 1}, {ids, 2}, {A, 3}, {B, 2}, {lse, 1}},
       // An evaluation (the maps kept, the unfused path): the step's batch
       // and the evaluation's, the embeddings, the position-added input, the
-      // scaled queries, keys and values, and the scores with their softmax.
-      {{weights, 3}, {ids, 4}, {A, 5}, {maps, 2}},
+      // queries before and after scaling, the keys, the values, the
+      // attention's output, and the scores with their softmax. (Counting 5
+      // of these blocks left the estimate 16-19% under the peaks above.)
+      {{weights, 3}, {ids, 4}, {A, 7}, {maps, 2}},
   });
 }
 
@@ -106,7 +109,23 @@ int run_copy(const std::vector<std::string>& args, const std::vector<std::string
     throw UsageError(fmt::format("run copy: --batch {} is not divisible by the {} processes of this job", o.batch,
                                  dist::size()));
   // Memory the run takes at least, refused before anything is written when
-  // it is not there (else the kernel kills the run part way).
+  // it is not there (else the kernel kills the run part way). Named is the
+  // option that makes it too much: when the weights alone are, --dim if
+  // they are at the smallest --vocab too, else --vocab; else --batch.
+  {
+    const auto D = static_cast<double>(o.dim), V = static_cast<double>(o.vocab),
+               T = static_cast<double>(o.length);
+    // The weights (embeddings, four D x D projections, the head), their
+    // gradients and the optimiser's two moments, at a vocabulary of V.
+    auto weights = [&](double v) { return 4 * 4 * ((v + T) * D + 4 * D * D + D * v + v); };
+    const int64_t avail = memory_available();
+    const bool by_dim = avail >= 0 && weights(2) > static_cast<double>(avail);
+    check_memory("run copy", by_dim ? "dim" : "vocab", by_dim ? o.dim : o.vocab,
+                 fmt::format("the weights, their gradients and the optimiser's two moments (--dim {}, --vocab {}, "
+                             "--length {})",
+                             o.dim, o.vocab, o.length),
+                 weights(V));
+  }
   check_memory("run copy", "batch", o.batch,
                fmt::format("a training step's activations and an evaluation's attention maps ({} sequences of "
                            "--length {}, --dim {}, --vocab {})",

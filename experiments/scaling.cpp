@@ -37,7 +37,7 @@ SaturationRow measure_saturation(int64_t dk, bool scaled, int64_t queries, int64
 
 // Peaks measured (resident, the whole process, --steps 1), against this:
 // the defaults (3 seeds, --dim 256, --length 16, --dk-max 1024) with --batch
-// 4096: 0.98 GB, this 0.78 GB; --batch 16384: 3.63 GB, this 3.03 GB (part 2
+// 4096: 0.98 GB, this 0.91 GB; --batch 16384: 3.63 GB, this 3.56 GB (part 2
 // counts copy_memory's lower bound); --queries 4096 --keys 4096 --dk-max 64:
 // 1.00 GB, this 0.96 GB; --queries 2048 --dk-max 65536: 2.21 GB, this 2.16 GB.
 double scaling_memory(int64_t dk_max, int64_t queries, int64_t keys, int64_t seeds, const CopyOptions& copy) {

@@ -653,3 +653,53 @@ TEST_CASE("run sine: --points or --hidden whose memory is not there is refused a
     CHECK(file_bytes(log) == before);
   }
 }
+
+TEST_CASE("run copy: memory that --dim or --vocab makes too much is blamed on it, not on --batch; the estimate is "
+          "within a tenth of the peaks measured") {
+  // copy named --batch whatever the cause: "--batch 1 needs 288.1 GiB ...;
+  // expected a smaller --batch" for --dim 65536 --vocab 65536. And its
+  // evaluation counted 5 blocks of n x D activations where the unfused
+  // attention holds 7: 16-19% under the peaks measured with /usr/bin/time
+  // -v (resident, the whole process, --steps 1).
+  auto near = [](int64_t dim, int64_t batch, double measured) {
+    CopyOptions o;
+    o.dim = dim;
+    o.batch = batch;
+    CAPTURE(dim);
+    CAPTURE(batch);
+    CHECK(copy_memory(o) > (alloc::caching_enabled() ? 0.9 : 0.6) * measured);
+    CHECK(copy_memory(o) < measured);
+  };
+  near(256, 4096, 906004 * 1024.0);
+  near(256, 16384, 3509348 * 1024.0);
+  near(512, 4096, 1785864 * 1024.0);
+  near(128, 16384, 1798356 * 1024.0);
+
+  test::TempDir d("heed-ulimit-");
+  struct Case {
+    std::vector<std::string> args;
+    std::string named;
+    bool huge;  // beyond any machine's memory (384 GiB of weights and moments)
+  };
+  for (const Case& c : {Case{{"--dim", "65536", "--vocab", "65536", "--batch", "1"}, "--dim 65536", true},
+                        Case{{"--dim", "4096", "--vocab", "65536", "--batch", "1"}, "--vocab 65536", false},
+                        Case{{"--dim", "256", "--batch", "65536"}, "--batch 65536", false}}) {
+    CAPTURE(c.args);
+#ifdef __SANITIZE_ADDRESS__
+    if (!c.huge) continue;  // no ulimit -v there
+#endif
+    const std::string out = d.path + "/c.h5";
+    std::vector<std::string> args = {"run", "copy"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    args.insert(args.end(), {"--steps", "1", "--out", out});
+    const test::Result r = heed_limited(args, d.path, 6000000);
+    INFO(r.out << r.err);
+    const std::string option = c.named.substr(0, c.named.find(' '));
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind("heed: run copy: " + c.named + " needs ", 0) == 0);
+    CHECK(r.err.find("; expected a smaller " + option + "\n") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.out.empty());
+    CHECK_FALSE(std::filesystem::exists(out));
+  }
+}
