@@ -120,6 +120,16 @@ int run_scaling(const std::vector<std::string>& args, const std::vector<std::str
                                  "seeds --seed .. --seed + --seeds - 1); expected --seed at most {}",
                                  s.copy.seed, s.seeds, std::numeric_limits<int64_t>::max(),
                                  std::numeric_limits<int64_t>::max() - (s.seeds - 1)));
+  // Part 1 runs d_k = 4, 8, 16, .. --dk-max, as --help says: a value that
+  // is not a power of two would run to the one below it and be logged as
+  // run (config.dk-max).
+  if ((s.dk_max & (s.dk_max - 1)) != 0) {
+    int64_t below = 4;
+    while (2 * below < s.dk_max) below *= 2;
+    throw UsageError(fmt::format("run scaling: --dk-max {} is not a power of two (part 1 runs d_k = 4, 8, 16, .. "
+                                 "--dk-max); expected {} or {}",
+                                 s.dk_max, below, 2 * below));
+  }
   if (s.copy.batch % dist::size() != 0)
     throw UsageError(fmt::format("run scaling: --batch {} is not divisible by the {} processes of this job",
                                  s.copy.batch, dist::size()));

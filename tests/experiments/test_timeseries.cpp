@@ -703,3 +703,28 @@ TEST_CASE("run copy: memory that --dim or --vocab makes too much is blamed on it
     CHECK_FALSE(std::filesystem::exists(out));
   }
 }
+
+TEST_CASE("run scaling: a --dk-max that is not a power of two is refused, naming the powers of two around it") {
+  // --dk-max 100 ran d_k = 4 .. 64 and logged config.dk-max 100.
+  test::TempDir d("heed-dk-");
+  struct Case {
+    std::string dk, expected;
+  };
+  for (const Case& c : {Case{"100", "expected 64 or 128"}, Case{"5", "expected 4 or 8"},
+                        Case{"65535", "expected 32768 or 65536"}}) {
+    CAPTURE(c.dk);
+    const test::Result r =
+        test::heed_cli({"run", "scaling", "--dk-max", c.dk, "--steps", "1", "--out", d.path + "/s.h5"}, d.path);
+    INFO(r.out << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err == "heed: run scaling: --dk-max " + c.dk +
+                       " is not a power of two (part 1 runs d_k = 4, 8, 16, .. --dk-max); " + c.expected + "\n");
+    CHECK(std::filesystem::is_empty(d.path));
+  }
+  // A power of two runs to it.
+  const test::Result r = test::heed_cli({"run", "scaling", "--dk-max", "8", "--queries", "4", "--keys", "4", "--seeds",
+                                         "1", "--dim", "8", "--steps", "1", "--out", d.path + "/s.h5"},
+                                        d.path);
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+}
