@@ -439,42 +439,19 @@ TEST_CASE("run charlm and run copy: a --batch whose training step and evaluation
   }
 }
 
-TEST_CASE("run crossattn, timeseries and shapes: a --batch whose training step and evaluation pass the memory left is "
-          "refused at once, naming it; one that fits runs") {
-  // Their --batch checks counted the data a step draws, not what the step
-  // and the evaluation allocate: these runs were accepted, the log written,
-  // then died out of memory (status 1, or killed by the kernel without a
-  // limit). The estimates are checked against peaks
-  // measured with /usr/bin/time -v (resident, the whole process, one step
-  // and one evaluation): within -20% .. +30% of them with the allocator's
-  // cache (without it, blocks freed are not held: less).
-  const double low = alloc::caching_enabled() ? 0.8 : 0.5;
-  auto near = [low](double estimate, double measured) {
-    CAPTURE(estimate);
-    CAPTURE(measured);
-    CHECK(estimate > low * measured);
-    CHECK(estimate < 1.3 * measured);
-  };
-  near(crossattn_memory(DescribedOptions(), 64, 2, 0, 2, 8192, 512, 128), 4889080 * 1024.0);
-  near(timeseries_memory(SeriesOptions(), ForecasterSizes(), 4096, 512, 128), 2624128 * 1024.0);
-  near(shapes_memory(1, 100, true, true, 8000, 8000, 8000), 2709456 * 1024.0);
+namespace {
+// A run the memory checks refuse or let through.
+struct MemoryCase {
+  std::vector<std::string> args;  // after "run"
+  std::string named;              // the option refused ("--batch 16384"), or "" for a run that fits
+};
 
-  test::TempDir d("heed-ulimit-");
-  const std::string p = d.path;
-  struct Case {
-    std::vector<std::string> args;
-    std::string named;  // the option refused, or "" for a run that fits
-  };
-  const std::vector<Case> cases = {
-      {{"crossattn", "--batch", "16384"}, "--batch 16384"},
-      {{"timeseries", "--batch", "16384"}, "--batch 16384"},
-      {{"shapes", "--train", "32768", "--test", "100", "--batch", "32768", "--epochs", "1"}, "--batch 32768"},
-      {{"crossattn", "--batch", "64", "--test", "128"}, ""},
-      {{"timeseries", "--batch", "64", "--test", "128"}, ""},
-      {{"shapes", "--train", "200", "--test", "100", "--batch", "100", "--epochs", "1"}, ""},
-  };
+// Each case under ulimit -v 6000000 (one step, or one epoch for shapes; its
+// log in p): a refusal is status 2 and one line naming the option, with
+// nothing written; a run that fits ends with status 0 and its log.
+void check_memory_cases(const std::vector<MemoryCase>& cases, const std::string& p) {
   for (size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
+    const MemoryCase& c = cases[i];
     CAPTURE(c.args);
     const std::string out = p + "/run" + std::to_string(i) + ".h5";
     std::vector<std::string> args = {"run"};
@@ -509,6 +486,44 @@ TEST_CASE("run crossattn, timeseries and shapes: a --batch whose training step a
   }
 }
 
+// An estimate of a run's memory against the peak measured: between low and
+// 1.3 times it.
+void check_estimate(double low, double estimate, double measured) {
+  CAPTURE(estimate);
+  CAPTURE(measured);
+  CHECK(estimate > low * measured);
+  CHECK(estimate < 1.3 * measured);
+}
+}  // namespace
+
+TEST_CASE("run crossattn, timeseries and shapes: a --batch whose training step and evaluation pass the memory left is "
+          "refused at once, naming it; one that fits runs") {
+  // Their --batch checks counted the data a step draws, not what the step
+  // and the evaluation allocate: these runs were accepted, the log written,
+  // then died out of memory (status 1, or killed by the kernel without a
+  // limit). The estimates are checked against peaks
+  // measured with /usr/bin/time -v (resident, the whole process, one step
+  // and one evaluation): within -20% .. +30% of them with the allocator's
+  // cache (without it, blocks freed are not held: less).
+  const double low = alloc::caching_enabled() ? 0.8 : 0.5;
+  auto near = [low](double estimate, double measured) { check_estimate(low, estimate, measured); };
+  near(crossattn_memory(DescribedOptions(), 64, 2, 0, 2, 8192, 512, 128), 4889080 * 1024.0);
+  near(timeseries_memory(SeriesOptions(), ForecasterSizes(), 4096, 512, 128), 2624128 * 1024.0);
+  near(shapes_memory(1, 100, true, true, 8000, 8000, 8000), 2709456 * 1024.0);
+
+  test::TempDir d("heed-ulimit-");
+  const std::string p = d.path;
+  const std::vector<MemoryCase> cases = {
+      {{"crossattn", "--batch", "16384"}, "--batch 16384"},
+      {{"timeseries", "--batch", "16384"}, "--batch 16384"},
+      {{"shapes", "--train", "32768", "--test", "100", "--batch", "32768", "--epochs", "1"}, "--batch 32768"},
+      {{"crossattn", "--batch", "64", "--test", "128"}, ""},
+      {{"timeseries", "--batch", "64", "--test", "128"}, ""},
+      {{"shapes", "--train", "200", "--test", "100", "--batch", "100", "--epochs", "1"}, ""},
+  };
+  check_memory_cases(cases, p);
+}
+
 TEST_CASE("run scaling: a --batch, --queries, --keys, --dk-max or --dim whose memory is not there is refused at once, "
           "naming it; one that fits runs") {
   // scaling had no memory check: these runs wrote their log, then died out
@@ -517,12 +532,7 @@ TEST_CASE("run scaling: a --batch, --queries, --keys, --dk-max or --dim whose me
   // with /usr/bin/time -v (resident, the whole process, one step). Without
   // the allocator's cache, part 1's earlier d_k are not held: about half.
   const double low = alloc::caching_enabled() ? 0.8 : 0.4;
-  auto near = [low](double estimate, double measured) {
-    CAPTURE(estimate);
-    CAPTURE(measured);
-    CHECK(estimate > low * measured);
-    CHECK(estimate < 1.3 * measured);
-  };
+  auto near = [low](double estimate, double measured) { check_estimate(low, estimate, measured); };
   CopyOptions scaling_copy;
   scaling_copy.dim = 256;
   scaling_copy.batch = 16384;
@@ -532,51 +542,14 @@ TEST_CASE("run scaling: a --batch, --queries, --keys, --dk-max or --dim whose me
 
   test::TempDir d("heed-ulimit-");
   const std::string p = d.path;
-  struct Case {
-    std::vector<std::string> args;
-    std::string named;  // the option refused, or "" for a run that fits
-  };
-  const std::vector<Case> cases = {
+  const std::vector<MemoryCase> cases = {
       {{"scaling", "--batch", "65536"}, "--batch 65536"},
       {{"scaling", "--queries", "8192", "--keys", "16384"}, "--keys 16384"},
       {{"scaling", "--queries", "65536", "--dk-max", "65536"}, "--dk-max 65536"},
       {{"scaling", "--dim", "16384"}, "--dim 16384"},
       {{"scaling", "--batch", "64", "--seeds", "1", "--dk-max", "64"}, ""},
   };
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
-    CAPTURE(c.args);
-    const std::string out = p + "/run" + std::to_string(i) + ".h5";
-    std::vector<std::string> args = {"run"};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    args.insert(args.end(), {"--steps", "1"});
-    args.insert(args.end(), {"--out", out});
-#ifdef __SANITIZE_ADDRESS__
-    // AddressSanitizer reserves terabytes of shadow address space: no ulimit
-    // -v, and the refusals are left to the estimates' checks above; the
-    // sizes that fit still run.
-    if (!c.named.empty()) continue;
-    const test::Result r = test::heed_cli(args, p);
-#else
-    std::vector<std::string> argv = {"/bin/sh", "-c", "ulimit -v 6000000; exec \"$0\" \"$@\"", HEED_CLI_PATH};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const test::Result r = test::run_process(argv, p);
-#endif
-    INFO(r.out << r.err);
-    if (!c.named.empty()) {
-      const std::string option = c.named.substr(0, c.named.find(' '));
-      CHECK(r.status == 2);
-      CHECK(r.err.find("heed: run " + c.args[0] + ": " + c.named + " needs ") != std::string::npos);
-      CHECK(r.err.find("of address space left under ulimit -v; expected a smaller " + option + "\n") !=
-            std::string::npos);
-      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-      CHECK(r.out.empty());  // refused before the data is drawn or a model built
-      CHECK_FALSE(std::filesystem::exists(out));
-    } else {
-      CHECK(r.status == 0);
-      CHECK(std::filesystem::exists(out));
-    }
-  }
+  check_memory_cases(cases, p);
 }
 
 namespace {
