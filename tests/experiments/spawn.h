@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -81,7 +83,32 @@ inline Result heed_cli(std::vector<std::string> args, const std::string& dir, co
   args.insert(args.begin(), HEED_CLI_PATH);
   return run_process(args, dir, cwd);
 }
+
+// heed_cli under `ulimit -v kib` (address space), for the memory checks.
+inline Result heed_under_ulimit(const std::vector<std::string>& args, const std::string& dir, int64_t kib) {
+  std::vector<std::string> argv = {"/bin/sh", "-c", "ulimit -v " + std::to_string(kib) + "; exec \"$0\" \"$@\"",
+                                   HEED_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, dir);
+}
 #endif
+
+// An environment variable set for the processes a test starts while this
+// lives, then put back as it was (or unset).
+struct EnvFor {
+  std::string name, was;
+  bool had;
+  EnvFor(std::string n, const std::string& value) : name(std::move(n)), had(std::getenv(name.c_str()) != nullptr) {
+    if (had) was = std::getenv(name.c_str());
+    setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~EnvFor() {
+    if (had) setenv(name.c_str(), was.c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+  EnvFor(const EnvFor&) = delete;
+  EnvFor& operator=(const EnvFor&) = delete;
+};
 
 inline std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());

@@ -311,20 +311,6 @@ TEST_CASE("attend_default_prompt and attend_printable") {
 
 namespace {
 
-// HEED_PYTHON set for the heed processes a test starts, as it was after.
-struct PythonFor {
-  std::string was;
-  bool had;
-  explicit PythonFor(const std::string& value) : had(std::getenv("HEED_PYTHON") != nullptr) {
-    if (had) was = std::getenv("HEED_PYTHON");
-    setenv("HEED_PYTHON", value.c_str(), 1);
-  }
-  ~PythonFor() {
-    if (had) setenv("HEED_PYTHON", was.c_str(), 1);
-    else unsetenv("HEED_PYTHON");
-  }
-};
-
 // A tiny charlm trained on `line` repeated, in dir; its checkpoint's path.
 std::string tiny_charlm(const std::string& dir, const std::string& name, const std::string& line, int times = 80) {
   std::string all;
@@ -360,7 +346,7 @@ TEST_CASE("heed attend refuses what would keep it from drawing its figure before
     CAPTURE(c.python);
     const auto before = test::snapshot(d.path);
     test::Result bad = [&] {
-      PythonFor python(c.python);
+      test::EnvFor python("HEED_PYTHON", c.python);
       return test::heed_cli({"attend", ck, "--prompt", "the heaven", "-o", r}, d.path);
     }();
     INFO(bad.out << bad.err);

@@ -623,24 +623,6 @@ TEST_CASE("heed run compression --rank leaves the matrices it does not fit in fl
   CHECK(f.read_tensor("metrics/shapes/lplr/rel_error").to_vector<double>().size() == 3);
 }
 
-namespace {
-
-// HEED_PYTHON set for the heed processes a test starts, as it was after.
-struct PythonFor {
-  std::string was;
-  bool had;
-  explicit PythonFor(const std::string& value) : had(std::getenv("HEED_PYTHON") != nullptr) {
-    if (had) was = std::getenv("HEED_PYTHON");
-    setenv("HEED_PYTHON", value.c_str(), 1);
-  }
-  ~PythonFor() {
-    if (had) setenv("HEED_PYTHON", was.c_str(), 1);
-    else unsetenv("HEED_PYTHON");
-  }
-};
-
-}  // namespace
-
 TEST_CASE("heed run compression checks HEED_PYTHON before its work when it will draw the figure") {
   Trained& t = trained();
   test::TempDir d("heed-compression-python-");
@@ -652,7 +634,7 @@ TEST_CASE("heed run compression checks HEED_PYTHON before its work when it will 
   const std::vector<std::string> sweep = sweep_to(p + "/c.h5");
   {
     // It ran every cell, then said "note: no plot was drawn".
-    PythonFor python("/nonexistent/python3");
+    test::EnvFor python("HEED_PYTHON", "/nonexistent/python3");
     Result r = heed_cli(sweep, p);
     INFO(r.out << r.err);
     CHECK(r.status == 2);
@@ -667,7 +649,7 @@ TEST_CASE("heed run compression checks HEED_PYTHON before its work when it will 
     CHECK(n.status == 0);
   }
   {
-    PythonFor python("/etc/passwd");
+    test::EnvFor python("HEED_PYTHON", "/etc/passwd");
     Result r = heed_cli(sweep_to(p + "/e.h5"), p);
     INFO(r.out << r.err);
     CHECK(r.status == 2);

@@ -421,9 +421,7 @@ TEST_CASE("run charlm and run copy: a --batch whose training step and evaluation
     if (c.status != 0) continue;
     const test::Result r = test::heed_cli(args, p);
 #else
-    std::vector<std::string> argv = {"/bin/sh", "-c", "ulimit -v 6000000; exec \"$0\" \"$@\"", HEED_CLI_PATH};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const test::Result r = test::run_process(argv, p);
+    const test::Result r = test::heed_under_ulimit(args, p, 6000000);
 #endif
     INFO(r.out << r.err);
     CHECK(r.status == c.status);
@@ -465,9 +463,7 @@ void check_memory_cases(const std::vector<MemoryCase>& cases, const std::string&
     if (!c.named.empty()) continue;
     const test::Result r = test::heed_cli(args, p);
 #else
-    std::vector<std::string> argv = {"/bin/sh", "-c", "ulimit -v 6000000; exec \"$0\" \"$@\"", HEED_CLI_PATH};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const test::Result r = test::run_process(argv, p);
+    const test::Result r = test::heed_under_ulimit(args, p, 6000000);
 #endif
     INFO(r.out << r.err);
     if (!c.named.empty()) {
