@@ -743,19 +743,66 @@ void Run::resolved_default(const std::string& option, const std::string& placeho
 }
 
 namespace {
-// The run_id of the log heed can read at path ("" from heeds before it);
-// nothing when there is no such log, or when its rows end before `step`
-// (cut back since by an older checkpoint's resume: not one to go on in).
+// Why the heed log open in f cannot be reopened to continue its run, found
+// by reading what RunLog::resume reads (every root attribute, every
+// metric's rows, every series' steps and shape): what HDF5 refused (a
+// damaged or truncated file), or a dataset that is not what a log holds.
+// "" when it can be, or when f holds no heed log at all (which the caller
+// says as such). Reads only: a damaged log stays as it was.
+std::string log_damage(const h5::File& f) {
+  try {
+    if (!f.attrs("/").count("heed_log_format")) return "";
+    for (const std::string& p : f.list_datasets("/")) {
+      if (p.rfind("metrics/", 0) == 0) {
+        const Shape s = f.dataset_shape(p);
+        if (s.size() != 2 || s[1] != 3 || !f.is_numeric(p) || f.dataset_dtype(p) != DType::f64)
+          return fmt::format("its metric '{}' is not float64 rows of step, value and seconds (its shape: {})",
+                             p.substr(8), shape_str(s));
+        f.read_tensor(p);
+      } else if (p.rfind("series/", 0) == 0 && p.size() > 14 && p.compare(p.size() - 7, 7, "/values") == 0) {
+        const std::string steps = p.substr(0, p.size() - 7) + "/step";
+        if (f.dataset_shape(p).empty() || !f.exists(steps) || f.dataset_shape(steps).size() != 1 ||
+            !f.is_numeric(steps))
+          return fmt::format("its series '{}' has no steps a log holds", p.substr(7, p.size() - 14));
+        f.read_tensor(steps);
+      }
+    }
+  } catch (const H5Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The run_id of the log heed can read at path, and reopen to continue its
+// run ("" from heeds before it); nothing when there is no such log, when it
+// is damaged (log_damage), or when its rows end before `step` (cut back
+// since by an older checkpoint's resume: not one to go on in).
 std::optional<std::string> readable_log_run(const std::string& path, int64_t step) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
   try {
     h5::File f(path, h5::File::Mode::read_any);
-    if (!f.has_attr("/", "heed_log_format") || !RunLog::gap_before(f, step).empty()) return std::nullopt;
+    if (!f.has_attr("/", "heed_log_format") || !RunLog::gap_before(f, step).empty() || !log_damage(f).empty())
+      return std::nullopt;
     return f.has_attr("/", "run_id") ? h5::attr_str(f.get_attr("/", "run_id")) : std::string();
   } catch (const Error&) {
     return std::nullopt;
   }
+}
+
+// Why the file at path is not the readable log of the run run_id (a log
+// truncated or overwritten in place while its run went on), or "".
+std::string not_the_log(const std::string& path, const std::string& run_id) {
+  try {
+    h5::File f(path, h5::File::Mode::read_any);
+    if (!f.has_attr("/", "heed_log_format")) return "it is no heed run log any more";
+    if (const std::string damage = log_damage(f); !damage.empty()) return damage;
+    if (!run_id.empty() && (!f.has_attr("/", "run_id") || h5::attr_str(f.get_attr("/", "run_id")) != run_id))
+      return "it is another run's log now";
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // A file's device and inode ({0, 0}: no file there).
@@ -1077,6 +1124,12 @@ void Run::check_resumed_log() {
          resume_, at);
   }
   h5::File& f = *opened;
+  // Opened, but not to be reopened for the run (a damaged object header,
+  // metric or series): said before anything reads it further, with the way on.
+  if (const std::string damage = log_damage(f); !damage.empty())
+    fail("{}: the log '{}' is damaged ({}); continue the run in a new log with --out NEW.h5, which holds the steps "
+         "after {} (the damaged log stays as it is)",
+         args_.command(), out_, damage, at);
   auto text = [&](const char* name) {
     if (!f.has_attr("/", name)) return std::string();
     h5::Attr a = f.get_attr("/", name);
@@ -1794,12 +1847,22 @@ int Run::finish() {
   // The rows went to the file opened at begin(): if out_ is now another
   // file, or none, they went where that file went (deleted: lost; the
   // checkpoint is not). Said, not an error: the training itself is done.
-  if (log_ && dist::is_main() && log_file_ != std::pair<uint64_t, uint64_t>{0, 0} && file_identity(out_) != log_file_)
-    fmt::print(stderr,
-               "{}: warning: the log '{}' was deleted, moved or replaced while the run went on: its rows went with "
-               "the file it was (deleted: lost). The checkpoint '{}' is intact (--resume it with --out NEW.h5 for a "
-               "new log).\n",
-               args_.command(), out_, checkpoint_);
+  if (log_ && dist::is_main() && log_file_ != std::pair<uint64_t, uint64_t>{0, 0}) {
+    if (file_identity(out_) != log_file_)
+      fmt::print(stderr,
+                 "{}: warning: the log '{}' was deleted, moved or replaced while the run went on: its rows went with "
+                 "the file it was (deleted: lost). The checkpoint '{}' is intact (--resume it with --out NEW.h5 for a "
+                 "new log).\n",
+                 args_.command(), out_, checkpoint_);
+    // The same file, cut short (truncate -s 0) or written over in place: the
+    // rows before the cut are lost, and what the run wrote after it is no log.
+    else if (const std::string why = not_the_log(out_, run_id_); !why.empty())
+      fmt::print(stderr,
+                 "{}: warning: the log '{}' was truncated or overwritten while the run went on: it no longer reads "
+                 "as this run's log ({}), and its rows are lost. The checkpoint '{}' is intact (--resume it with "
+                 "--out NEW.h5 for a new log).\n",
+                 args_.command(), out_, why, checkpoint_);
+  }
   ctrl_c_.reset();
   if (stopped_) {
     const std::string launcher = dist::size() > 1 ? fmt::format("mpirun -np {} [mpirun options] ", dist::size()) : "";

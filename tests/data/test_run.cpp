@@ -15,6 +15,7 @@
 #include "../experiments/resume_check.h"
 #include "experiments/common.h"
 #include "../experiments/spawn.h"
+#include "file_damage.h"
 #include "test_util.h"
 
 using namespace heed;
@@ -39,6 +40,7 @@ struct Toy {
   int64_t later = 7;            // a counter added after the checkpoints were written, when track_later
   bool track_later = false, later_required = false;
   std::function<void()> after_parse;  // the program's own work between parse() and begin(), when given
+  std::function<void(int64_t)> each_step;  // called at the end of each step with its number, when given
   Run run;
   explicit Toy(int64_t width = 3)
       : Toy(RunOptions("unused.h5").steps(10).checkpoint_every(3).progress_seconds(0), width) {}
@@ -75,34 +77,42 @@ struct Toy {
       }
       run.log().scalar("loss", run.step(), last);
       if (show_losses) run.show_loss("loss", last);
+      if (each_step) each_step(run.step());
     }
     return run.finish();
   }
 };
 
-// What f prints on standard output (the Run's messages on stopping).
-std::string stdout_of(const std::function<void()>& f) {
-  const std::string path = test::temp_path("run-stdout.txt");
+// What f prints on the descriptor `out` (1 or 2).
+std::string output_of(int out, const std::function<void()>& f) {
+  const std::string path = test::temp_path(out == 1 ? "run-stdout.txt" : "run-stderr.txt");
   std::fflush(stdout);
-  const int saved = ::dup(1), fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::fflush(stderr);
+  const int saved = ::dup(out), fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   REQUIRE(saved >= 0);
   REQUIRE(fd >= 0);
-  ::dup2(fd, 1);
+  ::dup2(fd, out);
   ::close(fd);
   struct Restore {
-    int saved;
+    int saved, out;
     ~Restore() {
       std::fflush(stdout);
-      ::dup2(saved, 1);
+      std::fflush(stderr);
+      ::dup2(saved, out);
       ::close(saved);
     }
   };
   {
-    Restore restore{saved};
+    Restore restore{saved, out};
     f();
   }
   return test::slurp(path);
 }
+
+// What f prints on standard output (the Run's messages on stopping).
+std::string stdout_of(const std::function<void()>& f) { return output_of(1, f); }
+// What f prints on standard error (the Run's warnings).
+std::string stderr_of(const std::function<void()>& f) { return output_of(2, f); }
 
 // The steps of a log's metric, row by row.
 std::vector<double> logged_steps(const std::string& log, const std::string& metric) {
@@ -1045,4 +1055,71 @@ TEST_CASE("Run: a later checkpoint after an older one's resume cut the log back 
   // The older checkpoint's own resume, which the log does reach, goes on.
   REQUIRE(Toy().go({"--resume", old}) == 0);
   CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+}
+
+TEST_CASE("Run: a log that opens but does not read whole is damaged: the resume says so, --out NEW.h5 goes on") {
+  // It opened, and the resume failed later with HDF5's bare words ("could
+  // not list group /"); --out NEW.h5 was refused, the log counted as
+  // readable from its root attributes alone.
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/g.h5", ck = d.path + "/g.ckpt.h5", fresh = d.path + "/fresh.h5";
+  struct Damage {
+    const char* what;
+    std::function<void()> apply;
+  };
+  const std::vector<Damage> damages = {
+      // A byte of the metric's name where the group of metrics links it,
+      // under HDF5's checksum: the group no longer lists.
+      {"a link of the metrics group", [&] { test::flip_byte_in(log, "loss", 1); }},
+      // Zeros over the root object header (after the 48-byte superblock):
+      // the file opens, its attributes do not read.
+      {"the root object header",
+       [&] {
+         std::fstream f(log, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(48);
+         f << std::string(200, '\0');
+       }},
+  };
+  for (const Damage& damage : damages) {
+    INFO("damaged: " << std::string(damage.what));
+    fs::remove(log);
+    fs::remove(ck);
+    fs::remove(fresh);
+    REQUIRE(Toy().go({"--out", log, "--stop-after", "4"}) == 130);
+    damage.apply();
+    REQUIRE(h5::File(log, h5::File::Mode::read_any).path() == log);  // it still opens
+    const std::string damaged = test::slurp(log);
+    test::check_error([&] { Toy().go({"--resume", ck}); },
+                      {"the log '" + log + "' is damaged (", "HDF5",
+                       "continue the run in a new log with --out NEW.h5, which holds the steps after 4"});
+    CHECK(test::slurp(log) == damaged);
+    // As the message says: the run goes on in a new log, the damaged one as it was.
+    Toy on;
+    REQUIRE(on.go({"--resume", ck, "--out", fresh}) == 0);
+    CHECK(on.counter == 20);
+    CHECK(logged_steps(fresh, "loss") == std::vector<double>{5, 6, 7, 8, 9, 10});
+    CHECK(h5::attr_str(h5::File(fresh, h5::File::Mode::read).get_attr("/", "continues")) ==
+          "the run of checkpoint '" + ck + "' from step 4");
+    CHECK(test::slurp(log) == damaged);
+  }
+}
+
+TEST_CASE("Run: a log truncated while the run goes on is warned of at its end, as a deleted one is") {
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/t.h5", ck = d.path + "/t.ckpt.h5";
+  Toy cut;
+  cut.each_step = [&](int64_t step) {
+    if (step == 5) fs::resize_file(log, 0);  // truncate -s 0, in the middle of the run
+  };
+  int status = -1;
+  const std::string err = stderr_of([&] { status = cut.go({"--out", log}); });
+  CHECK(status == 0);  // the training itself is done, and its checkpoint written
+  CHECK(test::has(err, "warning: the log '" + log + "' was truncated or overwritten while the run went on"));
+  CHECK(test::has(err, "The checkpoint '" + ck + "' is intact (--resume it with --out NEW.h5"));
+  // As it says: the checkpoint's run goes on in a new log.
+  Toy on;
+  REQUIRE(on.go({"--resume", ck, "--steps", "12", "--out", d.path + "/t2.h5"}) == 0);
+  CHECK(on.counter == 24);
+  // A log left alone: no warning.
+  CHECK(!test::has(stderr_of([&] { REQUIRE(Toy().go({"--out", d.path + "/u.h5"}) == 0); }), "warning"));
 }
