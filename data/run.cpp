@@ -805,6 +805,34 @@ std::string not_the_log(const std::string& path, const std::string& run_id) {
   return "";
 }
 
+// The step and the length of the unfinished run (its step below its
+// length) whose checkpoint of `experiment` is at path; {-1, -1} when there
+// is none there (no file, another experiment's, a finished run's, quantized,
+// unreadable, or one whose length is not known). Reads its attributes only.
+std::pair<int64_t, int64_t> unfinished_run(const std::string& path, const std::string& experiment) {
+  const ExistingFile e = existing_file(path);
+  if (e.kind != ExistingFile::Kind::checkpoint || e.experiment != experiment || e.quantized) return {-1, -1};
+  try {
+    const h5::File f(path, h5::File::Mode::read_any);
+    const std::map<std::string, h5::Attr> root = f.attrs("/");
+    auto integer = [&root](const std::string& name) -> int64_t {
+      const auto it = root.find(name);
+      if (it == root.end()) return -1;
+      if (const auto* i = std::get_if<int64_t>(&it->second)) return *i;
+      // A length among the options (a checkpoint from before counter.steps).
+      int64_t n = -1;
+      const std::string text = h5::attr_str(it->second);
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      return ec == std::errc() && end == text.data() + text.size() ? n : -1;
+    };
+    const int64_t at = integer("counter.step");
+    const int64_t length = root.count("counter.steps") ? integer("counter.steps") : integer("config.steps");
+    if (at >= 0 && length > at) return {at, length};
+  } catch (const Error&) {
+  }
+  return {-1, -1};
+}
+
 // A file's device and inode ({0, 0}: no file there).
 std::pair<uint64_t, uint64_t> file_identity(const std::string& path) {
   struct stat st {};
@@ -863,6 +891,9 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
       .path("checkpoint", &checkpoint_, "checkpoint file (default: the log's name with .ckpt.h5; on --resume: that file)")
       .integer("checkpoint-every", &checkpoint_every_, "write a checkpoint every N steps (0: only at the end and when stopped)", 0)
       .path("resume", &resume_, resume_help())
+      .flag("restart", &restart_,
+            "start a new run even over the checkpoint of an unfinished one (stopped or killed before its last step), "
+            "replacing that checkpoint and the log; without it, such a new run is refused (--resume continues it)")
       .integer("stop-after", &stop_after_, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0)
       .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024)
       .choice("precision", &precision_, {"f32", "bf16"},
@@ -881,6 +912,9 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
   command_line_ = command_line.empty() ? defaults_.program_ + (argv.empty() ? "" : " " + shell_command(argv))
                                        : shell_command(command_line);
   if (out_.empty()) throw UsageError(fmt::format("{}: --out expects a log file path", args_.command()));
+  if (resuming() && args_.given("restart"))
+    throw UsageError(fmt::format("{}: --restart starts a run over; --resume continues one (give one of them)",
+                                 args_.command()));
   if (resuming() && args_.given("init-from"))
     throw UsageError(fmt::format("{}: --init-from starts a new run from given weights; --resume continues one "
                                  "(give one of them)",
@@ -954,7 +988,7 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
 // options a resume never restores; the rest of the configuration is the
 // checkpoint's.
 const std::set<std::string> kResumeMayChange = {"threads", "checkpoint", "checkpoint-every", "steps", "out"};
-const std::set<std::string> kNeverRestored = {"resume", "stop-after", "init-from"};
+const std::set<std::string> kNeverRestored = {"resume", "stop-after", "init-from", "restart"};
 
 std::string Run::resume_help() const {
   // The program's own options a resume may change (declared before parse(),
@@ -1085,6 +1119,17 @@ void Run::check_paths() {
   if (!(resuming() && same_file(checkpoint_, resume_)))
     refuse_replacing(args_.command(), "--checkpoint", checkpoint_, "a checkpoint",
                      fmt::format(fmt::runtime(again), "checkpoint"), own(ExistingFile::Kind::checkpoint));
+  // A new run where a run of this experiment stopped or was killed before
+  // its end would replace its checkpoint (at its first one; its log at
+  // once): the steps trained lost. Continued with --resume, or started over
+  // when asked to.
+  if (!resuming() && !restart_)
+    if (const auto [at, length] = unfinished_run(checkpoint_, experiment_); at >= 0)
+      throw UsageError(fmt::format(
+          "{}: {} '{}' holds an unfinished run, at step {} of {}, which this new run would replace; "
+          "expected --resume to continue it ({} --resume {}), or --restart to start it over",
+          args_.command(), args_.given("checkpoint") ? "--checkpoint" : "the checkpoint", checkpoint_, at, length,
+          defaults_.program_, shell_quote(checkpoint_)));
 }
 
 void Run::reads_file(const std::string& option) { input_options_.push_back(option); }

@@ -1,7 +1,7 @@
 // data/run.h: a training run as one library object. It owns what every
 // training program needs around its loop: the command line of the run
-// (--out, --checkpoint, --checkpoint-every, --resume, --stop-after,
-// --threads, --precision, --init-from, --steps), the HDF5 log
+// (--out, --checkpoint, --checkpoint-every, --resume, --restart,
+// --stop-after, --threads, --precision, --init-from, --steps), the HDF5 log
 // (docs/log-format.md) and its metadata, atomic CRC-checked checkpoints
 // (docs/checkpoint-format.md), bit-identical resume, Ctrl-C and
 // --stop-after, and the progress line. A program
@@ -287,6 +287,7 @@ class Run {
   std::string command_line_;  // as a shell reads it (shell_command; a RunOptions::program as written)
   // The run's own options.
   std::string out_, checkpoint_, resume_, init_from_, precision_;
+  bool restart_ = false;  // --restart: a new run may replace an unfinished run's checkpoint
   int64_t checkpoint_every_ = 0, stop_after_ = 0, threads_ = 2, steps_ = 0;
 
   std::unique_ptr<Checkpoint> resume_ck_;  // loaded by parse(), consumed by begin()

@@ -1057,6 +1057,21 @@ TEST_CASE("Run: a later checkpoint after an older one's resume cut the log back 
   CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
 }
 
+namespace {
+// The message and whether it is a UsageError (status 2 in heed's commands):
+// what fn throws, or "" when it throws nothing.
+std::pair<std::string, bool> thrown_by(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const UsageError& e) {
+    return {e.what(), true};
+  } catch (const Error& e) {
+    return {e.what(), false};
+  }
+  return {"", false};
+}
+}  // namespace
+
 TEST_CASE("Run: a log that opens but does not read whole is damaged: the resume says so, --out NEW.h5 goes on") {
   // It opened, and the resume failed later with HDF5's bare words ("could
   // not list group /"); --out NEW.h5 was refused, the log counted as
@@ -1122,4 +1137,69 @@ TEST_CASE("Run: a log truncated while the run goes on is warned of at its end, a
   CHECK(on.counter == 24);
   // A log left alone: no warning.
   CHECK(!test::has(stderr_of([&] { REQUIRE(Toy().go({"--out", d.path + "/u.h5"}) == 0); }), "warning"));
+}
+
+TEST_CASE("Run: a new run over an unfinished run's checkpoint is refused, files untouched; --restart starts over") {
+  // After kill -9 (or a stop) the same command started the run over from
+  // step 1 and replaced its checkpoint: every step trained was lost.
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/k.h5", ck = d.path + "/k.ckpt.h5";
+  REQUIRE(Toy().go({"--out", log, "--stop-after", "4"}) == 130);
+  const std::string run_id = load_checkpoint(ck, "toy").run_id;
+  const auto before = test::snapshot(d.path);
+  {
+    const auto [msg, usage] = thrown_by([&] { Toy().go({"--out", log}); });
+    INFO(msg);
+    CHECK(usage);
+    CHECK(test::has(msg, "the checkpoint '" + ck + "' holds an unfinished run, at step 4 of 10"));
+    CHECK(test::has(msg, "expected --resume to continue it"));
+    CHECK(test::has(msg, " --resume " + ck + ")"));
+    CHECK(test::has(msg, "or --restart to start it over"));
+  }
+  {  // the same checkpoint under another log
+    const auto [msg, usage] = thrown_by([&] { Toy().go({"--out", d.path + "/other.h5", "--checkpoint", ck}); });
+    INFO(msg);
+    CHECK(usage);
+    CHECK(test::has(msg, "--checkpoint '" + ck + "' holds an unfinished run, at step 4 of 10"));
+  }
+  {  // a checkpoint from before counter.steps: its length is its --steps
+    Checkpoint old = load_checkpoint(ck, "toy");
+    old.counters.erase("steps");
+    save_checkpoint(d.path + "/old.ckpt.h5", old);
+    const auto [msg, usage] = thrown_by([&] { Toy().go({"--out", d.path + "/old.h5"}); });
+    CHECK(usage);
+    CHECK(test::has(msg, "'" + d.path + "/old.ckpt.h5' holds an unfinished run, at step 4 of 10"));
+    fs::remove(d.path + "/old.ckpt.h5");
+  }
+  {
+    const auto [msg, usage] = thrown_by([&] { Toy().go({"--resume", ck, "--restart"}); });
+    CHECK(usage);
+    CHECK(test::has(msg, "--restart starts a run over; --resume continues one"));
+  }
+  CHECK(test::snapshot(d.path) == before);
+  // --restart: a new run, from step 1, over both files.
+  Toy over;
+  REQUIRE(over.go({"--out", log, "--restart"}) == 0);
+  CHECK(over.counter == 20);
+  CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  CHECK(load_checkpoint(ck, "toy").run_id != run_id);
+  // A finished run's checkpoint is replaced by a new run, as before.
+  Toy again;
+  REQUIRE(again.go({"--out", log}) == 0);
+  CHECK(again.counter == 20);
+}
+
+TEST_CASE("heed run: the same command after a stop is refused with status 2, naming the checkpoint and both ways on") {
+  test::TempDir d("heed-run-cli-");
+  const std::vector<std::string> run = {"run", "copy", "--steps", "40", "--out", d.path + "/x.h5"};
+  REQUIRE(test::heed_cli(test::cat(run, {"--stop-after", "20"}), d.path).status == 130);
+  const auto before = test::snapshot(d.path);
+  const test::Result again = test::heed_cli(run, d.path);
+  INFO(again.err);
+  CHECK(again.status == 2);
+  CHECK(test::has(again.err, "holds an unfinished run, at step 20 of 40"));
+  CHECK(test::has(again.err, "heed run copy --resume " + d.path + "/x.ckpt.h5"));
+  CHECK(test::has(again.err, "--restart"));
+  CHECK(test::snapshot(d.path) == before);
+  CHECK(test::heed_cli(test::cat(run, {"--restart"}), d.path).status == 0);
 }
