@@ -1789,7 +1789,19 @@ bool Run::next() {
       return false;
     }
   }
-  if (step_ >= steps_) return false;
+  if (step_ >= steps_) {
+    // A finished run resumed with another --checkpoint does no step, and no
+    // step wrote that file: written here, as every run ends with its
+    // checkpoint where --checkpoint says (the resumed file holds this state
+    // already; no other is written).
+    if (!stopped_ && diverged_.empty() && saved_step_ == step_ && !saved_path_.empty() &&
+        !same_file(saved_path_, checkpoint_)) {
+      log_->flush();
+      if (const std::string bad = save(); bad.empty()) saved_path_ = checkpoint_;
+      else diverged_ = bad;
+    }
+    return false;
+  }
   ++step_;
   in_step_ = true;
   return true;

@@ -1203,3 +1203,20 @@ TEST_CASE("heed run: the same command after a stop is refused with status 2, nam
   CHECK(test::snapshot(d.path) == before);
   CHECK(test::heed_cli(test::cat(run, {"--restart"}), d.path).status == 0);
 }
+
+TEST_CASE("Run: a finished run resumed with another --checkpoint writes that checkpoint, which resumes") {
+  // It printed "checkpoint: other.ckpt.h5" and named it in the log, and no
+  // such file was written: the run had no step left to write it at.
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/c.h5", ck = d.path + "/c.ckpt.h5", other = d.path + "/other.ckpt.h5";
+  REQUIRE(Toy().go({"--out", log}) == 0);
+  Toy same;
+  REQUIRE(same.go({"--resume", ck, "--checkpoint", other}) == 0);
+  REQUIRE(fs::exists(other));
+  test::check_same_checkpoint(ck, other, "toy");
+  CHECK(load_checkpoint(other, "toy").config.at("checkpoint") == other);
+  CHECK(h5::attr_str(h5::File(log, h5::File::Mode::read).get_attr("/", "config.checkpoint")) == other);
+  Toy more;
+  REQUIRE(more.go({"--resume", other, "--steps", "12"}) == 0);
+  CHECK(more.counter == 24);
+}
