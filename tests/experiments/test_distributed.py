@@ -169,11 +169,11 @@ try:
     check(np.max(np.abs(plain - a[:, 1])) > 1e-3, "charlm: dropout 0.2 changed the losses (the check above compares masks)")
 
     # ---- kill -9 of one rank, then resume ------------------------------------------------
-    ref = run(lm("ref.h5", "--steps", "600", "--checkpoint-every", "20"))
-    check(ref.returncode == 0, "charlm, 2 processes, 600 steps")
+    ref = run(lm("ref.h5", "--steps", "300", "--checkpoint-every", "20"))
+    check(ref.returncode == 0, "charlm, 2 processes, 300 steps")
     killed_log = os.path.join(TMP, "killed.h5")
     ckpt = os.path.join(TMP, "killed.ckpt.h5")
-    cmd = MPIRUN + [HEED] + lm("killed.h5", "--steps", "600", "--checkpoint-every", "20")
+    cmd = MPIRUN + [HEED] + lm("killed.h5", "--steps", "300", "--checkpoint-every", "20")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=TMP)
     for _ in range(3000):
         if os.path.exists(ckpt):
@@ -203,7 +203,7 @@ try:
     step = None
     with h5py.File(ckpt, "r") as f:
         step = int(f.attrs["counter.step"])
-    check(0 < step < 600, f"a checkpoint survived (step {step})")
+    check(0 < step < 300, f"a checkpoint survived (step {step})")
     res = run(["run", "charlm", "--resume", ckpt])
     check(res.returncode == 0, f"resumed on 2 processes: exit {res.returncode} {res.stderr[-500:]}")
     check(np.array_equal(metric(os.path.join(TMP, "ref.h5"), "train_loss"), metric(killed_log, "train_loss")),
@@ -219,7 +219,7 @@ try:
     check(bad.returncode != 0 and "not divisible by the 2 processes" in bad.stderr,
           f"--batch 7 on 2 processes is refused: {bad.stderr.strip()[-300:]}")
     check(not os.path.exists(os.path.join(TMP, "odd.h5")), "... and writes no log")
-    one_proc = run(["run", "charlm", "--resume", os.path.join(TMP, "ref.ckpt.h5"), "--steps", "700"], np_=1)
+    one_proc = run(["run", "charlm", "--resume", os.path.join(TMP, "ref.ckpt.h5"), "--steps", "400"], np_=1)
     check(one_proc.returncode == 2 and "written by 2 processes" in one_proc.stderr,
           f"a 2-process checkpoint resumed on 1 process is refused: {one_proc.stderr.strip()[-300:]}")
     flag = run(lm("flag.h5", "--steps", "4", "--batch", "abc"))
@@ -233,7 +233,7 @@ try:
           f"... printed once, by rank 0: {flag.stderr.strip()[-400:]}")
     # Another process count: named as such, not as the checkpoint's --batch
     # (the programs checked the batch against the job first).
-    three = run(["run", "charlm", "--resume", os.path.join(TMP, "ref.ckpt.h5"), "--steps", "700"], np_=3)
+    three = run(["run", "charlm", "--resume", os.path.join(TMP, "ref.ckpt.h5"), "--steps", "400"], np_=3)
     check(three.returncode == 2 and "written by 2 processes" in three.stderr and "--batch" not in three.stderr,
           f"a 2-process checkpoint resumed on 3 processes names the process count: {three.stderr.strip()[-300:]}")
 
