@@ -114,6 +114,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
     f.set_attr("/", "heed_checkpoint_format", kFormat);
     f.set_attr("/", "experiment", ck.experiment);
     if (!ck.run_id.empty()) f.set_attr("/", "run_id", ck.run_id);
+    if (!ck.log_digest.empty()) f.set_attr("/", "log_digest", ck.log_digest);
     for (const auto& [k, v] : ck.config) f.set_attr("/", "config." + k, v);
     for (const auto& [k, v] : ck.counters) f.set_attr("/", "counter." + k, v);
     size_t written = 0;
@@ -247,6 +248,9 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& expected_
     fail("checkpoint '{}' is from the '{}' experiment, expected '{}'", path, ck.experiment, expected_experiment);
   if (root.count("run_id"))
     ck.run_id = h5::attr_as<std::string>(root.at("run_id"), fmt::format("checkpoint '{}': its run_id attribute", path));
+  if (root.count("log_digest"))
+    ck.log_digest =
+        h5::attr_as<std::string>(root.at("log_digest"), fmt::format("checkpoint '{}': its log_digest attribute", path));
   for (const auto& [name, value] : root) {
     if (name.rfind("config.", 0) == 0) ck.config[name.substr(7)] = h5::attr_str(value);
     if (name.rfind("counter.", 0) == 0)

@@ -3,7 +3,8 @@
 //
 // Layout (docs/checkpoint-format.md):
 //   /                     attributes: heed_checkpoint_format, experiment,
-//                         config.<option> (text), counter.<name> (int64)
+//                         run_id, log_digest, config.<option> (text),
+//                         counter.<name> (int64)
 //   /tensors/<key>        one dataset per tensor; keys are paths such as
 //                         "model/attention/4.conv_q.weight" (dotted parameter
 //                         names under a model), "optim/attention/<param>/exp_avg",
@@ -28,6 +29,9 @@ class File;
 struct Checkpoint {
   std::string experiment;
   std::string run_id;  // the identity of the run that wrote it (its log has the same); empty from older heeds
+  // The digest of its log's rows up to its step (RunLog::rows_digest), 16
+  // hex digits; empty from older heeds, and when the run had no log to tell.
+  std::string log_digest;
   std::map<std::string, std::string> config;
   std::map<std::string, int64_t> counters;
   std::map<std::string, Tensor> tensors;

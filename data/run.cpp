@@ -773,17 +773,38 @@ std::string log_damage(const h5::File& f) {
   return "";
 }
 
+// A log's digest as a checkpoint records it (log_digest): 16 hex digits.
+std::string digest_text(uint64_t digest) { return fmt::format("{:016x}", digest); }
+
+// The way on from a checkpoint at step `at` whose log cannot take its rows.
+std::string new_log_way(int64_t at) {
+  return fmt::format("to go on from the checkpoint, give --out NEW.h5: a new log, which holds the steps after {}", at);
+}
+
+// The refusal of a damaged log (`damage`: what HDF5 refused) for a run
+// resumed at step `at`.
+std::string damaged_log(const std::string& command, const std::string& log, const std::string& damage, int64_t at) {
+  return fmt::format("{}: the log '{}' is damaged ({}); continue the run in a new log with --out NEW.h5, which holds "
+                     "the steps after {} (the damaged log stays as it is)",
+                     command, log, damage, at);
+}
+
 // The run_id of the log heed can read at path, and reopen to continue its
 // run ("" from heeds before it); nothing when there is no such log, when it
-// is damaged (log_damage), or when its rows end before `step` (cut back
-// since by an older checkpoint's resume: not one to go on in).
-std::optional<std::string> readable_log_run(const std::string& path, int64_t step) {
+// is damaged (log_damage), when its rows end before `step` (cut back since
+// by an older checkpoint's resume: not one to go on in), or when `digest`
+// (a checkpoint's log_digest; "": not known) is not the digest of its rows
+// up to `step` (RunLog::rows_digest, with `redo`): they come from another
+// resume of the run, which that checkpoint's resume refuses to continue.
+std::optional<std::string> readable_log_run(const std::string& path, int64_t step, const std::string& digest = "",
+                                            const std::set<std::string>& redo = {}) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
   try {
     h5::File f(path, h5::File::Mode::read_any);
     if (!f.has_attr("/", "heed_log_format") || !RunLog::gap_before(f, step).empty() || !log_damage(f).empty())
       return std::nullopt;
+    if (!digest.empty() && digest_text(RunLog::rows_digest(f, step, redo)) != digest) return std::nullopt;
     return f.has_attr("/", "run_id") ? h5::attr_str(f.get_attr("/", "run_id")) : std::string();
   } catch (const Error&) {
     return std::nullopt;
@@ -1143,8 +1164,7 @@ void Run::check_resumed_log() {
   const int64_t at = resume_ck_->counters.count("step") ? resume_ck_->counter("step") : 0;
   const std::string new_log_hint =
       fmt::format("or --out NEW.h5 to continue in a new log, which holds the steps after {}", at);
-  const std::string go_on = fmt::format(
-      "to go on from the checkpoint, give --out NEW.h5: a new log, which holds the steps after {}", at);
+  const std::string go_on = new_log_way(at);
   if (!fs::exists(out_, ec)) {
     if (!args_.given("out"))
       fail("{}: the log '{}' of the run in '{}' is missing; give --out if it moved, {}", args_.command(), out_,
@@ -1152,11 +1172,15 @@ void Run::check_resumed_log() {
     // A checkpoint outlives its log (deleted, lost in a crash, damaged): the
     // run goes on in a new one. Not while its log is still there and
     // readable: a missing --out is then a mistyped path to where it moved.
-    // (A log there of another run, which replaced it, is not its log.)
+    // (A log there of another run, which replaced it, is not its log; nor
+    // is one whose rows up to the checkpoint's step another resume of the
+    // run wrote. Which rows a resume leaves out, the program says later
+    // (owed_work): a log that holds more rows than the checkpoint's digest
+    // is checked again then, in check_log_rows.)
     const auto own = resume_ck_->config.find("out");
-    if (own != resume_ck_->config.end() && readable_log_run(own->second, at) == resume_ck_->run_id)
-      fail("{}: the log '{}' is missing, and the run's log is still at '{}' (leave --out out, or give where it moved)",
-           args_.command(), out_, own->second);
+    if (own != resume_ck_->config.end() &&
+        readable_log_run(own->second, at, resume_ck_->log_digest) == resume_ck_->run_id)
+      refuse_other_log(own->second);
     check_output_path(out_, args_.command(), "--out");
     new_log_ = true;
     return;
@@ -1171,10 +1195,7 @@ void Run::check_resumed_log() {
   h5::File& f = *opened;
   // Opened, but not to be reopened for the run (a damaged object header,
   // metric or series): said before anything reads it further, with the way on.
-  if (const std::string damage = log_damage(f); !damage.empty())
-    fail("{}: the log '{}' is damaged ({}); continue the run in a new log with --out NEW.h5, which holds the steps "
-         "after {} (the damaged log stays as it is)",
-         args_.command(), out_, damage, at);
+  if (const std::string damage = log_damage(f); !damage.empty()) fail("{}", damaged_log(args_.command(), out_, damage, at));
   auto text = [&](const char* name) {
     if (!f.has_attr("/", name)) return std::string();
     h5::Attr a = f.get_attr("/", name);
@@ -1213,6 +1234,50 @@ void Run::check_resumed_log() {
       fail("{}: the log '{}' is not the run of checkpoint '{}': it began with --{} {}, the checkpoint has {}; {}",
            args_.command(), out_, resume_, k, logged.empty() ? "(none)" : logged, v, go_on);
   }
+}
+
+void Run::refuse_other_log(const std::string& own) const {
+  fail("{}: the log '{}' is missing, and the run's log is still at '{}' (leave --out out, or give where it moved)",
+       args_.command(), out_, own);
+}
+
+void Run::check_log_rows() const {
+  if (!dist::is_main() || resume_ck_->log_digest.empty()) return;  // rank 0 writes the log; an older checkpoint
+  const Checkpoint& ck = *resume_ck_;
+  const std::set<std::string> redo = owed_datasets();
+  if (new_log_) {
+    // The run's own log, missing from --out: readable_log_run in parse()
+    // counted the rows of owed work at the checkpoint's step, which a
+    // resume leaves out.
+    const auto own = ck.config.find("out");
+    if (!redo.empty() && own != ck.config.end() && readable_log_run(own->second, step_, ck.log_digest, redo) == ck.run_id)
+      refuse_other_log(own->second);
+    return;
+  }
+  // The log's rows up to the checkpoint's step must be the ones the
+  // checkpoint was written with. An older checkpoint of the run resumed
+  // since cuts the log back to its step and goes on; its rows past that step
+  // are another branch of the run (another --lr, say; every row's seconds),
+  // which the log would mix with this one's.
+  std::string digest;
+  try {
+    digest = digest_text(RunLog::rows_digest(h5::File(out_, h5::File::Mode::read_any), step_, redo));
+  } catch (const H5Error& e) {
+    fail("{}", damaged_log(args_.command(), out_, e.what(), step_));
+  }
+  if (digest != ck.log_digest)
+    fail("{}: the log '{}' cannot continue from checkpoint '{}' at step {}: its rows up to step {} come from another "
+         "resume of the run, not the one the checkpoint was written in (an older checkpoint resumed since cut the log "
+         "back and went on past step {}); {}",
+         args_.command(), out_, resume_, step_, step_, step_, new_log_way(step_));
+}
+
+std::set<std::string> Run::owed_datasets() const {
+  std::set<std::string> redo;
+  for (const auto& [pending, datasets] : owed_)
+    if (const auto it = counters_.find(pending); it != counters_.end() && *it->second != 0)
+      redo.insert(datasets.begin(), datasets.end());
+  return redo;
 }
 
 void Run::set_steps(int64_t total) {
@@ -1543,6 +1608,7 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
     if (!new_log_) lock();
     try {
       restore_state();
+      check_log_rows();  // with the work the checkpoint owes known, as restore_state restored it
     } catch (...) {  // refused: the log is free again for the run that is not refused
       release_log();
       throw;
@@ -1561,9 +1627,7 @@ void Run::begin(const std::function<void(RunLog&)>& schema) {
                  steps_, out_, step_);
     } else {
       // Owed work is done again: its rows at this step go (owed_work()).
-      std::set<std::string> redo;
-      for (const auto& [pending, datasets] : owed_)
-        if (*counters_.at(pending) != 0) redo.insert(datasets.begin(), datasets.end());
+      const std::set<std::string> redo = owed_datasets();
       // The log's configuration says what the run is now: the options a
       // resume may change (--steps raised, --checkpoint-every, where the
       // files are) take their new values, as the log of an uninterrupted
@@ -1726,6 +1790,10 @@ std::string Run::save() const {
     for (int r = 0; r < dist::size(); ++r) ck.tensors[rank_key(e.name, r)] = all[static_cast<size_t>(r)];
   }
   for (const auto& [name, t] : constants_) ck.tensors[name] = t;
+  // The digest of the log's rows up to this step, as a resume keeps them (the
+  // rows of owed work at this step left out): rank 0's, which writes both.
+  if (dist::is_main() && log_)
+    if (const std::optional<uint64_t> digest = log_->digest(step_, owed_datasets())) ck.log_digest = digest_text(*digest);
   if (dist::is_main()) save_checkpoint(checkpoint_, ck);
   return "";
 }

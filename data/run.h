@@ -265,6 +265,12 @@ class Run {
   int64_t resumed_length() const;  // the length of the checkpoint's run (-1: not known)
   void check_paths();
   void check_resumed_log();
+  // In begin(), before the log is touched: its rows up to the checkpoint's
+  // step must be the ones the checkpoint was written with (its log_digest),
+  // as a resume keeps them (owed work's rows at that step left out).
+  void check_log_rows() const;
+  [[noreturn]] void refuse_other_log(const std::string& own) const;  // --out missing, the run's log still there
+  std::set<std::string> owed_datasets() const;  // the datasets of the work the run owes now (owed_work())
   void restore_state();
   void init_model();
   // --init-from's metadata (kExperimentKey): another experiment's export is

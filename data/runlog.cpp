@@ -44,6 +44,87 @@ double unix_now() {
   return static_cast<double>(tv.tv_sec) + 1e-6 * static_cast<double>(tv.tv_usec);
 }
 
+// The digest of a log's rows (RunLog::rows_digest): 64-bit FNV-1a.
+constexpr uint64_t kFnvBasis = 14695981039346656037ull, kFnvPrime = 1099511628211ull;
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
+  return h;
+}
+
+// One metric's or series' rows as the digest sees them, row by row in step
+// order, and what it needs to leave out the rows of the last step.
+struct RowHash {
+  uint64_t all = kFnvBasis, before = kFnvBasis;  // every row; the rows before those of the last step
+  int64_t rows = 0, rows_before = 0;
+  int64_t last = INT64_MIN, prev = INT64_MIN;  // the last step hashed; the step of the rows before it
+  void add(int64_t step, const void* a, size_t na, const void* b = nullptr, size_t nb = 0) {
+    if (rows == 0 || step != last) {
+      before = all;
+      rows_before = rows;
+      prev = rows == 0 ? INT64_MIN : last;
+      last = step;
+    }
+    all = fnv1a(all, a, na);
+    if (nb > 0) all = fnv1a(all, b, nb);
+    ++rows;
+  }
+  // The hash and count of the rows with step <= bound; false when they are
+  // not told apart (rows after bound at two or more steps).
+  bool upto(int64_t bound, uint64_t* h, int64_t* n) const {
+    if (rows == 0 || last <= bound) {
+      *h = all, *n = rows;
+      return true;
+    }
+    if (rows_before == 0 || prev <= bound) {
+      *h = before, *n = rows_before;
+      return true;
+    }
+    return false;
+  }
+};
+
+// The datasets' hashes (path -> hash, rows) as one digest: those with rows,
+// in the order of their paths.
+uint64_t combine(const std::map<std::string, std::pair<uint64_t, int64_t>>& parts) {
+  uint64_t h = kFnvBasis;
+  for (const auto& [path, part] : parts) {
+    if (part.second == 0) continue;
+    h = fnv1a(h, path.c_str(), path.size() + 1);  // with its NUL: no path runs into the next
+    h = fnv1a(h, &part.first, sizeof part.first);
+    h = fnv1a(h, &part.second, sizeof part.second);
+  }
+  return h;
+}
+
+// The rows of a metric ([n, 3] float64) up to the first with a step above
+// `last`: how many, and their hash.
+RowHash hash_metric(const Tensor& rows, int64_t last) {
+  RowHash rh;
+  const double* r = rows.data<double>();
+  for (int64_t k = 0; k < rows.size(0) && r[k * 3] <= static_cast<double>(last); ++k)
+    rh.add(static_cast<int64_t>(r[k * 3]), r + k * 3, 3 * sizeof(double));
+  return rh;
+}
+
+// The same for a series: its steps (int64 [n]) up to the first above `last`,
+// each with its row of values, read from `values` in f.
+RowHash hash_series(const h5::File& f, const std::string& values, const Tensor& steps, int64_t last) {
+  RowHash rh;
+  const int64_t* st = steps.data<int64_t>();
+  int64_t keep = 0;
+  while (keep < steps.numel() && st[keep] <= last) ++keep;
+  if (keep == 0) return rh;
+  const Shape shape = f.dataset_shape(values);
+  std::vector<int64_t> start(shape.size(), 0), count(shape.begin(), shape.end());
+  count[0] = keep;
+  const Tensor v = kernel::contiguous(f.read_block(values, start, count));
+  const size_t row = static_cast<size_t>(v.numel() / keep) * dtype_size(v.dtype());
+  const auto* bytes = static_cast<const unsigned char*>(v.raw_data());
+  for (int64_t k = 0; k < keep; ++k) rh.add(st[k], &st[k], sizeof(int64_t), bytes + static_cast<size_t>(k) * row, row);
+  return rh;
+}
+
 void check_name(const std::string& log, const char* kind, const std::string& name) {
   const std::string problem = hdf5_name_problem(name);
   if (problem.empty()) return;
@@ -69,6 +150,7 @@ struct RunLog::Impl {
     Shape item;           // series only
     int64_t rows = 0;
     int64_t last_step = INT64_MIN;  // steps never decrease within a metric or series
+    RowHash hash;                   // its rows, for digest()
   };
   std::map<std::string, Ds> metrics, series;
 
@@ -265,6 +347,40 @@ std::string RunLog::gap_before(const h5::File& log, int64_t step) {
                      last, last + 1, step);
 }
 
+uint64_t RunLog::rows_digest(const h5::File& log, int64_t step, const std::set<std::string>& redo) {
+  std::map<std::string, std::pair<uint64_t, int64_t>> parts;
+  for (const std::string& p : log.list_datasets("/")) {
+    RowHash rh;
+    std::string key;
+    if (p.rfind("metrics/", 0) == 0) {
+      const std::string name = p.substr(8);
+      rh = hash_metric(log.read_tensor(p), redo.count(name) ? step - 1 : step);
+      key = p;
+    } else if (p.rfind("series/", 0) == 0 && p.size() > 14 && p.substr(p.size() - 7) == "/values") {
+      const std::string name = p.substr(7, p.size() - 7 - 7);
+      rh = hash_series(log, p, log.read_tensor("series/" + name + "/step"), redo.count(name) ? step - 1 : step);
+      key = "series/" + name;
+    } else {
+      continue;
+    }
+    parts[key] = {rh.all, rh.rows};
+  }
+  return combine(parts);
+}
+
+std::optional<uint64_t> RunLog::digest(int64_t step, const std::set<std::string>& redo) const {
+  if (!impl_ || impl_->closed) return std::nullopt;
+  std::map<std::string, std::pair<uint64_t, int64_t>> parts;
+  for (const auto* group : {&impl_->metrics, &impl_->series})
+    for (const auto& [name, d] : *group) {
+      uint64_t h = 0;
+      int64_t n = 0;
+      if (!d.hash.upto(redo.count(name) ? step - 1 : step, &h, &n)) return std::nullopt;
+      parts[(group == &impl_->metrics ? "metrics/" : "series/") + name] = {h, n};
+    }
+  return combine(parts);
+}
+
 RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options& opt,
                       const std::set<std::string>& redo) {
   auto impl = std::make_unique<Impl>(h5::File(path, h5::File::Mode::append), opt);
@@ -287,9 +403,9 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
       d.id = impl->open_ds(p);
       Tensor rows = f.read_tensor(p);  // [n, 3]
       const int64_t last = redo.count(p.substr(8)) ? after_step - 1 : after_step;  // the last step kept
-      int64_t keep = 0;
+      d.hash = hash_metric(rows, last);  // the rows kept: the first ones up to `last`
+      const int64_t keep = d.hash.rows;
       const double* r = rows.data<double>();
-      while (keep < rows.size(0) && r[keep * 3] <= static_cast<double>(last)) ++keep;
       hsize_t dims[2] = {static_cast<hsize_t>(keep), 3};
       H5Dset_extent(d.id, dims);
       d.rows = keep;
@@ -304,9 +420,9 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
       d.item = Shape(s.begin() + 1, s.end());
       Tensor steps = f.read_tensor("series/" + name + "/step");
       const int64_t last = redo.count(name) ? after_step - 1 : after_step;
-      int64_t keep = 0;
+      d.hash = hash_series(f, p, steps, last);  // the rows kept
+      const int64_t keep = d.hash.rows;
       const int64_t* st = steps.data<int64_t>();
-      while (keep < steps.numel() && st[keep] <= last) ++keep;
       std::vector<hsize_t> dims{static_cast<hsize_t>(keep)};
       for (int64_t x : d.item) dims.push_back(static_cast<hsize_t>(x));
       H5Dset_extent(d.id, dims.data());
@@ -385,6 +501,7 @@ void RunLog::scalar(const std::string& name, int64_t step, double value) {
   impl_->check_step(it->second, "metric", name, step);
   double row[3] = {static_cast<double>(step), value, wall_seconds()};
   impl_->append(it->second.id, it->second.rows, H5T_NATIVE_DOUBLE, {3}, row);
+  it->second.hash.add(step, row, sizeof row);
   impl_->maybe_flush();
 }
 
@@ -406,6 +523,7 @@ void RunLog::series(const std::string& name, int64_t step, const Tensor& value) 
   int64_t rows = d.rows;
   impl_->append(d.step_id, rows, H5T_NATIVE_INT64, {}, &step);
   impl_->append(d.id, d.rows, H5T_NATIVE_FLOAT, d.item, v.raw_data());
+  d.hash.add(step, &step, sizeof step, v.raw_data(), static_cast<size_t>(v.numel()) * sizeof(float));
   impl_->maybe_flush();
 }
 

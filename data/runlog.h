@@ -16,6 +16,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -67,6 +68,24 @@ class RunLog {
   // at all reaches every step (a program that logs nothing loses nothing).
   // resume() refuses such a log before it changes anything.
   static std::string gap_before(const h5::File& log, int64_t step);
+
+  // The digest of the rows RunLog::resume(step, redo) keeps of `log`:
+  // those with step <= `step` (<= step - 1 in the metrics and series named
+  // in `redo`). 64-bit FNV-1a over each metric's rows (its 24 bytes of step,
+  // value, wall_seconds each) and each series' (its int64 step, then its
+  // float32 values), combined over the datasets that have such rows, in the
+  // order of their paths, each with its path and row count. Every checkpoint
+  // records the digest of its log's rows up to its step (log_digest,
+  // docs/checkpoint-format.md): a resume whose log gives another one holds
+  // rows of another resume of the run there (the seconds of every row
+  // differ), which it must not continue. Reads every such row.
+  static uint64_t rows_digest(const h5::File& log, int64_t step, const std::set<std::string>& redo = {});
+  // The same digest of the rows this log holds (written, or kept when it
+  // was resumed): what rows_digest reads from its file once they are
+  // flushed. Nothing for a discarding or closed log, or when rows after
+  // `step` came at two or more later steps (a step's rows are told apart
+  // from the rows after the step before them only).
+  std::optional<uint64_t> digest(int64_t step, const std::set<std::string>& redo = {}) const;
 
   // A log that writes nothing (the processes of a data-parallel job other
   // than rank 0 log through one of these: path() is empty).

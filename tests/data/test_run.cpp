@@ -41,6 +41,7 @@ struct Toy {
   bool track_later = false, later_required = false;
   std::function<void()> after_parse;  // the program's own work between parse() and begin(), when given
   std::function<void(int64_t)> each_step;  // called at the end of each step with its number, when given
+  std::function<void()> after_begin;       // the program's work between begin() and its first step, when given
   Run run;
   explicit Toy(int64_t width = 3)
       : Toy(RunOptions("unused.h5").steps(10).checkpoint_every(3).progress_seconds(0), width) {}
@@ -60,6 +61,7 @@ struct Toy {
     if (extra) run.track("extra", *extra);
     if (track_later) run.track("later", later, later_required);
     run.begin([](RunLog& log) { log.declare_scalar("loss"); });
+    if (after_begin) after_begin();
     Tensor x = test::det_tensor({4, model.weight.size(1)}, 5), y = test::det_tensor({4, 2}, 6);
     while (run.next()) {
       opt.zero_grad();
@@ -1219,4 +1221,91 @@ TEST_CASE("Run: a finished run resumed with another --checkpoint writes that che
   Toy more;
   REQUIRE(more.go({"--resume", other, "--steps", "12"}) == 0);
   CHECK(more.counter == 24);
+}
+
+TEST_CASE("Run: a log whose rows up to the checkpoint's step another resume wrote is refused; --out NEW.h5 goes on") {
+  // g.ckpt.h5 at 9 (log rows 1-9: branch A); an older copy (step 4) resumed
+  // to 11 cut the log back to 4 and logged 5-11 (branch B). The resume of
+  // the step-9 checkpoint then cut the log to 9 and went on with status 0:
+  // rows 5-9 of B, 10-12 of A.
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/g.h5", ck = d.path + "/g.ckpt.h5", old = d.path + "/old.ckpt.h5";
+  const std::string fresh = d.path + "/g2.h5";
+  REQUIRE(Toy().go({"--out", log, "--steps", "12", "--checkpoint-every", "1", "--stop-after", "4"}) == 130);
+  fs::copy_file(ck, old);
+  REQUIRE(Toy().go({"--resume", ck, "--stop-after", "9"}) == 130);
+  REQUIRE(Toy().go({"--resume", old, "--stop-after", "11"}) == 130);  // an older copy's resume: cut back, allowed
+  CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  CHECK(load_checkpoint(ck, "toy").log_digest.size() == 16);
+  const auto before = test::snapshot(d.path);
+  const auto [msg, usage] = thrown_by([&] { Toy().go({"--resume", ck}); });
+  INFO(msg);
+  CHECK(!usage);  // status 1, as the refusal of a log cut back below the step
+  CHECK(test::has(msg, "the log '" + log + "' cannot continue from checkpoint '" + ck + "' at step 9: its rows up to "
+                       "step 9 come from another resume of the run"));
+  CHECK(test::has(msg, "give --out NEW.h5: a new log, which holds the steps after 9"));
+  CHECK(test::snapshot(d.path) == before);
+  // As the message says: a new log goes on from the checkpoint (the old log
+  // is not "still there" to continue), and the checkpoints written into it
+  // resume in it.
+  Toy on;
+  REQUIRE(on.go({"--resume", ck, "--out", fresh}) == 0);
+  CHECK(on.counter == 24);
+  CHECK(logged_steps(fresh, "loss") == std::vector<double>{10, 11, 12});
+  CHECK(h5::attr_str(h5::File(fresh, h5::File::Mode::read).get_attr("/", "continues")) ==
+        "the run of checkpoint '" + ck + "' from step 9");
+  REQUIRE(Toy().go({"--resume", ck, "--steps", "14"}) == 0);
+  CHECK(logged_steps(fresh, "loss") == std::vector<double>{10, 11, 12, 13, 14});
+  // Branch B's own checkpoint goes on in the log it wrote.
+  REQUIRE(Toy().go({"--resume", old, "--steps", "16"}) == 0);
+  CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  // A checkpoint of the new log's run does not take the first log's rows up to its step.
+  const auto after = test::snapshot(d.path);
+  test::check_error([&] { Toy().go({"--resume", ck, "--out", log, "--steps", "16"}); },
+                    {"cannot continue from checkpoint '" + ck + "' at step 14", "another resume of the run"});
+  CHECK(test::snapshot(d.path) == after);
+}
+
+TEST_CASE("Run: the digest leaves out the rows of work a checkpoint owes, which its resumes log again") {
+  // A checkpoint that owes step 4's work (its "loss" row, logged again by
+  // the resume that does that work) resumes after such a resume went on,
+  // as charlm's evaluation cut short by a stop does; and its run's log,
+  // still there, is not taken for a missing one.
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/w.h5", ck = d.path + "/w.ckpt.h5", keep = d.path + "/keep.ckpt.h5";
+  auto program = [](Toy& t) {
+    t.track_later = true;
+    t.later = 0;
+    t.after_parse = [&t] { t.run.owed_work("later", {"loss"}); };
+    t.after_begin = [&t] {  // the owed work first: its row at the step resumed
+      if (t.later == 0) return;
+      t.run.log().scalar("loss", t.run.step(), 0.5);
+      t.later = 0;
+    };
+    t.each_step = [&t](int64_t step) {
+      if (step == 4) t.later = 4;  // as a stop that cut step 4's work short
+    };
+  };
+  Toy first;
+  program(first);
+  REQUIRE(first.go({"--out", log, "--stop-after", "4"}) == 130);
+  fs::copy_file(ck, keep);
+  Toy again;
+  program(again);
+  REQUIRE(again.go({"--resume", ck, "--stop-after", "6"}) == 130);
+  CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6});
+  // The log's rows up to step 4, but for the owed one, are the checkpoint's.
+  const auto before = test::snapshot(d.path);
+  test::check_error(
+      [&] {
+        Toy missing;
+        program(missing);
+        missing.go({"--resume", keep, "--out", d.path + "/new.h5"});
+      },
+      {"the log '" + d.path + "/new.h5' is missing, and the run's log is still at '" + log + "'"});
+  CHECK(test::snapshot(d.path) == before);
+  Toy back;
+  program(back);
+  REQUIRE(back.go({"--resume", keep}) == 0);
+  CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
 }
