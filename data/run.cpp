@@ -826,13 +826,19 @@ std::string not_the_log(const std::string& path, const std::string& run_id) {
   return "";
 }
 
-// The step and the length of the unfinished run (its step below its
-// length) whose checkpoint of `experiment` is at path; {-1, -1} when there
-// is none there (no file, another experiment's, a finished run's, quantized,
-// unreadable, or one whose length is not known). Reads its attributes only.
-std::pair<int64_t, int64_t> unfinished_run(const std::string& path, const std::string& experiment) {
+// An unfinished run's checkpoint: its step, below its run's length, and
+// its run_id ("" from heeds before it).
+struct Unfinished {
+  int64_t at = -1, length = -1;  // -1: none
+  std::string run_id;
+};
+// The unfinished run whose checkpoint of `experiment` is at path; at -1 when
+// there is none there (no file, another experiment's, a finished run's,
+// quantized, unreadable, or one whose length is not known). Reads its
+// attributes only.
+Unfinished unfinished_run(const std::string& path, const std::string& experiment) {
   const ExistingFile e = existing_file(path);
-  if (e.kind != ExistingFile::Kind::checkpoint || e.experiment != experiment || e.quantized) return {-1, -1};
+  if (e.kind != ExistingFile::Kind::checkpoint || e.experiment != experiment || e.quantized) return {};
   try {
     const h5::File f(path, h5::File::Mode::read_any);
     const std::map<std::string, h5::Attr> root = f.attrs("/");
@@ -848,10 +854,35 @@ std::pair<int64_t, int64_t> unfinished_run(const std::string& path, const std::s
     };
     const int64_t at = integer("counter.step");
     const int64_t length = root.count("counter.steps") ? integer("counter.steps") : integer("config.steps");
-    if (at >= 0 && length > at) return {at, length};
+    if (at >= 0 && length > at)
+      return {at, length, root.count("run_id") ? h5::attr_str(root.at("run_id")) : std::string()};
   } catch (const Error&) {
   }
-  return {-1, -1};
+  return {};
+}
+
+// The checkpoint of the unfinished run whose log of `experiment` is at path
+// (the one the log's config.checkpoint names, or the default one beside it
+// when that is empty, whose run_id is the log's), and that run; at -1 when
+// the log's run is not unfinished (no such log or checkpoint, another run's
+// checkpoint, a finished run's). Reads attributes only.
+std::pair<std::string, Unfinished> unfinished_log(const std::string& path, const std::string& experiment) {
+  const ExistingFile e = existing_file(path);
+  if (e.kind != ExistingFile::Kind::log || e.experiment != experiment) return {};
+  try {
+    const h5::File f(path, h5::File::Mode::read_any);
+    const std::map<std::string, h5::Attr> root = f.attrs("/");
+    auto text = [&root](const std::string& name) {
+      const auto it = root.find(name);
+      return it == root.end() ? std::string() : h5::attr_str(it->second);
+    };
+    std::string checkpoint = text("config.checkpoint");
+    if (checkpoint.empty()) checkpoint = default_checkpoint_path(path);
+    const Unfinished run = unfinished_run(checkpoint, experiment);
+    if (run.at >= 0 && run.run_id == text("run_id")) return {checkpoint, run};
+  } catch (const Error&) {
+  }
+  return {};
 }
 
 // A file's device and inode ({0, 0}: no file there).
@@ -913,8 +944,8 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
       .integer("checkpoint-every", &checkpoint_every_, "write a checkpoint every N steps (0: only at the end and when stopped)", 0)
       .path("resume", &resume_, resume_help())
       .flag("restart", &restart_,
-            "start a new run even over the checkpoint of an unfinished one (stopped or killed before its last step), "
-            "replacing that checkpoint and the log; without it, such a new run is refused (--resume continues it)")
+            "start a new run even over the checkpoint or the log of an unfinished one (stopped or killed before its "
+            "last step), replacing them; without it, such a new run is refused (--resume continues it)")
       .integer("stop-after", &stop_after_, "stop after step N with a checkpoint, as Ctrl-C does (0: never)", 0)
       .integer("threads", &threads_, "threads for every backend (results do not depend on it)", 1, 1024)
       .choice("precision", &precision_, {"f32", "bf16"},
@@ -1144,13 +1175,26 @@ void Run::check_paths() {
   // its end would replace its checkpoint (at its first one; its log at
   // once): the steps trained lost. Continued with --resume, or started over
   // when asked to.
-  if (!resuming() && !restart_)
-    if (const auto [at, length] = unfinished_run(checkpoint_, experiment_); at >= 0)
-      throw UsageError(fmt::format(
-          "{}: {} '{}' holds an unfinished run, at step {} of {}, which this new run would replace; "
-          "expected --resume to continue it ({} --resume {}), or --restart to start it over",
-          args_.command(), args_.given("checkpoint") ? "--checkpoint" : "the checkpoint", checkpoint_, at, length,
-          defaults_.program_, shell_quote(checkpoint_)));
+  // So would one whose --out is the log of such a run (its checkpoint
+  // elsewhere, still there), whose rows would be lost: its checkpoint then
+  // resumes into another run's log, or into a new one.
+  if (resuming() || restart_) return;
+  // `holds`: the file, and how it is the unfinished run's; `whose`: its
+  // checkpoint, when that is another file.
+  auto unfinished = [this](const std::string& holds, const Unfinished& run, const std::string& checkpoint,
+                           const std::string& whose) {
+    return UsageError(fmt::format(
+        "{}: {} an unfinished run, at step {} of {}{}, which this new run would replace; expected --resume to "
+        "continue it ({} --resume {}), or --restart to start it over",
+        args_.command(), holds, run.at, run.length, whose, defaults_.program_, shell_quote(checkpoint)));
+  };
+  if (const Unfinished run = unfinished_run(checkpoint_, experiment_); run.at >= 0)
+    throw unfinished(fmt::format("{} '{}' holds", args_.given("checkpoint") ? "--checkpoint" : "the checkpoint",
+                                 checkpoint_),
+                     run, checkpoint_, "");
+  if (const auto [checkpoint, run] = unfinished_log(out_, experiment_); run.at >= 0)
+    throw unfinished(fmt::format("--out '{}' is the log of", out_), run, checkpoint,
+                     fmt::format(" (its checkpoint '{}')", checkpoint));
 }
 
 void Run::reads_file(const std::string& option) { input_options_.push_back(option); }

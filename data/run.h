@@ -293,7 +293,7 @@ class Run {
   std::string command_line_;  // as a shell reads it (shell_command; a RunOptions::program as written)
   // The run's own options.
   std::string out_, checkpoint_, resume_, init_from_, precision_;
-  bool restart_ = false;  // --restart: a new run may replace an unfinished run's checkpoint
+  bool restart_ = false;  // --restart: a new run may replace an unfinished run's checkpoint or log
   int64_t checkpoint_every_ = 0, stop_after_ = 0, threads_ = 2, steps_ = 0;
 
   std::unique_ptr<Checkpoint> resume_ck_;  // loaded by parse(), consumed by begin()

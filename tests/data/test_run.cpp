@@ -1309,3 +1309,56 @@ TEST_CASE("Run: the digest leaves out the rows of work a checkpoint owes, which 
   REQUIRE(back.go({"--resume", keep}) == 0);
   CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
 }
+
+TEST_CASE("Run: a new run whose --out is an unfinished run's log, its checkpoint elsewhere, is refused; --restart replaces it") {
+  // The new run replaced the log of a run stopped at step 4 whose
+  // checkpoint is another file: that checkpoint then resumed into another
+  // run's log, its rows 1-4 lost.
+  test::TempDir d("heed-run-");
+  const std::string log = d.path + "/x.h5", ck = d.path + "/x.ckpt.h5", y = d.path + "/y.ckpt.h5";
+  REQUIRE(Toy().go({"--out", log, "--stop-after", "4"}) == 130);
+  const std::string run_id = load_checkpoint(ck, "toy").run_id;
+  const auto before = test::snapshot(d.path);
+  {
+    const auto [msg, usage] = thrown_by([&] { Toy().go({"--out", log, "--checkpoint", y}); });
+    INFO(msg);
+    CHECK(usage);
+    CHECK(test::has(msg, "--out '" + log + "' is the log of an unfinished run, at step 4 of 10 (its checkpoint '" +
+                             ck + "'), which this new run would replace"));
+    CHECK(test::has(msg, "expected --resume to continue it (heed run toy --resume " + ck + "), or --restart"));
+  }
+  CHECK(test::snapshot(d.path) == before);
+  // Its checkpoint named by the log's config.checkpoint: a run stopped with
+  // --checkpoint, then a new one with the default checkpoint.
+  const std::string log2 = d.path + "/z.h5", c2 = d.path + "/c2.ckpt.h5";
+  REQUIRE(Toy().go({"--out", log2, "--checkpoint", c2, "--stop-after", "3"}) == 130);
+  const auto before2 = test::snapshot(d.path);
+  test::check_error([&] { Toy().go({"--out", log2}); },
+                    {"--out '" + log2 + "' is the log of an unfinished run, at step 3 of 10 (its checkpoint '" + c2 +
+                     "')"});
+  CHECK(test::snapshot(d.path) == before2);
+  // --restart starts over in that log; the old checkpoint stays.
+  Toy over;
+  REQUIRE(over.go({"--out", log, "--checkpoint", y, "--restart"}) == 0);
+  CHECK(logged_steps(log, "loss") == std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  CHECK(load_checkpoint(y, "toy").run_id != run_id);
+  CHECK(load_checkpoint(ck, "toy").run_id == run_id);
+  // A finished run's log is replaced by a new run, as before.
+  Toy again;
+  REQUIRE(again.go({"--out", log, "--checkpoint", d.path + "/w.ckpt.h5"}) == 0);
+  CHECK(again.counter == 20);
+}
+
+TEST_CASE("heed run: a new run at an unfinished run's --out with another --checkpoint is refused with status 2") {
+  test::TempDir d("heed-run-cli-");
+  const std::vector<std::string> run = {"run", "copy", "--steps", "40", "--out", d.path + "/x.h5"};
+  REQUIRE(test::heed_cli(test::cat(run, {"--stop-after", "20"}), d.path).status == 130);
+  const auto before = test::snapshot(d.path);
+  const test::Result again = test::heed_cli(test::cat(run, {"--checkpoint", d.path + "/y.ckpt.h5"}), d.path);
+  INFO(again.err);
+  CHECK(again.status == 2);
+  CHECK(test::has(again.err, "is the log of an unfinished run, at step 20 of 40 (its checkpoint '" + d.path +
+                                 "/x.ckpt.h5')"));
+  CHECK(test::has(again.err, "heed run copy --resume " + d.path + "/x.ckpt.h5"));
+  CHECK(test::snapshot(d.path) == before);
+}
