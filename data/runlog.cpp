@@ -6,6 +6,7 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -58,6 +59,7 @@ struct RowHash {
   uint64_t all = kFnvBasis, before = kFnvBasis;  // every row; the rows before those of the last step
   int64_t rows = 0, rows_before = 0;
   int64_t last = INT64_MIN, prev = INT64_MIN;  // the last step hashed; the step of the rows before it
+  bool known = true;  // false: rows that could not be read (the digest is not known)
   void add(int64_t step, const void* a, size_t na, const void* b = nullptr, size_t nb = 0) {
     if (rows == 0 || step != last) {
       before = all;
@@ -72,6 +74,7 @@ struct RowHash {
   // The hash and count of the rows with step <= bound; false when they are
   // not told apart (rows after bound at two or more steps).
   bool upto(int64_t bound, uint64_t* h, int64_t* n) const {
+    if (!known) return false;
     if (rows == 0 || last <= bound) {
       *h = all, *n = rows;
       return true;
@@ -397,6 +400,8 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
     fail("run log '{}' cannot continue a run resumed at step {}: {}; continue in a new log", path, after_step, gap);
   impl->start_unix = h5::attr_as<double>(f.get_attr("/", "start_unix_time"),
                                          fmt::format("run log '{}': its start_unix_time attribute", path));
+  // Every dataset is read before any is cut back: a read that fails leaves the log as it was.
+  std::vector<std::function<void()>> cuts;
   for (const std::string& p : f.list_datasets("/")) {
     if (p.rfind("metrics/", 0) == 0) {
       Impl::Ds d;
@@ -406,8 +411,10 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
       d.hash = hash_metric(rows, last);  // the rows kept: the first ones up to `last`
       const int64_t keep = d.hash.rows;
       const double* r = rows.data<double>();
-      hsize_t dims[2] = {static_cast<hsize_t>(keep), 3};
-      H5Dset_extent(d.id, dims);
+      cuts.push_back([id = d.id, keep] {
+        hsize_t dims[2] = {static_cast<hsize_t>(keep), 3};
+        H5Dset_extent(id, dims);
+      });
       d.rows = keep;
       if (keep > 0) d.last_step = static_cast<int64_t>(r[(keep - 1) * 3]);
       impl->metrics.emplace(p.substr(8), d);
@@ -420,18 +427,26 @@ RunLog RunLog::resume(const std::string& path, int64_t after_step, const Options
       d.item = Shape(s.begin() + 1, s.end());
       Tensor steps = f.read_tensor("series/" + name + "/step");
       const int64_t last = redo.count(name) ? after_step - 1 : after_step;
-      d.hash = hash_series(f, p, steps, last);  // the rows kept
-      const int64_t keep = d.hash.rows;
+      int64_t keep = 0;
       const int64_t* st = steps.data<int64_t>();
+      while (keep < steps.numel() && st[keep] <= last) ++keep;
+      try {
+        d.hash = hash_series(f, p, steps, last);  // the rows kept
+      } catch (const H5Error&) {  // values HDF5 cannot read: kept as they are, of a digest not known
+        d.hash.known = false;
+      }
       std::vector<hsize_t> dims{static_cast<hsize_t>(keep)};
       for (int64_t x : d.item) dims.push_back(static_cast<hsize_t>(x));
-      H5Dset_extent(d.id, dims.data());
-      H5Dset_extent(d.step_id, dims.data());
+      cuts.push_back([id = d.id, step_id = d.step_id, dims] {
+        H5Dset_extent(id, dims.data());
+        H5Dset_extent(step_id, dims.data());
+      });
       d.rows = keep;
       if (keep > 0) d.last_step = st[keep - 1];
       impl->series.emplace(name, d);
     }
   }
+  for (const auto& cut : cuts) cut();
   for (const auto& [name, value] : opt.attrs) f.set_attr("/", name, value);
   RunLog log(std::move(impl));
   log.begin();

@@ -482,3 +482,64 @@ TEST_CASE("runlog: a write the file system refuses is reported with its reason, 
   CHECK(test::has(msg, "RunLog '" + path + "': could not write the log: " + std::strerror(EFBIG)));
   CHECK(test::has(msg, "the rows logged since its last flush are lost"));
 }
+
+TEST_CASE("runlog: the digest of the rows up to a step is the same kept while writing, read from the file, and resumed") {
+  const std::string path = temp_path("digest.h5");
+  auto write = [](RunLog& log, int64_t from, int64_t to, double seed) {
+    for (int64_t s = from; s <= to; ++s) {
+      log.scalar("loss", s, seed / static_cast<double>(s));
+      if (s % 2 == 0) log.scalar("eval", s, seed * static_cast<double>(s));
+      if (s % 3 == 0) log.series("maps", s, Tensor::from({static_cast<float>(s), static_cast<float>(seed)}, {2}));
+    }
+  };
+  auto of_file = [&path](int64_t step, const std::set<std::string>& redo = {}) {
+    return RunLog::rows_digest(h5::File(path, h5::File::Mode::read_any), step, redo);
+  };
+  std::map<std::pair<int64_t, bool>, uint64_t> kept;  // (step, redo of "eval" and "maps") -> digest while writing
+  {
+    RunLog log = RunLog::create(path);
+    log.declare_scalar("loss");
+    log.declare_scalar("eval");
+    log.declare_series("maps", {2});
+    log.begin();
+    for (int64_t s = 1; s <= 8; ++s) {
+      write(log, s, s, 1.0);
+      for (bool redo : {false, true}) {
+        const std::optional<uint64_t> d = log.digest(s, redo ? std::set<std::string>{"eval", "maps"} : std::set<std::string>{});
+        REQUIRE(d.has_value());
+        kept[{s, redo}] = *d;
+      }
+    }
+    // Rows after the step at one later step are told apart; at two, not.
+    CHECK(log.digest(7) == kept.at({7, false}));
+    CHECK(!log.digest(6).has_value());
+    log.close();
+  }
+  for (const auto& [at, digest] : kept) {
+    INFO("step " << at.first << (at.second ? ", owed work left out" : ""));
+    CHECK(of_file(at.first, at.second ? std::set<std::string>{"eval", "maps"} : std::set<std::string>{}) == digest);
+  }
+  // Every step's rows count, and the values too.
+  CHECK(kept.at({4, false}) != kept.at({5, false}));
+  CHECK(kept.at({6, false}) != kept.at({6, true}));
+  // Resumed at 5, the log's digest goes on from the rows it kept; the rows
+  // written again (another value: another branch of the run) give another one.
+  {
+    RunLog log = RunLog::resume(path, 5);
+    CHECK(log.digest(5) == kept.at({5, false}));
+    write(log, 6, 8, 2.0);
+    CHECK(log.digest(8) != kept.at({8, false}));
+    const std::optional<uint64_t> now = log.digest(8);
+    log.close();
+    CHECK(of_file(8) == now);
+  }
+  CHECK(of_file(5) == kept.at({5, false}));
+  CHECK(of_file(6) != kept.at({6, false}));
+  // Resumed with owed work at 6: its rows at 6 go, and the digest is the one that left them out.
+  const uint64_t owed = of_file(6, {"eval", "maps"});
+  CHECK(owed != of_file(6));
+  RunLog log = RunLog::resume(path, 6, {"eval", "maps"});
+  CHECK(log.digest(6, {"eval", "maps"}) == owed);
+  CHECK(log.digest(6) == owed);  // nothing at step 6 left in them
+  CHECK(RunLog::discard().digest(6) == std::nullopt);
+}
