@@ -118,13 +118,22 @@ RowHash hash_series(const h5::File& f, const std::string& values, const Tensor& 
   int64_t keep = 0;
   while (keep < steps.numel() && st[keep] <= last) ++keep;
   if (keep == 0) return rh;
+  // Read in blocks of rows of up to 64 MiB: a long run's maps can take
+  // gigabytes in all.
   const Shape shape = f.dataset_shape(values);
+  int64_t row_elems = 1;
+  for (size_t i = 1; i < shape.size(); ++i) row_elems *= shape[i];
+  const int64_t block = std::max<int64_t>(1, (int64_t{64} << 20) / std::max<int64_t>(1, row_elems * 4));
   std::vector<int64_t> start(shape.size(), 0), count(shape.begin(), shape.end());
-  count[0] = keep;
-  const Tensor v = kernel::contiguous(f.read_block(values, start, count));
-  const size_t row = static_cast<size_t>(v.numel() / keep) * dtype_size(v.dtype());
-  const auto* bytes = static_cast<const unsigned char*>(v.raw_data());
-  for (int64_t k = 0; k < keep; ++k) rh.add(st[k], &st[k], sizeof(int64_t), bytes + static_cast<size_t>(k) * row, row);
+  for (int64_t first = 0; first < keep; first += block) {
+    start[0] = first;
+    count[0] = std::min(block, keep - first);
+    const Tensor v = kernel::contiguous(f.read_block(values, start, count));
+    const size_t row = static_cast<size_t>(v.numel() / count[0]) * dtype_size(v.dtype());
+    const auto* bytes = static_cast<const unsigned char*>(v.raw_data());
+    for (int64_t k = 0; k < count[0]; ++k)
+      rh.add(st[first + k], &st[first + k], sizeof(int64_t), bytes + static_cast<size_t>(k) * row, row);
+  }
   return rh;
 }
 
