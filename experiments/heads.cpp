@@ -245,14 +245,8 @@ bool can_plot(const std::string& out) {
   if (why.empty()) return true;
   const char* chosen = std::getenv("HEED_PYTHON");
   if (chosen && *chosen) {
-    // Named by the variable, however the interpreter failed; a program that
-    // is no Python (a shell) says many lines, the script's own one: its last.
-    if (const size_t nl = why.find_last_of('\n'); nl != std::string::npos)
-      why = fmt::format("HEED_PYTHON='{}' cannot run the plotting script ({}); expected a Python 3 interpreter with "
-                        "python3-numpy, python3-h5py and python3-matplotlib (or HEED_PYTHON unset: /usr/bin/python3)",
-                        chosen, why.substr(nl + 1));
-    else if (why.find("HEED_PYTHON") == std::string::npos)
-      why = fmt::format("HEED_PYTHON='{}': {}", chosen, why);
+    // Named by the variable, however the interpreter failed.
+    if (why.find("HEED_PYTHON") == std::string::npos) why = fmt::format("HEED_PYTHON='{}': {}", chosen, why);
     throw UsageError(fmt::format("attend: {}", why));
   }
   fmt::print(stderr, "heed: note: attend will draw no figure: {}; heed plot {} draws it later\n", why, out);

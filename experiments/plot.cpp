@@ -150,11 +150,21 @@ std::string plot_problem() {
   try {
     const std::string python = python_path("plot");
     Output o = run_captured({python, script_path(), "--check-modules"});
-    if (o.status == 0) return "";
+    // The script's answer (CHECKED in heed_plot.py): /bin/true exits 0 too.
+    if (o.status == 0 && trim(o.out) == "heed_plot.py: the modules import") return "";
     const std::string err = trim(o.err);
-    if (o.status == 2 && !err.empty()) return err.rfind("plot: ", 0) == 0 ? err.substr(6) : err;
-    return fmt::format("{} cannot run the plotting script ({}){}", python,
-                       o.status < 0 ? std::string("killed") : fmt::format("exit status {}", o.status),
+    // The script's own message: one line, status 2 (a missing module).
+    if (o.status == 2 && !err.empty() && err.find('\n') == std::string::npos)
+      return err.rfind("plot: ", 0) == 0 ? err.substr(6) : err;
+    // Anything else, such as a program that is no Python (a shell prints its
+    // usage, many lines, with status 2): one line, with the last line it said.
+    const char* chosen = std::getenv("HEED_PYTHON");
+    return fmt::format("{} cannot run the plotting script ({}{}); expected a Python 3 interpreter with "
+                       "python3-numpy, python3-h5py and python3-matplotlib",
+                       chosen && *chosen ? fmt::format("HEED_PYTHON='{}'", chosen) : python,
+                       o.status < 0 ? std::string("killed")
+                       : o.status == 0 ? std::string("exit status 0 without the script's answer")
+                                       : fmt::format("exit status {}", o.status),
                        err.empty() ? std::string() : ": " + err.substr(err.rfind('\n') + 1));
   } catch (const Error& e) {
     const std::string what = e.what();
@@ -183,6 +193,11 @@ std::vector<std::string> plot_log(const std::string& log_path, const std::string
     const std::string what = e.what();
     fail("plot: {}", what.rfind("inspect: ", 0) == 0 ? what.substr(9) : what);
   }
+  // An interpreter the user chose is checked first: a program that is no
+  // Python (a shell) printed its errors about the script's lines as the
+  // message, and /bin/true drew nothing with status 0.
+  if (const char* chosen = std::getenv("HEED_PYTHON"); chosen && *chosen)
+    if (const std::string why = plot_problem(); !why.empty()) fail("plot: {}", why);
   std::string dir = out_dir.empty() ? default_plot_dir(log_path) : out_dir;
   Output o = run_captured({python, script_path(), log_path, "-o", dir});
   // The script exits 2 on a problem it explains in one message (a missing

@@ -143,6 +143,11 @@ def python_words():
     return sys.executable
 
 
+# What `heed_plot.py --check-modules` prints when the modules import
+# (experiments/plot.cpp looks for the same words).
+CHECKED = "heed_plot.py: the modules import"
+
+
 def import_modules():
     private_matplotlib_dir()  # before Matplotlib is imported: it looks at its directories then
     missing = []
@@ -1313,6 +1318,7 @@ def main(argv):
     import argparse
     if argv == ["--check-modules"]:  # heed's check before a run whose end draws a figure
         import_modules()
+        print(CHECKED)  # the answer heed waits for: a program that is no Python may exit 0 too
         return 0
     parser = argparse.ArgumentParser(prog="heed plot", description="Draws a heed run log as PNG figures.")
     parser.add_argument("file", help="the run log (HDF5)")

@@ -342,7 +342,9 @@ TEST_CASE("heed attend refuses what would keep it from drawing its figure before
     std::string python, says;
   };
   for (const Case& c : {Case{"/nonexistent/python3", "HEED_PYTHON='/nonexistent/python3': No such file or directory"},
-                        Case{not_executable, "HEED_PYTHON='" + not_executable + "' is not an executable program"}}) {
+                        Case{not_executable, "HEED_PYTHON='" + not_executable + "' is not an executable program"},
+                        // A program that is no Python: a shell's many lines of usage were the message.
+                        Case{"/bin/bash", "HEED_PYTHON='/bin/bash' cannot run the plotting script (exit status 2: "}}) {
     CAPTURE(c.python);
     const auto before = test::snapshot(d.path);
     test::Result bad = [&] {

@@ -494,6 +494,15 @@ try:
     check(r.returncode == 1 and r.stderr.startswith("heed: plot: HEED_PYTHON='python3-bare' (") and
           "cannot import numpy, h5py, matplotlib" in r.stderr and "unset HEED_PYTHON" in r.stderr and
           "needs" not in r.stderr, f"HEED_PYTHON a Python without the packages: exit {r.returncode}, {r.stderr!r}")
+    # A program that is no Python: a shell's complaints about the script's
+    # lines were the message (60 lines); /bin/true drew nothing, status 0.
+    for program in ("/bin/sh", "/bin/true"):
+        out_dir = os.path.join(TMP, "not_python_plots")
+        r = run(["plot", log, "-o", out_dir], env=dict(os.environ, HEED_PYTHON=program))
+        check(r.returncode == 1 and r.stderr.startswith(f"heed: plot: HEED_PYTHON='{program}' cannot run the plotting "
+                                                        "script (exit status ") and
+              "expected a Python 3 interpreter" in r.stderr and r.stderr.count("\n") == 1 and
+              not os.path.exists(out_dir), f"HEED_PYTHON={program}: exit {r.returncode}, {r.stderr!r}")
     r = run(["plot", log], env=dict(os.environ, HEED_PYTHON="/etc/passwd"))
     check(r.returncode == 1 and "HEED_PYTHON='/etc/passwd' is not an executable program" in r.stderr,
           f"HEED_PYTHON=/etc/passwd: exit {r.returncode}, {r.stderr!r}")

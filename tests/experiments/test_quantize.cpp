@@ -656,4 +656,16 @@ TEST_CASE("heed run compression checks HEED_PYTHON before its work when it will 
     CHECK(r.err.find("HEED_PYTHON='/etc/passwd' is not an executable program") != std::string::npos);
     CHECK(!fs::exists(p + "/e.h5"));
   }
+  {
+    // A program that is no Python: the message was a shell's many lines of usage.
+    test::EnvFor python("HEED_PYTHON", "/bin/bash");
+    Result r = heed_cli(sweep_to(p + "/b.h5"), p);
+    INFO(r.out << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind("heed: run compression: HEED_PYTHON='/bin/bash' cannot run the plotting script (exit status 2: ",
+                      0) == 0);
+    CHECK(r.err.find("expected a Python 3 interpreter") != std::string::npos);
+    CHECK(r.err.find('\n') == r.err.size() - 1);  // one line
+    CHECK(!fs::exists(p + "/b.h5"));
+  }
 }
