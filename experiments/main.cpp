@@ -150,7 +150,8 @@ int run(const std::vector<std::string>& args) {
   if (args[0] == "demo") {
     if (args.size() == 2 && (args[1] == "--help" || args[1] == "-h")) {
       fmt::print("usage: heed demo\n\nThe CNN-versus-attention experiment on the toy shapes task, 5 epochs (about 45 s on "
-                 "2 cores): heed run shapes --epochs 5 --out runs/demo.h5, then its figures into runs/demo_plots/.\n"
+                 "2 cores): heed run shapes --epochs 5 --out runs/demo.h5 --restart (a demo stopped before its end "
+                 "starts over), then its figures into runs/demo_plots/.\n"
                  "It takes no options; heed run shapes --help lists those of the experiment itself.\n");
       return 0;
     }
@@ -158,7 +159,9 @@ int run(const std::vector<std::string>& args) {
       throw heed::UsageError(fmt::format("demo takes no options, got '{}' (use heed run shapes [options])", args[1]));
     fmt::print("heed demo: a CNN and the same CNN with one self-attention layer learn the toy shapes task\n");
     const std::string log = "runs/demo.h5";
-    int rc = heed::experiments::run_shapes({"--epochs", "5", "--out", log}, full);
+    // --restart: the demo takes no options, so a stopped demo starts over
+    // (`heed run shapes --resume runs/demo.ckpt.h5` continues it instead).
+    int rc = heed::experiments::run_shapes({"--epochs", "5", "--out", log, "--restart"}, full);
     if (rc != 0 || !heed::dist::is_main()) return rc;  // under mpirun, rank 0 alone has the log to plot
     // The figures are a bonus: without Python's plotting packages the demo still succeeds.
     std::string dir = heed::experiments::default_plot_dir(log);

@@ -934,3 +934,37 @@ TEST_CASE("sample, export, quantize and attend show a bad command line's message
     CHECK(r.err == "heed: " + std::string(command) + ": unknown option '--bo\\ngus\\tx\\x01' (see --help)\n");
   }
 }
+
+TEST_CASE("heed demo after a stopped demo starts over: it takes no options, so it cannot be told --restart") {
+  // A new run over an unfinished run's checkpoint is refused unless
+  // --restart; the demo, stopped by Ctrl-C, was then refused for ever with
+  // advice (--restart) that `heed demo` itself refuses.
+  test::TempDir d("heed-demo-");
+  Result first = heed_cli({"run", "shapes", "--train", "40", "--test", "15", "--batch", "20", "--epochs", "5",
+                           "--out", "runs/demo.h5", "--stop-after", "1"},
+                          d.path, d.path);
+  INFO(first.out << first.err);
+  REQUIRE(first.status == 130);  // runs/demo.ckpt.h5: an unfinished run's
+  const std::string out = d.path + "/demo.out", err = d.path + "/demo.err";
+  const pid_t pid = test::start({HEED_CLI_PATH, "demo"}, out, err, d.path);
+  int status = 0;
+  bool ended = false;
+  for (int i = 0; i < 30000 && slurp(out).find("logging to") == std::string::npos; ++i) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      ended = true;
+      break;
+    }
+    usleep(2000);
+  }
+  if (!ended) {
+    kill(pid, SIGINT);  // it trains: the start is all this test needs
+    status = test::wait_status(pid);
+  } else {
+    status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  INFO(slurp(out) << slurp(err));
+  CHECK(!ended);
+  CHECK(status == 130);
+  CHECK(slurp(out).find("logging to runs/demo.h5") != std::string::npos);
+  CHECK(slurp(err).find("unfinished") == std::string::npos);
+}
