@@ -53,8 +53,14 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
   return h;
 }
 
+}  // namespace
+
+namespace runlog_detail {
 // One metric's or series' rows as the digest sees them, row by row in step
-// order, and what it needs to leave out the rows of the last step.
+// order, and what it needs to leave out the rows of the last step. Not in
+// the anonymous namespace: RunLog::Impl holds one, and a member of a type
+// with internal linkage draws -Wsubobject-linkage where this file is
+// compiled inside a unity source (the sanitized build).
 struct RowHash {
   uint64_t all = kFnvBasis, before = kFnvBasis;  // every row; the rows before those of the last step
   int64_t rows = 0, rows_before = 0;
@@ -86,6 +92,10 @@ struct RowHash {
     return false;
   }
 };
+}  // namespace runlog_detail
+
+namespace {
+using runlog_detail::RowHash;
 
 // The datasets' hashes (path -> hash, rows) as one digest: those with rows,
 // in the order of their paths.
