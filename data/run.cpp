@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <climits>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -106,6 +107,43 @@ const char* pseudo_filesystem(const std::string& path) {
     if (static_cast<unsigned long>(sf.f_type) == k.magic) return k.name;
   return nullptr;
 }
+
+// A name of any length, as a message shows it: its start and end.
+std::string shown(const std::string& s) {
+  return s.size() <= 60 ? s : s.substr(0, 32) + "..." + s.substr(s.size() - 16);
+}
+
+// The longest suffix heed puts on an output's name for a file beside it:
+// "<file>.lock" (OutputLock) and "<file>.tmp" (the file being replaced).
+constexpr size_t kBesideSuffix = 5;
+
+// Names too long for the filesystem, refused before any directory is made
+// (else the directories were made, and the write failed after them with
+// "File name too long" from HDF5, or a lock file named nothing heed wrote).
+void check_name_lengths(const std::string& path, const std::string& in, const std::string& flag) {
+  const std::string named = in + (flag.empty() ? "" : flag + " ") + "'" + shown(path) + "'";
+  const fs::path p(path);
+  // The filesystem's limit, read from the nearest directory that exists.
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  while (!fs::is_directory(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec)) dir = ".";
+  const long got = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  const size_t name_max = got > 0 ? static_cast<size_t>(got) : 255;
+  for (const fs::path& part : p.parent_path())
+    if (part.string().size() > name_max)
+      throw UsageError(fmt::format("{}: the directory name '{}' has {} bytes; expected at most {}, the filesystem's "
+                                   "limit", named, shown(part.string()), part.string().size(), name_max));
+  const std::string file = p.filename().string();
+  if (file.size() + kBesideSuffix > name_max)
+    throw UsageError(fmt::format("{}: the file name '{}' has {} bytes; expected at most {} (the filesystem's limit "
+                                 "of {}, less {} for the '.lock' file heed writes beside it)",
+                                 named, shown(file), file.size(), name_max - kBesideSuffix, name_max, kBesideSuffix));
+  if (path.size() + kBesideSuffix >= PATH_MAX)
+    throw UsageError(fmt::format("{}: the path has {} bytes; expected fewer than {} (the system's limit of {}, less "
+                                 "{} for the '.lock' file heed writes beside it)",
+                                 named, path.size(), PATH_MAX - kBesideSuffix, PATH_MAX, kBesideSuffix));
+}
 }  // namespace
 
 void check_output_path(const std::string& path, const std::string& command, const std::string& flag,
@@ -118,6 +156,7 @@ void check_output_path(const std::string& path, const std::string& command, cons
   std::error_code ec;
   if (!p.has_filename() || p.filename() == "." || p.filename() == "..")  // "out/" names a directory, not a file
     throw UsageError(fmt::format("{} is a directory; expected a file path like {}", named, example));
+  check_name_lengths(path, in, flag);
   const fs::file_status st = fs::status(p, ec);
   if (ec && ec != std::errc::no_such_file_or_directory)
     throw UsageError(fmt::format("{}cannot write {}: {}", in, target, ec.message()));

@@ -36,6 +36,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/state.h"
@@ -433,6 +434,25 @@ std::vector<std::string> prepare_output_path(const std::string& path, const std:
 // Removes directories prepare_output_path made, innermost first, each only
 // while it is empty (a refused command's, so that it leaves none behind).
 void remove_directories(const std::vector<std::string>& made) noexcept;
+// The directories prepare_output_path made for a command's output, removed
+// again (each while empty) when the command fails after making them, unless
+// kept: a command that throws leaves no directory behind. Declare it before
+// the command's OutputLock, whose lock file must go first.
+class MadeDirectories {
+ public:
+  explicit MadeDirectories(std::vector<std::string> made) : made_(std::move(made)) {}
+  ~MadeDirectories() {
+    if (!kept_) remove_directories(made_);
+  }
+  MadeDirectories(const MadeDirectories&) = delete;
+  MadeDirectories& operator=(const MadeDirectories&) = delete;
+  // The output is written: its directories stay.
+  void keep() { kept_ = true; }
+
+ private:
+  std::vector<std::string> made_;
+  bool kept_ = false;
+};
 // What an output path holds now, so that a command replaces only a file it
 // wrote before (or nothing anyone could use) and refuses every other one.
 struct ExistingFile {

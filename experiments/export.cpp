@@ -139,12 +139,14 @@ int run_export(const std::vector<std::string>& args) {
   // The token of each id, so that a reader can decode logits and --init-from
   // refuses text whose ids mean other characters.
   if (lm) meta[kVocabularyKey] = vocabulary_metadata(lm->tok);
-  prepare_output_path(out, "export", "--out", "x.safetensors");  // its directories made, as every writer of heed's does
+  // Its directories made, as every writer of heed's does (and removed again if the write fails).
+  MadeDirectories dirs(prepare_output_path(out, "export", "--out", "x.safetensors"));
   // Never beside a running run's checkpoint write, or another export's, of
   // the same file (data/run.h, OutputLock).
   OutputLock lock(out, "export", "--out");
   safetensors::save(out, weights, meta);
   lock.written();
+  dirs.keep();
   int64_t n = 0;
   for (const auto& [k, t] : weights) n += t.numel();
   fmt::print("{}: {} tensors, {} parameters, from {} (experiment {}, step {})\n", out, weights.size(), n, path,

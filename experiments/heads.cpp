@@ -309,7 +309,9 @@ int attend(const std::vector<std::string>& args) {
   // from being drawn is said before anything is written (a refused command
   // leaves every file as it was).
   const bool plot = can_plot(out);
-  prepare_output_path(out, "attend", "--out");  // before the work: a path that cannot be written is refused at once
+  // Before the work: a path that cannot be written is refused at once (its
+  // directories removed again if what follows fails).
+  MadeDirectories dirs(prepare_output_path(out, "attend", "--out"));
 
   autograd::NoGradGuard ng;
   cm.model->eval();
@@ -371,6 +373,7 @@ int attend(const std::vector<std::string>& args) {
     log.begin();
     log.close();
   }
+  dirs.keep();
   fmt::print("\nmaps and statistics: {}\n", out);
   if (plot) plot_log(out, default_plot_dir(out));
   return 0;

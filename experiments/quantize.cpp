@@ -340,7 +340,7 @@ int run_quantize(const std::vector<std::string>& args) {
     names = {model};
   }
   ModelQuantization mq = plan_quantization(*tm, names, s, "quantize");
-  prepare_output_path(out, "quantize", "--out");
+  MadeDirectories dirs(prepare_output_path(out, "quantize", "--out"));  // removed again if what follows fails
   // Held until the file is written: a running run's checkpoint, or the output
   // of another heed quantize, is refused here, before the work.
   OutputLock lock(out, "quantize", "--out");
@@ -395,6 +395,7 @@ int run_quantize(const std::vector<std::string>& args) {
   for (const auto& l : mq.layers) ck.put(l.quantized_key(), quant::to_state(l.q));
   save_checkpoint(out, ck);
   lock.written();
+  dirs.keep();
   fmt::print("\nwritten: {} ({})\n", out, format_seconds(sw.seconds()));
   if (ck.experiment == "charlm") fmt::print("sample it: heed sample {}{}\n", out, tm->sample_options());
   fmt::print("inspect it: heed inspect {}\n", out);

@@ -950,11 +950,22 @@ TEST_CASE("Run: a path with '..' after a directory to be made is refused; a run 
   test::check_error([&] { Toy().go({"--out", d.path + "/x.h5", "--checkpoint", d.path + "/nd/../c.h5"}); },
                     {"--checkpoint '" + d.path + "/nd/../c.h5' has '..' after"});
   CHECK(every_entry(d.path) == before);
-  // Refused only once its directories exist: the checkpoint's lock file,
-  // "<name>.lock", is a name too long for the filesystem.
+  // Names too long for the filesystem, refused before any directory is
+  // made (this one was refused only once its directories existed: the
+  // checkpoint's lock file "<name>.lock" had a name too long).
   const std::string long_name = d.path + "/nd2/sub/" + std::string(250, 'c') + ".h5";
   test::check_error([&] { Toy().go({"--out", d.path + "/nd/x.h5", "--checkpoint", long_name}); },
-                    {"File name too long"});
+                    {"--checkpoint '" + long_name.substr(0, 32) + "...", "': the file name 'cccc",
+                     "...ccccccccccccc.h5' has 253 bytes; expected at most 250 (the filesystem's limit of 255, less 5 "
+                     "for the '.lock' file heed writes beside it)"});
+  CHECK(every_entry(d.path) == before);
+  const std::string long_dir = d.path + "/nd3/" + std::string(256, 'd') + "/x.h5";
+  test::check_error([&] { Toy().go({"--out", long_dir}); },
+                    {"the directory name 'dddd", "' has 256 bytes; expected at most 255, the filesystem's limit"});
+  std::string deep = d.path;
+  while (deep.size() < 4100) deep += "/" + std::string(200, 'e');
+  test::check_error([&] { Toy().go({"--out", deep + "/x.h5"}); },
+                    {"': the path has ", " bytes; expected fewer than 4091 (the system's limit of 4096, less 5"});
   CHECK(every_entry(d.path) == before);
   // What prepare_output_path made, in order; removed innermost first.
   const std::vector<std::string> made = prepare_output_path(d.path + "/p/q/x.h5");
@@ -962,6 +973,20 @@ TEST_CASE("Run: a path with '..' after a directory to be made is refused; a run 
   CHECK(prepare_output_path(d.path + "/p/q/y.h5").empty());
   remove_directories(made);
   CHECK(every_entry(d.path) == before);
+  // A command that fails after making them (export, quantize, attend)
+  // leaves none; one that finishes keeps them.
+  try {
+    MadeDirectories dirs(prepare_output_path(d.path + "/f/g/x.h5"));
+    CHECK(std::filesystem::is_directory(d.path + "/f/g"));
+    throw std::runtime_error("the write failed");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(every_entry(d.path) == before);
+  {
+    MadeDirectories dirs(prepare_output_path(d.path + "/k/x.h5"));
+    dirs.keep();
+  }
+  CHECK(std::filesystem::is_directory(d.path + "/k"));
 }
 
 TEST_CASE("Run: RunOptions::init_from(false) leaves --init-from out of --help and refuses it at once") {

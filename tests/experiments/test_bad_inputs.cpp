@@ -138,7 +138,8 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
        {"run", "sine", "--out", p + "/same.h5", "--checkpoint", p + "/same.h5"},
        2,
        {"same.h5", "two files"}},
-      {"300-character --out", {"run", "sine", "--out", longname}, 2, {"--out", "aaaaaaaa", "File name too long"}},
+      {"300-character --out", {"run", "sine", "--out", longname}, 2,
+       {"--out", "aaaaaaaa", "has 303 bytes; expected at most 250 (the filesystem's limit of 255"}},
       {"300-character --resume", {"run", "sine", "--resume", longname}, 1, {"aaaaaaaa"}},
       {"300-character --text", cat({"run", "charlm", "--text", longname, "--out", p + "/x.h5"}, kTinyLM), 1, {"aaaaaaaa"}},
       {"symlink loop as --text", cat({"run", "charlm", "--text", p + "/loop1", "--out", p + "/x.h5"}, kTinyLM), 1, {"loop1"}},
@@ -232,6 +233,10 @@ TEST_CASE("bad inputs: each gives its message and status, never 'terminate calle
       {"export -o without a value", {"export", ckpt, "-o"}, 2, {"--out expects a value"}},
       {"export -o ''", {"export", ckpt, "-o", ""}, 2, {"--out expects a value, got an empty string"}},
       {"export -o a directory", {"export", ckpt, "-o", p + "/"}, 2, {"export: --out", "is a directory"}},
+      // Its directory was made, then the write failed ("File name too long") and left it.
+      {"export -o a name too long, in a new directory",
+       {"export", ckpt, "-o", p + "/nd/" + std::string(245, 'x') + ".safetensors"}, 2,
+       {"export: --out '", "': the file name 'xxxx", "has 257 bytes; expected at most 250"}},
       {"export -o in a file", {"export", ckpt, "-o", ckpt + "/x.safetensors"}, 2,
        {"export: cannot write --out", "Not a directory"}},
       // An option given twice took its last value without a word.
