@@ -273,8 +273,10 @@ try:
     # ---- SIGTERM during an evaluation: every process cuts it at the same batch -------------
     # (Run::stop_requested sums the flag over the processes); the resumed job
     # evaluates that step first, and its log is the unstopped job's.
-    # Evaluations of ~2 s each (the sanitized build's are slower per batch).
-    batches = "6000" if "ASAN_OPTIONS" in ENV else "24000"
+    # Evaluations of ~2 s each in the Release build; the sanitized build's
+    # 1500 batches take ~3 s on an idle Zen 3 (6000 took 12 s each, 86 of
+    # this test's 167 s there), still far beyond the ~1 s the SIGTERM takes.
+    batches = "1500" if "ASAN_OPTIONS" in ENV else "24000"
     EV = ["run", "charlm", "--text", corpus, "--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
           "--batch", "4", "--steps", "3", "--eval-every", "2", "--eval-batches", batches, "--threads", "1"]
     ref = run(EV + ["--out", os.path.join(TMP, "evref.h5")])
