@@ -778,6 +778,12 @@ void Run::may_change_on_resume(const std::string& option) {
   changeable_.insert(option);
 }
 void Run::resolved_default(const std::string& option, const std::string& placeholder) {
+  // parse() restores a resume's value in place of the placeholder: after it,
+  // the call changed nothing, without a word.
+  if (parse_called_)
+    fail("Run::resolved_default('{}', '{}'): called after parse(), which has restored a resume's options; expected "
+         "it before parse()",
+         option, placeholder);
   placeholders_[option] = placeholder;
 }
 
@@ -1236,7 +1242,15 @@ void Run::check_paths() {
                      fmt::format(" (its checkpoint '{}')", checkpoint));
 }
 
-void Run::reads_file(const std::string& option) { input_options_.push_back(option); }
+void Run::reads_file(const std::string& option) {
+  // parse() checks --out and --checkpoint against the files read and records
+  // them by absolute path: after it, the call changed nothing, without a word.
+  if (parse_called_)
+    fail("Run::reads_file('{}'): called after parse(), which has checked the output paths against the files read; "
+         "expected it before parse()",
+         option);
+  input_options_.push_back(option);
+}
 bool Run::is_input(const std::string& option) const {
   return std::find(input_options_.begin(), input_options_.end(), option) != input_options_.end();
 }

@@ -126,6 +126,7 @@ class Run {
   // finds it; a resume may name the same file otherwise, or any file when
   // the recorded one is not found (moved): what it holds is the program's
   // to check (e.g. track_constant of its fingerprint).
+  // Both before parse(); after it, refused (as may_change_on_resume).
   void reads_file(const std::string& option);
 
   // Parses the command line, then with --resume loads and verifies the

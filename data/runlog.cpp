@@ -298,7 +298,10 @@ struct RunLog::Impl {
       start.push_back(0);
       count.push_back(static_cast<hsize_t>(d));
     }
-    if (H5Dset_extent(ds, dims.data()) < 0) fail("RunLog '{}': could not grow a dataset", file.path());
+    if (H5Dset_extent(ds, dims.data()) < 0) {
+      const std::string why = h5::system_reason();
+      fail("RunLog '{}': could not grow a dataset to {} rows{}{}", file.path(), rows + 1, why.empty() ? "" : ": ", why);
+    }
     hid_t fspace = H5Dget_space(ds);
     H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
     hid_t mspace = H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr);

@@ -1037,6 +1037,11 @@ TEST_CASE("Run: --resume's help names every option a resume may change, the prog
   REQUIRE(late.run.parse({"--out", d.path + "/l.h5"}));
   test::check_error([&] { late.run.may_change_on_resume("rounds"); },
                     {"Run::may_change_on_resume('rounds'): called after parse()"});
+  // The same for the other calls parse() acts on (they were ignored without a word).
+  test::check_error([&] { late.run.resolved_default("rounds", "-1"); },
+                    {"Run::resolved_default('rounds', '-1'): called after parse()", "expected it before parse()"});
+  test::check_error([&] { late.run.reads_file("text"); },
+                    {"Run::reads_file('text'): called after parse()", "expected it before parse()"});
   // heed run shapes: its length is --epochs, which a resume may raise.
   CHECK(test::has(bundled_help("shapes"), "(--out, for a log that moved), and --epochs may change"));
 }
