@@ -769,21 +769,19 @@ void log_machine(RunLog& log, int64_t threads) {
   log.set_attr("backends", heed::backend_info());
 }
 
+void Run::before_parse(const std::string& call, const char* parse_did) const {
+  // Called after parse(), such a call would change nothing, without a word.
+  if (parse_called_) fail("Run::{}: called after parse(), which {}; expected it before parse()", call, parse_did);
+}
+
 void Run::may_change_on_resume(const std::string& option) {
   // The resume's options are checked in parse(), and --help listed them.
-  if (parse_called_)
-    fail("Run::may_change_on_resume('{}'): called after parse(), which has checked a resume's options; expected it "
-         "before parse()",
-         option);
+  before_parse(fmt::format("may_change_on_resume('{}')", option), "has checked a resume's options");
   changeable_.insert(option);
 }
 void Run::resolved_default(const std::string& option, const std::string& placeholder) {
-  // parse() restores a resume's value in place of the placeholder: after it,
-  // the call changed nothing, without a word.
-  if (parse_called_)
-    fail("Run::resolved_default('{}', '{}'): called after parse(), which has restored a resume's options; expected "
-         "it before parse()",
-         option, placeholder);
+  before_parse(fmt::format("resolved_default('{}', '{}')", option, placeholder),
+               "has restored a resume's options in place of the placeholders");
   placeholders_[option] = placeholder;
 }
 
@@ -1243,12 +1241,8 @@ void Run::check_paths() {
 }
 
 void Run::reads_file(const std::string& option) {
-  // parse() checks --out and --checkpoint against the files read and records
-  // them by absolute path: after it, the call changed nothing, without a word.
-  if (parse_called_)
-    fail("Run::reads_file('{}'): called after parse(), which has checked the output paths against the files read; "
-         "expected it before parse()",
-         option);
+  before_parse(fmt::format("reads_file('{}')", option),
+               "has checked --out and --checkpoint against the files read and recorded them");
   input_options_.push_back(option);
 }
 bool Run::is_input(const std::string& option) const {

@@ -291,6 +291,9 @@ class Run {
   std::map<std::string, std::string> placeholders_;  // resolved_default(): option -> placeholder
   std::vector<std::string> input_options_;  // reads_file()
   bool is_input(const std::string& option) const;
+  // Throws when parse() was called: `call` ("reads_file('text')") acts on
+  // what parse() has done already (parse_did).
+  void before_parse(const std::string& call, const char* parse_did) const;
   void check_same_job() const;  // under mpirun: every process's options, data and state shapes are rank 0's
   std::string command_line_;  // as a shell reads it (shell_command; a RunOptions::program as written)
   // The run's own options.
