@@ -28,6 +28,62 @@
 
 namespace heed::experiments {
 
+namespace {
+// A cgroup file's number: -1 when it is missing, "max" or not a number.
+int64_t cgroup_number(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string word;
+  if (!(in >> word) || word.empty() || word.size() > 19) return -1;
+  for (char c : word)
+    if (c < '0' || c > '9') return -1;
+  return std::stoll(word);
+}
+}  // namespace
+
+int64_t cgroup_memory_left(const std::string& proc_cgroup, const std::string& root, std::string* limit_file,
+                           int64_t* limit) {
+  namespace fs = std::filesystem;
+  std::ifstream in(proc_cgroup);
+  std::string line;
+  int64_t left = -1;
+  while (std::getline(in, line)) {
+    // "hierarchy-id:controllers:path"; v2's hierarchy is "0::path".
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    fs::path base;
+    const char *max_name = nullptr, *used_name = nullptr;
+    if (controllers.empty() && line.compare(0, a, "0") == 0) {
+      base = fs::path(root);
+      max_name = "memory.max";
+      used_name = "memory.current";
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      base = fs::path(root) / "memory";
+      max_name = "memory.limit_in_bytes";
+      used_name = "memory.usage_in_bytes";
+    } else {
+      continue;
+    }
+    // The process's cgroup, then each one above it up to the hierarchy's root.
+    const fs::path top = base.lexically_normal(), below = fs::path(path).relative_path().lexically_normal();
+    if (!below.empty() && *below.begin() == "..") continue;  // outside this cgroup namespace: not below `root`
+    for (fs::path dir = below.empty() || below == "." ? top : top / below;; dir = dir.parent_path()) {
+      const int64_t max = cgroup_number(dir / max_name);
+      // cgroup v1 writes "no limit" as the largest multiple of the page size.
+      if (max >= 0 && max < (int64_t{1} << 62)) {
+        const int64_t here = std::max<int64_t>(0, max - std::max<int64_t>(0, cgroup_number(dir / used_name)));
+        if (left < 0 || here < left) {
+          left = here;
+          if (limit_file) *limit_file = (dir / max_name).string();
+          if (limit) *limit = max;
+        }
+      }
+      if (dir.string().size() <= top.string().size() || dir.parent_path() == dir) break;
+    }
+  }
+  return left;
+}
+
 int64_t memory_available(std::string* source) {
   int64_t avail = -1;
   {
@@ -42,6 +98,17 @@ int64_t memory_available(std::string* source) {
         if (source) *source = "available memory (MemAvailable)";
         break;
       }
+    }
+  }
+  {
+    std::string file;
+    int64_t limit = 0;
+    const int64_t left = cgroup_memory_left("/proc/self/cgroup", "/sys/fs/cgroup", &file, &limit);
+    if (left >= 0 && (avail < 0 || left < avail)) {
+      avail = left;
+      if (source)
+        *source = fmt::format("memory left under the cgroup limit of {:.1f} GiB ({})",
+                              static_cast<double>(limit) / double(int64_t{1} << 30), file);
     }
   }
   struct rlimit lim {};

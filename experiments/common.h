@@ -28,11 +28,23 @@ constexpr int64_t kMaxLayers = 256, kMaxWidth = int64_t(1) << 16, kMaxLength = i
 constexpr int64_t kMaxMapLength = 4096;
 
 // Memory this process can still allocate, in bytes: the system's available
-// memory (MemAvailable in /proc/meminfo), or less when an address-space limit
-// (ulimit -v) leaves less; -1 when neither is known. `source` (if given) says
-// which: "available memory (MemAvailable)" or "address space left under
-// ulimit -v".
+// memory (MemAvailable in /proc/meminfo), or less when a cgroup's memory
+// limit (a container's, a systemd unit's, a batch job's) or an address-space
+// limit (ulimit -v) leaves less; -1 when none is known. `source` (if given)
+// says which: "available memory (MemAvailable)", "memory left under the
+// cgroup limit of 8.0 GiB (/sys/fs/cgroup/job/memory.max)" or "address space
+// left under ulimit -v".
 int64_t memory_available(std::string* source = nullptr);
+// What cgroup memory limits leave this process, in bytes: the least, over
+// its memory cgroup and every cgroup above it, of the limit less that
+// cgroup's usage; -1 when no limit is set (or none can be read). Reads
+// cgroup v2 (memory.max, memory.current; "0::/path" in proc_cgroup) and v1
+// (memory.limit_in_bytes, memory.usage_in_bytes under root/memory;
+// "N:memory:/path"). `limit_file` (if given) names the file of the limit
+// that leaves the least, `limit` (if given) that limit.
+int64_t cgroup_memory_left(const std::string& proc_cgroup = "/proc/self/cgroup",
+                           const std::string& root = "/sys/fs/cgroup", std::string* limit_file = nullptr,
+                           int64_t* limit = nullptr);
 
 // Refuses up front (UsageError, status 2) a run whose option makes it
 // allocate more than memory_available(), before anything is written: the

@@ -437,6 +437,51 @@ TEST_CASE("run charlm and run copy: a --batch whose training step and evaluation
   }
 }
 
+TEST_CASE("cgroup_memory_left: the least a memory cgroup or one above it leaves, cgroup v2 and v1") {
+  using experiments::cgroup_memory_left;
+  test::TempDir d("heed-cgroup-");
+  const auto write = [&](const std::string& rel, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(d.path + "/" + rel).parent_path());
+    std::ofstream(d.path + "/" + rel) << text;
+  };
+  // v2: the job's own cgroup has no limit ("max"); the one above it 1 GiB,
+  // 512 MiB of it used: 512 MiB left, from the parent's memory.max.
+  write("proc2", "0::/a/b\n");
+  write("v2/a/b/memory.max", "max\n");
+  write("v2/a/b/memory.current", "1000\n");
+  write("v2/a/memory.max", "1073741824\n");
+  write("v2/a/memory.current", "536870912\n");
+  write("v2/memory.max", "8589934592\n");  // a root's (none has one): larger, not the least
+  std::string file;
+  int64_t limit = 0;
+  CHECK(cgroup_memory_left(d.path + "/proc2", d.path + "/v2", &file, &limit) == 536870912);
+  CHECK(file == d.path + "/v2/a/memory.max");
+  CHECK(limit == 1073741824);
+  // The child's own limit leaves less: it counts.
+  write("v2/a/b/memory.max", "2000\n");
+  CHECK(cgroup_memory_left(d.path + "/proc2", d.path + "/v2", &file) == 1000);
+  CHECK(file == d.path + "/v2/a/b/memory.max");
+  // Usage over the limit leaves nothing, not a negative number.
+  write("v2/a/b/memory.current", "5000\n");
+  CHECK(cgroup_memory_left(d.path + "/proc2", d.path + "/v2") == 0);
+  // v1: the memory controller's hierarchy, among others; its "no limit" is
+  // the largest multiple of the page size.
+  write("proc1", "9:name=systemd:/\n4:cpu,memory:/job/x\n1:cpu:/\n0::/\n");
+  write("v1/memory/job/x/memory.limit_in_bytes", "9223372036854771712\n");
+  write("v1/memory/job/x/memory.usage_in_bytes", "100\n");
+  write("v1/memory/job/memory.limit_in_bytes", "4096000\n");
+  write("v1/memory/job/memory.usage_in_bytes", "96000\n");
+  CHECK(cgroup_memory_left(d.path + "/proc1", d.path + "/v1", &file) == 4000000);
+  CHECK(file == d.path + "/v1/memory/job/memory.limit_in_bytes");
+  // No limit anywhere, no such files, no such cgroup file: unknown.
+  write("proc3", "0::/\n");
+  CHECK(cgroup_memory_left(d.path + "/proc3", d.path + "/none") == -1);
+  CHECK(cgroup_memory_left(d.path + "/missing", d.path + "/v2") == -1);
+  // A path outside the cgroup namespace ("/../x") reads nothing above root.
+  write("proc4", "0::/../a\n");
+  CHECK(cgroup_memory_left(d.path + "/proc4", d.path + "/v2/a/b") == -1);
+}
+
 namespace {
 // A run the memory checks refuse or let through.
 struct MemoryCase {
