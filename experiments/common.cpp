@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -29,14 +30,15 @@
 namespace heed::experiments {
 
 namespace {
-// A cgroup file's number: -1 when it is missing, "max" or not a number.
+// A cgroup file's number: -1 when it is missing, "max", not a number, or
+// past int64 (std::stoll threw there, out of a memory check).
 int64_t cgroup_number(const std::filesystem::path& file) {
   std::ifstream in(file);
   std::string word;
-  if (!(in >> word) || word.empty() || word.size() > 19) return -1;
-  for (char c : word)
-    if (c < '0' || c > '9') return -1;
-  return std::stoll(word);
+  if (!(in >> word)) return -1;
+  int64_t v = -1;
+  const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
+  return ec == std::errc() && end == word.data() + word.size() && v >= 0 ? v : -1;
 }
 }  // namespace
 

@@ -461,6 +461,12 @@ TEST_CASE("cgroup_memory_left: the least a memory cgroup or one above it leaves,
   write("v2/a/b/memory.max", "2000\n");
   CHECK(cgroup_memory_left(d.path + "/proc2", d.path + "/v2", &file) == 1000);
   CHECK(file == d.path + "/v2/a/b/memory.max");
+  // A number past int64 is no limit (it threw), one with a sign or a unit is none either.
+  for (const char* bad : {"9999999999999999999", "-5", "2G"}) {
+    write("v2/a/b/memory.max", std::string(bad) + "\n");
+    CHECK(cgroup_memory_left(d.path + "/proc2", d.path + "/v2") == 536870912);
+  }
+  write("v2/a/b/memory.max", "2000\n");
   // Usage over the limit leaves nothing, not a negative number.
   write("v2/a/b/memory.current", "5000\n");
   CHECK(cgroup_memory_left(d.path + "/proc2", d.path + "/v2") == 0);
