@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string_view>
 
 #include "core/allocator.h"
 #include "core/files.h"
@@ -86,6 +87,15 @@ int64_t cgroup_memory_left(const std::string& proc_cgroup, const std::string& ro
   return left;
 }
 
+int64_t processes_on_this_machine() {
+  const char* n = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!n) return 1;
+  const std::string_view text(n);
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && end == text.data() + text.size() && v > 1 ? v : 1;
+}
+
 int64_t memory_available(std::string* source) {
   int64_t avail = -1;
   {
@@ -113,6 +123,20 @@ int64_t memory_available(std::string* source) {
                               static_cast<double>(limit) / double(int64_t{1} << 30), file);
     }
   }
+  // Under mpirun, the processes it started on this machine share its
+  // memory (and a cgroup's: they run in mpirun's): each counts on its share.
+  // They check at the same moment, each seeing all of it free, and each
+  // allocates what it asks for (data-parallel training holds the whole data
+  // set and model in every process), so a run that fits once would be
+  // started on every rank and killed on all.
+  if (const int64_t local = processes_on_this_machine(); local > 1 && avail >= 0) {
+    if (source)
+      *source = fmt::format("{}, this process's share of {:.1f} GiB among the {} processes mpirun started on this "
+                            "machine", *source,
+                            static_cast<double>(avail) / double(int64_t{1} << 30), local);
+    avail /= local;
+  }
+  // ulimit -v is each process's own.
   struct rlimit lim {};
   if (::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
     // What the limit leaves: the limit less the address space mapped now.

@@ -30,11 +30,19 @@ constexpr int64_t kMaxMapLength = 4096;
 // Memory this process can still allocate, in bytes: the system's available
 // memory (MemAvailable in /proc/meminfo), or less when a cgroup's memory
 // limit (a container's, a systemd unit's, a batch job's) or an address-space
-// limit (ulimit -v) leaves less; -1 when none is known. `source` (if given)
-// says which: "available memory (MemAvailable)", "memory left under the
-// cgroup limit of 8.0 GiB (/sys/fs/cgroup/job/memory.max)" or "address space
-// left under ulimit -v".
+// limit (ulimit -v) leaves less; -1 when none is known. Under mpirun, the
+// memory (and cgroup limit) is shared by the job's processes on this machine
+// (processes_on_this_machine), and this process's share of it is what
+// counts. `source` (if given) says which: "available memory (MemAvailable)",
+// "memory left under the cgroup limit of 8.0 GiB
+// (/sys/fs/cgroup/job/memory.max)", either followed by ", this process's
+// share of 21.6 GiB among the 2 processes mpirun started on this machine",
+// or "address space left under ulimit -v".
 int64_t memory_available(std::string* source = nullptr);
+// The processes of this MPI job on this machine (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE), 1 outside mpirun (or for a value that is not
+// a positive number).
+int64_t processes_on_this_machine();
 // What cgroup memory limits leave this process, in bytes: the least, over
 // its memory cgroup and every cgroup above it, of the limit less that
 // cgroup's usage; -1 when no limit is set (or none can be read). Reads

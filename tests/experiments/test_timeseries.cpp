@@ -5,6 +5,7 @@
 // options of both lecture experiments (timeseries, crossattn).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -486,6 +487,37 @@ TEST_CASE("cgroup_memory_left: the least a memory cgroup or one above it leaves,
   // A path outside the cgroup namespace ("/../x") reads nothing above root.
   write("proc4", "0::/../a\n");
   CHECK(cgroup_memory_left(d.path + "/proc4", d.path + "/v2/a/b") == -1);
+}
+
+TEST_CASE("memory_available: under mpirun, each process counts on its share of the machine's memory") {
+  using experiments::memory_available;
+  using experiments::processes_on_this_machine;
+  const char* before = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const std::string saved = before ? before : "";
+  const auto restore = [&] {
+    if (before) ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", saved.c_str(), 1);
+    else ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  };
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  CHECK(processes_on_this_machine() == 1);
+  std::string alone_source;
+  const int64_t alone = memory_available(&alone_source);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  CHECK(processes_on_this_machine() == 4);
+  std::string shared_source;
+  const int64_t shared = memory_available(&shared_source);
+  // Anything else reads as one process: no mpirun, or not its number.
+  for (const char* bad : {"", "0", "1", "-4", "4x", "x", "99999999999999999999"}) {
+    ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", bad, 1);
+    CHECK_MESSAGE(processes_on_this_machine() == 1, bad);
+  }
+  restore();
+  INFO(alone_source << " | " << shared_source);
+  if (alone < 0 || alone_source.rfind("address space", 0) == 0) return;  // nothing shared to divide
+  CHECK(shared_source.rfind(alone_source + ", this process's share of ", 0) == 0);
+  CHECK(shared_source.find(" GiB among the 4 processes mpirun started on this machine") != std::string::npos);
+  // A quarter, give or take what other processes took or gave back meanwhile.
+  CHECK(std::abs(4 * static_cast<double>(shared) - static_cast<double>(alone)) < 0.1 * static_cast<double>(alone));
 }
 
 namespace {
