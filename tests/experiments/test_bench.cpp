@@ -37,11 +37,21 @@ BenchRun run_cli(const std::string& args, const std::string& env = "") {
   return r;
 }
 
+// `heed bench` for the cases that check what it prints, not how fast it
+// runs: without adaptive threads (HEED_ADAPTIVE_THREADS=0). Beside another
+// test (ctest runs two at once) the adaptive threads find the cores busy,
+// and the bench measures each such row again after a pause, twice
+// (kBusyRetries), its GEMM peak too. This file's cases beside
+// test_fault_matrix.cpp took 74 s with them, 51 s without (17 -> 7 s for a
+// GPT-128 profile, 17 -> 7 s for the OMP_PROC_BIND case); alone, 31 s.
+BenchRun run_bench(const std::string& args, const std::string& env = "") {
+  return run_cli(args, (env.empty() ? "" : env + " ") + "HEED_ADAPTIVE_THREADS=0");
+}
 
 }  // namespace
 
 TEST_CASE("heed bench: one workload's figures and its per-op profile") {
-  BenchRun r = run_cli("bench --only toy-cnn --steps 2 --warmup 1 --threads 2 --profile");
+  BenchRun r = run_bench("bench --only toy-cnn --steps 2 --warmup 1 --threads 2 --profile");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(has(r.out, "GEMM peak"));
@@ -70,7 +80,7 @@ TEST_CASE("heed bench: one workload's figures and its per-op profile") {
 }
 
 TEST_CASE("heed bench: a GPT workload's profile and its limit, and a bf16 row after the float32 one where the CPU has bf16") {
-  BenchRun r = run_cli("bench --only gpt-128 --steps 1 --warmup 0 --profile");
+  BenchRun r = run_bench("bench --only gpt-128 --steps 1 --warmup 0 --profile");
   INFO(r.out);
   REQUIRE(r.status == 0);
   // The products' share and the limit they set (float32 row): the limit is
@@ -136,21 +146,21 @@ TEST_CASE("heed bench: a GPT workload's profile and its limit, and a bf16 row af
   } else {
     CHECK(has(r.out, "no bf16 rows: bf16 needs a CPU with AVX512-BF16"));
     CHECK_FALSE(has(r.out, "gpt-128 bf16"));
-    r = run_cli("bench --only gpt-128 --steps 1 --precision bf16");
+    r = run_bench("bench --only gpt-128 --steps 1 --precision bf16");
     CHECK(r.status != 0);
     CHECK(has(r.out, "AVX512-BF16"));
   }
 }
 
 TEST_CASE("heed bench --dropout: the GPT workloads train with dropout, attention still on the fused kernel") {
-  BenchRun r = run_cli("bench --only gpt-128 --steps 1 --warmup 0 --precision f32 --dropout 0.2 --profile");
+  BenchRun r = run_bench("bench --only gpt-128 --steps 1 --warmup 0 --precision f32 --dropout 0.2 --profile");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(has(r.out, "GPT workloads with dropout 0.2"));
   CHECK(has(r.out, "dropout [12, 64, 128]"));                   // the residual branches and the embeddings
   CHECK(has(r.out, "scaled_dot_product_attention [12, 64, 4, 32]"));  // the probabilities' dropout inside it
   CHECK_FALSE(has(r.out, "softmax ["));                         // not the plain path
-  BenchRun none = run_cli("bench --only gpt-128 --steps 1 --warmup 0 --precision f32 --profile");
+  BenchRun none = run_bench("bench --only gpt-128 --steps 1 --warmup 0 --precision f32 --profile");
   INFO(none.out);
   REQUIRE(none.status == 0);
   CHECK_FALSE(has(none.out, "dropout ["));
@@ -158,7 +168,7 @@ TEST_CASE("heed bench --dropout: the GPT workloads train with dropout, attention
 }
 
 TEST_CASE("heed bench --conv direct: the toy CNN on oneDNN's direct convolutions") {
-  BenchRun r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --conv direct");
+  BenchRun r = run_bench("bench --only toy-cnn --steps 1 --warmup 0 --conv direct");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(has(r.out, "toy-cnn"));
@@ -166,26 +176,26 @@ TEST_CASE("heed bench --conv direct: the toy CNN on oneDNN's direct convolutions
 }
 
 TEST_CASE("heed bench: bad flags are refused, naming the value and what was expected") {
-  BenchRun r = run_cli("bench --rounds 2");
+  BenchRun r = run_bench("bench --rounds 2");
   CHECK(r.status != 0);
   CHECK(has(r.out, "--rounds 2"));
   CHECK(has(r.out, "--compare"));
-  r = run_cli("bench --only toy-transformer");
+  r = run_bench("bench --only toy-transformer");
   CHECK(r.status != 0);
   CHECK(has(r.out, "toy-transformer"));
   CHECK(has(r.out, "toy-cnn, toy-attention, gpt-128, gpt-256 or nanogpt"));
-  r = run_cli("bench --precision fp16");
+  r = run_bench("bench --precision fp16");
   CHECK(r.status != 0);
   CHECK(has(r.out, "'fp16'"));
   CHECK(has(r.out, "f32, bf16 or both"));
-  r = run_cli("bench --conv fft");
+  r = run_bench("bench --conv fft");
   CHECK(r.status != 0);
   CHECK(has(r.out, "'fft'"));
   CHECK(has(r.out, "winograd or direct"));
-  r = run_cli("bench --attention-memory --compare");
+  r = run_bench("bench --attention-memory --compare");
   CHECK(r.status != 0);
   CHECK(has(r.out, "--attention-memory"));
-  r = run_cli("bench --isa avx3");
+  r = run_bench("bench --isa avx3");
   CHECK(r.status != 0);
   CHECK(has(r.out, "bench: --isa"));
   CHECK(has(r.out, "'avx3'"));
@@ -198,14 +208,14 @@ TEST_CASE("heed bench --isa caps heed's kernels and oneDNN's, and says so in its
   const std::string isa = avx2 ? "avx2" : "baseline";
   // (Without a HEED_CPU_ISA the suite itself may run under: --isa cannot
   // raise the cap the environment set.)
-  BenchRun r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --isa " + isa, "-u HEED_CPU_ISA");
+  BenchRun r = run_bench("bench --only toy-cnn --steps 1 --warmup 0 --isa " + isa, "-u HEED_CPU_ISA");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(has(r.out, "isa " + isa + " (oneDNN " + (avx2 ? "avx2)" : "")));
   CHECK(has(r.out, "toy-cnn"));
   CHECK(has(r.out, "effective") == avx2);  // Winograd with AVX2, oneDNN's direct kernels without
   if (heed::cpu_isa_max() < heed::CpuIsa::avx512) {
-    r = run_cli("bench --only toy-cnn --steps 1 --warmup 0 --isa avx512");
+    r = run_bench("bench --only toy-cnn --steps 1 --warmup 0 --isa avx512");
     CHECK(r.status != 0);
     CHECK(has(r.out, "set_cpu_isa(avx512): this CPU has no AVX-512F"));
   }
@@ -263,7 +273,7 @@ TEST_CASE("with OMP_PROC_BIND=true, heed's restart keeps libgomp's places: its t
   // process share_cores() restarts used to inherit that one-core mask, and
   // libgomp then bound every thread to CPU 0.
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  BenchRun r = run_cli("bench --only toy-attention --steps 2 --warmup 1 --threads 2",
+  BenchRun r = run_bench("bench --only toy-attention --steps 2 --warmup 1 --threads 2",
                   "-u HEED_SHARE_CORES -u GOMP_SPINCOUNT OMP_PROC_BIND=true OMP_DISPLAY_AFFINITY=true "
                   "'OMP_AFFINITY_FORMAT=thread-on %A'");  // as from a shell: the restart happens
   INFO(r.out);
@@ -277,7 +287,7 @@ TEST_CASE("with OMP_PROC_BIND=true, heed's restart keeps libgomp's places: its t
 }
 
 TEST_CASE("heed bench --attention-memory: the fused path's memory, its scratch included, grows linearly and stays below the plain path's") {
-  BenchRun r = run_cli("bench --attention-memory --max-t 1024 --plain-max-t 1024 --threads 2");
+  BenchRun r = run_bench("bench --attention-memory --max-t 1024 --plain-max-t 1024 --threads 2");
   INFO(r.out);
   REQUIRE(r.status == 0);
   // Rows: T, fused ms, fused MiB, scratch MiB, [x,] plain ms, plain MiB, [x,] ... (no x in the first)
@@ -307,13 +317,13 @@ TEST_CASE("heed bench --attention-memory: the fused path's memory, its scratch i
 }
 
 TEST_CASE("heed bench: bf16 or dropout for the toy models alone is refused, not a silent empty table") {
-  BenchRun r = run_cli("bench --precision bf16 --only toy-cnn");
+  BenchRun r = run_bench("bench --precision bf16 --only toy-cnn");
   CHECK(r.status == 2);
   CHECK(has(r.out, "--precision bf16"));
   CHECK(has(r.out, "--only toy-cnn"));
   CHECK(has(r.out, "expected a GPT workload"));
   CHECK_FALSE(has(r.out, "GEMM peak"));  // refused before measuring anything
-  r = run_cli("bench --dropout 0.2 --precision f32 --only toy-cnn,toy-attention");
+  r = run_bench("bench --dropout 0.2 --precision f32 --only toy-cnn,toy-attention");
   CHECK(r.status == 2);
   CHECK(has(r.out, "--dropout"));
   CHECK(has(r.out, "--only toy-cnn,toy-attention"));
@@ -324,7 +334,7 @@ TEST_CASE("heed bench --compare with a HEED_PYTHON that names no program: one li
   for (const std::string& value : {std::string("/nonexistent/python3"), std::string("/tmp"),
                                    std::string("no-such-python-heed")}) {
     CAPTURE(value);
-    BenchRun r = run_cli("bench --compare --only toy-attention --steps 1 --warmup 0 --no-avx2-pass",
+    BenchRun r = run_bench("bench --compare --only toy-attention --steps 1 --warmup 0 --no-avx2-pass",
                          "HEED_PYTHON=" + value);
     CHECK(r.status == 1);
     CHECK(r.out.rfind("heed: bench --compare: HEED_PYTHON='" + value + "'", 0) == 0);
@@ -348,7 +358,7 @@ TEST_CASE("heed bench --compare without PyTorch: one line naming the interpreter
     std::fclose(f);
   }
   REQUIRE(chmod(py.c_str(), 0755) == 0);
-  BenchRun r = run_cli("bench --compare --only toy-attention --steps 1 --warmup 0 --no-avx2-pass", "HEED_PYTHON=" + py);
+  BenchRun r = run_bench("bench --compare --only toy-attention --steps 1 --warmup 0 --no-avx2-pass", "HEED_PYTHON=" + py);
   CHECK(r.status == 1);
   CHECK(has(r.out, py));
   CHECK(has(r.out, "No module named 'torch'"));
