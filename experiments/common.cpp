@@ -31,15 +31,18 @@
 namespace heed::experiments {
 
 namespace {
-// A cgroup file's number: -1 when it is missing, "max", not a number, or
-// past int64 (std::stoll threw there, out of a memory check).
+// text as a whole as a number >= 0, or -1: empty, not a number (a sign, a
+// unit, "max"), or past int64 (std::stoll threw there, out of a memory check).
+int64_t count_or_minus_one(std::string_view text) {
+  int64_t v = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && end == text.data() + text.size() && v >= 0 ? v : -1;
+}
+// A cgroup file's number: -1 when it is missing or not a count.
 int64_t cgroup_number(const std::filesystem::path& file) {
   std::ifstream in(file);
   std::string word;
-  if (!(in >> word)) return -1;
-  int64_t v = -1;
-  const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
-  return ec == std::errc() && end == word.data() + word.size() && v >= 0 ? v : -1;
+  return in >> word ? count_or_minus_one(word) : -1;
 }
 }  // namespace
 
@@ -89,11 +92,7 @@ int64_t cgroup_memory_left(const std::string& proc_cgroup, const std::string& ro
 
 int64_t processes_on_this_machine() {
   const char* n = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!n) return 1;
-  const std::string_view text(n);
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  return ec == std::errc() && end == text.data() + text.size() && v > 1 ? v : 1;
+  return n ? std::max<int64_t>(1, count_or_minus_one(n)) : 1;
 }
 
 int64_t memory_available(std::string* source) {
