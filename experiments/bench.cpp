@@ -1041,7 +1041,8 @@ int run_bench(const std::vector<std::string>& args) {
   // machine in the same state. (A peak measured only before could be taken
   // in a slow moment that the step then missed: a nanogpt round on a Zen 3
   // reached 162.8% of a peak of 86.8 GFLOP/s, half the 158-166 of the rounds
-  // around it. A % of peak above 100 is a wrong peak, never a fast step.)
+  // around it. Where every counted FLOP is done, unlike the toy models'
+  // Winograd rates, a % of peak above 100 is a wrong peak, not a fast step.)
   std::map<std::string, std::vector<double>> bf16_speedup;  // per workload, per round: float32 ms / bf16 ms
   for (const auto& n : kWorkloads) {
     if (!chosen(n)) continue;
