@@ -5,7 +5,8 @@ CNN-only log, of a language-model log and of a quantization sweep's log
 timeseries, crossattn and scaling runs, and of a user's own program's logs
 (also ones whose experiment is called like a bundled one: the user's
 attention series are drawn too, their panels named by batch and head), and
-each PNG decodes with the size heed_plot.py gives it.
+each PNG decodes with the size heed_plot.py gives it (and is, drawn once,
+the PNG matplotlib's savefig writes in two draws with the layout engine set).
 
     /usr/bin/python3 tests/experiments/test_plot_renders.py path/to/heed
 
@@ -376,6 +377,28 @@ try:
         check(got == expected, f"{figure}: panel titles {got}, expected {expected}")
     with h5py.File(sine, "r", libver="latest", swmr=True) as f:
         check(len(f["metrics/final_mse"]) == 1, "the sine log's final_mse does not have one row: the case is not tested")
+
+    # ---- one draw a figure: heed_plot.save computes the layout and removes
+    # the layout engine before savefig, which then draws once instead of
+    # twice. The PNGs must be those savefig writes with the engine left set,
+    # byte for byte: the CNN log's figures drawn here that way against the
+    # ones heed plot wrote above ----
+    real_set_engine = matplotlib.figure.Figure.set_layout_engine
+
+    def engine_kept(fig, layout=None, **kwargs):
+        if layout is None:  # save()'s removal: the engine stays, savefig draws twice
+            return None
+        return real_set_engine(fig, layout, **kwargs)
+
+    matplotlib.figure.Figure.set_layout_engine = engine_kept
+    try:
+        heed_plot.plot(cnn, os.path.join(TMP, "cnn_two_draws"))
+    finally:
+        matplotlib.figure.Figure.set_layout_engine = real_set_engine
+    for name in sorted(CNN_SIZES):
+        with open(os.path.join(TMP, "cnn_figures", name), "rb") as once, \
+                open(os.path.join(TMP, "cnn_two_draws", name), "rb") as twice:
+            check(once.read() == twice.read(), f"{name}: drawn once, not the PNG savefig draws with the engine set")
 
     # ---- a log whose writer was killed before SWMR began (a resume opens
     # its log read-write first): still marked open, which every reader
