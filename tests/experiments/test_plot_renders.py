@@ -35,7 +35,7 @@ SHAPES_SIZES.update({f"sample_{i}.png": (1000, 450) for i in range(6)})
 SHAPES_SIZES.update({f"attention_{i}.png": (700, 800) for i in range(6)})
 # A log without the attention model (--model cnn): its figures. The cases
 # below that test heed plot's handling of a file, not the figures, plot such
-# a log (7 figures, 3 s; all of a shapes log's take 7 s).
+# a log (7 figures, 1.7-1.9 s; all of a shapes log's take 3.3-3.7 s).
 CNN_SIZES = {k: v for k, v in SHAPES_SIZES.items() if k.startswith(("losses", "sample"))}
 
 
