@@ -396,18 +396,18 @@ TEST_CASE("a stop during a long evaluation cuts it short; the resumed run evalua
 
 TEST_CASE("a stop during shapes', timeseries' or crossattn's test-set evaluation cuts it short; the resume equals "
           "the unstopped run") {
-  // Two steps, each followed by an evaluation of a large test set (half a
-  // second or more) while a step takes milliseconds: a SIGINT 100 ms after
-  // the run begins comes during the first, which a stop may cut (the second,
-  // the run's last, is its result). Under AddressSanitizer a process starts
-  // ~5x slower and these evaluations run ~30x slower (0.4-0.8 s become
-  // 15 s): there the test sets are 7-8x smaller, so that each evaluation
-  // still lasts longer than in the Release build, and the wait is 5x longer.
+  // Two steps, each followed by an evaluation of a large test set (a few
+  // tenths of a second or more) while a step takes milliseconds: a SIGINT
+  // during the first evaluation may cut it (the second, the run's last, is
+  // its result). The signal's time comes from the reference run: 60% of the
+  // way from its "logging to" to the first evaluation's result, so inside
+  // that evaluation however fast the machine and the build are (a fixed
+  // 0.5 s missed it on a fast machine in the sanitized build). Under
+  // AddressSanitizer the evaluations run ~30x slower: there the test sets
+  // are 4-7x smaller.
 #ifdef __SANITIZE_ADDRESS__
-  const int scale = 5;
-  const std::string shapes_test = "300", timeseries_test = "1024", crossattn_test = "1536";
+  const std::string shapes_test = "300", timeseries_test = "1024", crossattn_test = "3072";
 #else
-  const int scale = 1;
   const std::string shapes_test = "2000", timeseries_test = "8192", crossattn_test = "12288";
 #endif
   struct Case {
@@ -442,9 +442,23 @@ TEST_CASE("a stop during shapes', timeseries' or crossattn's test-set evaluation
     test::TempDir d("heed-evalstop-" + c.experiment + "-");
     const std::string& p = d.path;
     const std::vector<std::string> command = cat({HEED_CLI_PATH, "run", c.experiment}, c.args);
+    // Started as the stopped runs are: when it prints "logging to" and when
+    // it prints the first evaluation's result.
+    auto printed = [](const std::string& out, const std::string& what) {
+      for (int i = 0; i < 20000 && slurp(out).find(what) == std::string::npos; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return clock::now();
+    };
     const clock::time_point ref_start = clock::now();
-    Result ref = run(cat(command, {"--out", p + "/ref.h5"}), p);
+    pid_t ref_pid = start(cat(command, {"--out", p + "/ref.h5"}), p + "/ref.out", p + "/ref.err");
+    const clock::time_point ref_logging = printed(p + "/ref.out", "logging to");
+    const clock::time_point ref_evaluated = printed(p + "/ref.out", c.evaluated);
+    const int ref_status = wait_status(ref_pid);
+    const Result ref{ref_status, slurp(p + "/ref.out"), slurp(p + "/ref.err")};
     const double ref_seconds = seconds(ref_start, clock::now());
+    // Between the two lines: the model's set-up, step 1 (milliseconds), then
+    // the evaluation, most of it.
+    double wait = 0.6 * seconds(ref_logging, ref_evaluated);
     INFO("reference: " << ref.out << ref.err);
     REQUIRE(ref.status == 0);
     CHECK(ref.out.find(c.evaluated) != std::string::npos);
@@ -458,15 +472,17 @@ TEST_CASE("a stop during shapes', timeseries' or crossattn's test-set evaluation
     for (int attempt = 0; attempt < 3; ++attempt) {
       for (const char* f : {"/f.h5", "/f.ckpt.h5"}) fs::remove(p + f);
       pid_t pid = start(cat(command, {"--out", p + "/f.h5"}), out, p + "/f.err");
-      for (int i = 0; i < 5000 && slurp(out).find("logging to") == std::string::npos; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      std::this_thread::sleep_for(std::chrono::milliseconds(100 * scale));  // step 1, into its evaluation
+      printed(out, "logging to");
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));  // step 1, into its evaluation
       const clock::time_point signalled = clock::now();
       kill(pid, SIGINT);
       stopped = Result{wait_status(pid), slurp(out), slurp(p + "/f.err")};
       stop_seconds = seconds(signalled, clock::now());
       if (stopped.out.find(c.cut) != std::string::npos) break;
-      MESSAGE(c.experiment, ": the signal missed the evaluation (attempt ", attempt + 1, "): ", stopped.out);
+      MESSAGE(c.experiment, ": the signal ", wait, " s after \"logging to\" missed the evaluation (attempt ",
+              attempt + 1, "): ", stopped.out);
+      // Too late (the evaluation finished) or too early (before it began).
+      wait *= stopped.out.find(c.evaluated) != std::string::npos ? 0.5 : 1.5;
     }
     INFO("stopped after " << stop_seconds << " s (the whole reference run: " << ref_seconds << " s): " << stopped.out
                           << stopped.err);
