@@ -103,6 +103,14 @@ using test::wait_status;
 
 Result run(const std::vector<std::string>& argv, const std::string& dir) { return test::run_process(argv, dir); }
 
+// Waits (up to 20 s) until the output file `out` of a started process
+// contains `what`; the time it did.
+std::chrono::steady_clock::time_point printed(const std::string& out, const std::string& what) {
+  for (int i = 0; i < 20000 && slurp(out).find(what) == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return std::chrono::steady_clock::now();
+}
+
 // The command after "resume with: ", split at spaces (the test's paths have none).
 std::vector<std::string> printed_resume(const Result& r) {
   const std::string key = "resume with: ";
@@ -343,8 +351,7 @@ TEST_CASE("a stop during a long evaluation cuts it short; the resumed run evalua
 
   const std::string out = p + "/f.out";
   pid_t pid = start(cat(cat({HEED_CLI_PATH}, args), {"--out", p + "/f.h5"}), out, p + "/f.err");
-  for (int i = 0; i < 5000 && slurp(out).find("logging to") == std::string::npos; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  printed(out, "logging to");
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // steps 1 and 2, into step 2's evaluation
   kill(pid, SIGTERM);
   Result stopped{wait_status(pid), slurp(out), slurp(p + "/f.err")};
@@ -361,8 +368,7 @@ TEST_CASE("a stop during a long evaluation cuts it short; the resumed run evalua
   {
     const std::string checkpoint_before = slurp(p + "/f.ckpt.h5");
     pid_t again = start(printed_resume(stopped), out, p + "/f.err");
-    for (int i = 0; i < 5000 && slurp(out).find("resumed from") == std::string::npos; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    printed(out, "resumed from");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     kill(again, SIGINT);
     Result twice{wait_status(again), slurp(out), slurp(p + "/f.err")};
@@ -442,13 +448,8 @@ TEST_CASE("a stop during shapes', timeseries' or crossattn's test-set evaluation
     test::TempDir d("heed-evalstop-" + c.experiment + "-");
     const std::string& p = d.path;
     const std::vector<std::string> command = cat({HEED_CLI_PATH, "run", c.experiment}, c.args);
-    // Started as the stopped runs are: when it prints "logging to" and when
-    // it prints the first evaluation's result.
-    auto printed = [](const std::string& out, const std::string& what) {
-      for (int i = 0; i < 20000 && slurp(out).find(what) == std::string::npos; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return clock::now();
-    };
+    // The reference, started as the stopped runs are: when it prints
+    // "logging to" and when the first evaluation's result.
     const clock::time_point ref_start = clock::now();
     pid_t ref_pid = start(cat(command, {"--out", p + "/ref.h5"}), p + "/ref.out", p + "/ref.err");
     const clock::time_point ref_logging = printed(p + "/ref.out", "logging to");
