@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -155,6 +156,30 @@ void check_name(const std::string& log, const char* kind, const std::string& nam
        log.empty() ? "" : " '" + log + "'", kind, shown_name(name), problem);
 }
 }  // namespace
+
+// A name that would make a dataset of one declared before a group, or the
+// other way round. A metric is one dataset, metrics/<name>: no metric may lie
+// under or above another ("loss/train" beside "loss"). A series is a group
+// holding two, series/<name>/{values,step}: one may lie under another (the
+// series "attention" beside "attention/maps"), but not at or under those two
+// ("attention/values").
+template <class Declared>
+void check_not_nested(const std::string& log, const char* kind, const std::string& name, const Declared& declared) {
+  const bool series = std::string_view(kind) == "series";
+  auto clash = [&](const std::string& a, const std::string& b) {  // a lies under b where b's datasets are
+    if (a.size() <= b.size() || a.compare(0, b.size(), b) != 0 || a[b.size()] != '/') return false;
+    if (!series) return true;
+    const size_t from = b.size() + 1, to = std::min(a.find('/', from), a.size());
+    const std::string_view part(a.data() + from, to - from);  // the first part of a below b
+    return part == "values" || part == "step";
+  };
+  for (const auto& [other, ds] : declared)
+    if (clash(name, other) || clash(other, name))
+      fail("RunLog '{}': {} '{}' lies {} the {} '{}' declared before: {}; expected another name",
+           log, kind, name, clash(name, other) ? "under" : "above", kind, other,
+           series ? "a series' values and step datasets cannot also be another series' group"
+                  : "a metric's dataset cannot also be another metric's group");
+}
 
 struct RunLog::Impl {
   h5::File file;
@@ -486,6 +511,7 @@ void RunLog::declare_scalar(const std::string& name) {
   if (!impl_) return;  // a discarding log
   impl_->require(false, "declare_scalar");
   if (impl_->metrics.count(name)) fail("RunLog '{}': metric '{}' is declared twice", path(), name);
+  check_not_nested(path(), "metric", name, impl_->metrics);
   Impl::Ds d;
   d.id = impl_->create_extendible("metrics/" + name, H5T_NATIVE_DOUBLE, {3}, 256);
   impl_->metrics.emplace(name, d);
@@ -509,6 +535,7 @@ void RunLog::declare_series(const std::string& name, const Shape& item) {
   if (!impl_) return;  // a discarding log
   impl_->require(false, "declare_series");
   if (impl_->series.count(name)) fail("RunLog '{}': series '{}' is declared twice", path(), name);
+  check_not_nested(path(), "series", name, impl_->series);
   Impl::Ds d;
   d.item = item;
   d.id = impl_->create_extendible("series/" + name + "/values", H5T_NATIVE_FLOAT, item, 1);

@@ -74,8 +74,15 @@ int64_t Module::num_parameters() const {
 }
 
 void Module::to(DType dtype) {
+  // Parameters require grad, which only floating-point tensors can; a
+  // conversion to int64 would truncate every weight (and leave them
+  // requiring grad). Refused before anything changes, as PyTorch's
+  // Module.to refuses it.
+  if (dtype == DType::i64)
+    fail("Module::to: converts parameters and buffers to a floating-point dtype (float32 or float64), got {}",
+         dtype_name(dtype));
   auto convert = [&](const Tensor& t) {
-    if (t.dtype() == dtype) return;
+    if (t.dtype() == dtype || !t.is_floating()) return;  // integer buffers (indices) stay as they are
     Tensor c = kernel::to_dtype(t, dtype);
     TensorImpl* impl = t.impl();
     impl->storage = c.impl()->storage;

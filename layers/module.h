@@ -46,9 +46,10 @@ class Module : public Stateful {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   int64_t num_parameters() const;
 
-  // Converts every parameter and buffer to dtype in place (the tensors keep
-  // their identity, so handles held by layers and optimisers stay valid).
-  // float64 modules are what the layer gradient checks run on.
+  // Converts every parameter and floating-point buffer to dtype (float32 or
+  // float64; int64 is refused) in place (the tensors keep their identity,
+  // so handles held by layers and optimisers stay valid). float64 modules
+  // are what the layer gradient checks run on.
   void to(DType dtype);
 
   void train(bool on = true);

@@ -63,6 +63,21 @@ TEST_CASE("runlog: misuse is refused with a message naming the problem") {
                     {"series 'big'", "[32768, 32768]", "1073741824 float32 values a row", "less than 4 GiB"});
   test::check_error([&] { log.declare_series("s", {2}); }, {"series 's' is declared twice"});
   test::check_error([&] { log.declare_scalar("a"); }, {"metric 'a' is declared twice"});
+  // A name under or above a declared one: it said "could not create dataset
+  // 'metrics/a/x' (declared twice?)". Metrics and series are apart: a series
+  // "a/x" is no metric's group.
+  test::check_error([&] { log.declare_scalar("a/x"); }, {"metric 'a/x' lies under the metric 'a'", "group"});
+  log.declare_scalar("grp/x");
+  test::check_error([&] { log.declare_scalar("grp"); }, {"metric 'grp' lies above the metric 'grp/x'"});
+  log.declare_scalar("grpx");  // a longer name, not a group of it
+  log.declare_series("a/x", {2});
+  // A series is a group of two datasets, values and step: another series may
+  // lie under it (see the next test), but not at or under those two.
+  test::check_error([&] { log.declare_series("s/values", {2}); }, {"series 's/values' lies under the series 's'"});
+  test::check_error([&] { log.declare_series("s/step/x", {2}); }, {"series 's/step/x' lies under the series 's'"});
+  log.declare_series("t/values/x", {2});
+  test::check_error([&] { log.declare_series("t", {2}); }, {"series 't' lies above the series 't/values/x'"});
+  log.declare_series("s/steps", {2});
   test::check_error([&] { log.scalar("a", 1, 1.0); }, {"scalar", "needs", "begin()"});
   log.begin();
   test::check_error([&] { log.begin(); }, {"begin() was already called"});

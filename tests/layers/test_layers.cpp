@@ -117,6 +117,20 @@ TEST_CASE("layers: the same generator seed gives the same model") {
   CHECK(c1.bias.to_vector<float>() == c2.bias.to_vector<float>());
 }
 
+
+TEST_CASE("layers: Module::to converts to float64 and back, and refuses int64 without touching a weight") {
+  Generator g(4);
+  Linear l(LinearOptions(3, 2).generator(&g));
+  const std::vector<float> w = l.weight.to_vector<float>();
+  test::check_error([&] { l.to(DType::i64); }, {"Module::to", "floating-point", "int64"});
+  CHECK(l.weight.dtype() == DType::f32);
+  CHECK(l.weight.requires_grad());
+  CHECK(l.weight.to_vector<float>() == w);
+  l.to(DType::f64);
+  CHECK(l.weight.dtype() == DType::f64);
+  l.to(DType::f32);
+  CHECK(l.weight.to_vector<float>() == w);  // float32 -> float64 -> float32 is exact
+}
 TEST_CASE("layers: a wrong input is refused with the layer's configuration and the shape") {
   Generator g(0);
   Conv1d c(Conv1dOptions(1, 64, 5).padding(2).generator(&g));
