@@ -1023,9 +1023,15 @@ bool Run::parse(const std::vector<std::string>& argv, std::vector<std::string> c
     if (args_.given(k) && !args_.value(k).empty())
       args_.assign(k, fs::absolute(args_.value(k)).lexically_normal().string());
   if (resuming()) {
-    if (same_file(resume_, out_))
+    if (same_file(resume_, out_)) {
+      // One file given twice: a checkpoint there makes --out the mistake.
+      if (args_.given("out") && existing_file(resume_).kind == ExistingFile::Kind::checkpoint)
+        throw UsageError(fmt::format("{}: --out '{}' is the checkpoint --resume continues; expected the run's log (or "
+                                     "no --out: the log the checkpoint names)",
+                                     args_.command(), out_));
       throw UsageError(fmt::format("{}: --resume '{}' is the run's log; expected its checkpoint (e.g. {})",
                                    args_.command(), resume_, default_checkpoint_path(out_)));
+    }
     resume_ck_ = std::make_unique<Checkpoint>(load_checkpoint(resume_, experiment_));
     // heed quantize's output (docs/checkpoint-format.md) holds dequantized
     // weights and no optimiser state: said so, not as a list of its keys.
@@ -1221,7 +1227,18 @@ void Run::check_paths() {
   // So would one whose --out is the log of such a run (its checkpoint
   // elsewhere, still there), whose rows would be lost: its checkpoint then
   // resumes into another run's log, or into a new one.
-  if (resuming() || restart_) return;
+  if (restart_) return;
+  if (resuming()) {
+    // A resume writes its checkpoints to --checkpoint: not over another
+    // unfinished run's (which the new run's check below refuses too).
+    if (const Unfinished run = unfinished_run(checkpoint_, experiment_);
+        run.at >= 0 && run.run_id != run_id_ && !same_file(checkpoint_, resume_))
+      throw UsageError(fmt::format(
+          "{}: --checkpoint '{}' holds another unfinished run, at step {} of {}, which this resumed run's checkpoints "
+          "would replace; expected another --checkpoint (that run goes on with {} --resume {})",
+          args_.command(), checkpoint_, run.at, run.length, defaults_.program_, shell_quote(checkpoint_)));
+    return;
+  }
   // `holds`: the file, and how it is the unfinished run's; `whose`: its
   // checkpoint, when that is another file.
   auto unfinished = [this](const std::string& holds, const Unfinished& run, const std::string& checkpoint,
@@ -1979,11 +1996,39 @@ int64_t Run::resumed_length() const {
   return -1;
 }
 
+// The length a resume from step `at` may ask for, as the "expected ..." of
+// a refusal: above `at` where the checkpoint's run is longer and the work
+// after its last step is not owed (check_unfinished), else `at` or more; in
+// --steps, or for a program whose options set its length (shapes:
+// --epochs), in those.
+std::string Run::resumable_length(int64_t at) const {
+  const int64_t length = resumed_length();
+  const bool above = length > at && !work_owed_at(at);
+  if (defaults_.steps_ > 0)
+    return above ? fmt::format("--steps above {} (or no --steps: the run's own {})", at, length)
+                 : fmt::format("--steps {} or more", at);
+  std::vector<std::string> said;  // the options that set a set_steps() program's length (shapes: --epochs)
+  for (const std::string& k : changeable_)
+    if (args_.has(k)) said.push_back("--" + k);
+  if (!said.empty()) said = {fmt::format("a larger {}", fmt::join(said, " or "))};
+  if (length >= 0) said.push_back(fmt::format("the run's own was {}", length));
+  return fmt::format("a run {} {} steps{}", above ? "longer than" : "of at least", at,
+                     said.empty() ? "" : fmt::format(" ({})", fmt::join(said, "; ")));
+}
+
+// Whether the work of step `at` is owed (owed_work(): a stop cut it short),
+// which the program does first on resuming there.
+bool Run::work_owed_at(int64_t at) const {
+  for (const auto& [pending, datasets] : owed_)
+    if (auto it = resume_ck_->counters.find(pending); it != resume_ck_->counters.end() && it->second == at) return true;
+  return false;
+}
+
 void Run::check_resumed_step(int64_t at) const {
   if (at < 0 || at > steps_)
     throw UsageError(fmt::format("{}: checkpoint '{}' is at step {}, beyond this run's {} steps (a resumed run goes "
-                                 "on from its step: expected --steps {} or more)",
-                                 args_.command(), resume_, at, steps_, at));
+                                 "on from its step: expected {})",
+                                 args_.command(), resume_, at, steps_, resumable_length(at)));
 }
 
 void Run::check_unfinished(int64_t at) const {
@@ -1993,22 +2038,13 @@ void Run::check_unfinished(int64_t at) const {
   // Unless that step's work is owed (owed_work(): charlm's evaluation a stop
   // cut short), which the program does first, as its last step would.
   const int64_t length = resumed_length();
-  if (at != steps_ || length <= at) return;
-  for (const auto& [pending, datasets] : owed_)
-    if (auto it = resume_ck_->counters.find(pending); it != resume_ck_->counters.end() && it->second == at) return;
+  if (at != steps_ || length <= at || work_owed_at(at)) return;
   const bool has_steps = defaults_.steps_ > 0;
-  std::vector<std::string> lengths;  // the options that set a set_steps() program's length (shapes: --epochs)
-  for (const std::string& k : changeable_)
-    if (args_.has(k)) lengths.push_back("--" + k);
-  const std::string expected =
-      has_steps ? fmt::format("--steps above {} (or no --steps: the run's own {})", at, length)
-                : fmt::format("a run longer than {} steps ({}the run's own was {})", at,
-                              lengths.empty() ? "" : fmt::format("a larger {}; ", fmt::join(lengths, " or ")), length);
   throw UsageError(fmt::format("{}: checkpoint '{}' stopped at step {} of {}, before the work a run does after its "
                                "last step (a final evaluation, say); {} would end the run there without it; expected {}",
                                args_.command(), resume_, at, length,
                                has_steps ? fmt::format("--steps {}", steps_) : fmt::format("a run of {} steps", steps_),
-                               expected));
+                               resumable_length(at)));
 }
 
 void Run::owed_work(const std::string& pending, std::vector<std::string> datasets) {

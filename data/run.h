@@ -265,6 +265,8 @@ class Run {
   // stopped (its end-of-run work undone), unless that step's work is owed.
   void check_unfinished(int64_t at) const;
   int64_t resumed_length() const;  // the length of the checkpoint's run (-1: not known)
+  std::string resumable_length(int64_t at) const;  // the lengths a resume from step `at` may ask for, in words
+  bool work_owed_at(int64_t at) const;             // owed_work() of step `at` that a stop cut short
   void check_paths();
   void check_resumed_log();
   // In begin(), before the log is touched: its rows up to the checkpoint's

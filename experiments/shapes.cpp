@@ -365,12 +365,16 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
     check_memory("run shapes", "test", c.test,
                  fmt::format("the test set ({} samples) beside the training set", c.test),
                  shapes_memory(C, so.length, false, false, c.train, c.test, 0));
+    // No batch holds more samples than its set: a --batch beyond both sets
+    // allocates for the larger set (it said "--batch 100000 needs 31.4 GiB"
+    // of a run with 10 training samples, which took 40 MB).
+    const int64_t batch = std::min(c.batch, std::max(c.train, c.test));
     check_memory("run shapes", "batch", c.batch,
                  fmt::format("a training step's activations and gradients and an evaluation{} ({} samples of {} "
                              "positions a batch, {}) beside the data",
-                             attention ? "'s attention maps" : "", c.batch, so.length,
+                             attention ? "'s attention maps" : "", batch, so.length,
                              c.model == "both" ? "both models" : "the " + c.model + " model"),
-                 shapes_memory(C, so.length, cnn, attention, c.train, c.test, c.batch));
+                 shapes_memory(C, so.length, cnn, attention, c.train, c.test, batch));
   }
   Stopwatch total_clock;
   Data d = make_data(c);

@@ -60,6 +60,22 @@ TEST_CASE("copy and shapes: a stopped run resumed with its length at the step it
   const std::string log_bytes = test::slurp(log), ck_bytes = test::slurp(ck);
   test::check_error([&] { experiments::run_copy({"--resume", ck, "--steps", "10"}, {"heed", "run", "copy"}); },
                     {"run copy: checkpoint '" + ck + "' stopped at step 10 of 20", "expected --steps above 10"});
+  // Shorter still: the same lengths are expected (it said "--steps 10 or more").
+  test::check_error([&] { experiments::run_copy({"--resume", ck, "--steps", "5"}, {"heed", "run", "copy"}); },
+                    {"is at step 10, beyond this run's 5 steps",
+                     "expected --steps above 10 (or no --steps: the run's own 20)"});
+  // Its own checkpoint given as --out is named as such, not as "the run's log".
+  test::check_error([&] { experiments::run_copy({"--resume", ck, "--out", ck}, {"heed", "run", "copy"}); },
+                    {"--out '" + ck + "' is the checkpoint --resume continues; expected the run's log"});
+  // Another unfinished run's checkpoint as --checkpoint is not replaced (it was, silently).
+  const std::string other = d.path + "/other.h5", other_ck = d.path + "/other.ckpt.h5";
+  REQUIRE(experiments::run_copy({"--steps", "20", "--stop-after", "5", "--out", other}, {"heed", "run", "copy"}) ==
+          130);
+  const std::string other_bytes = test::slurp(other_ck);
+  test::check_error(
+      [&] { experiments::run_copy({"--resume", ck, "--checkpoint", other_ck}, {"heed", "run", "copy"}); },
+      {"--checkpoint '" + other_ck + "' holds another unfinished run, at step 5 of 20", "expected another --checkpoint"});
+  CHECK(test::slurp(other_ck) == other_bytes);
   CHECK(test::slurp(log) == log_bytes);
   CHECK(test::slurp(ck) == ck_bytes);
   REQUIRE(experiments::run_copy({"--resume", ck}, {"heed", "run", "copy"}) == 0);

@@ -599,6 +599,9 @@ TEST_CASE("run crossattn, timeseries and shapes: a --batch whose training step a
       {{"crossattn", "--batch", "64", "--test", "128"}, ""},
       {{"timeseries", "--batch", "64", "--test", "128"}, ""},
       {{"shapes", "--train", "200", "--test", "100", "--batch", "100", "--epochs", "1"}, ""},
+      // No batch holds more than its set: a --batch beyond both sets runs
+      // (it was refused: "--batch 100000 needs 31.4 GiB").
+      {{"shapes", "--train", "10", "--test", "15", "--batch", "100000", "--epochs", "1"}, ""},
   };
   check_memory_cases(cases, p);
 }
