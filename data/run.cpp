@@ -1786,6 +1786,19 @@ void Run::check_same_job() const {
   for (const auto& [k, v] : args_.values())
     if (k != "threads") items.push_back(k + "=" + v), names.push_back("--" + k);
   const size_t options = items.size();
+  // The checkpoint --resume names, as each process read it. Node-local
+  // copies of one run at other steps were not refused: rank 0 resumed at
+  // step 40 and trained to the end while rank 1, resumed at 20, waited in a
+  // collective forever, and rank 0's checkpoint said the run had finished.
+  if (resume_ck_) {
+    const auto step = resume_ck_->counters.find("step");
+    items.push_back(fmt::format("step {} of run {} (log digest {})",
+                                step == resume_ck_->counters.end() ? 0 : step->second,
+                                resume_ck_->run_id.empty() ? "unknown" : resume_ck_->run_id,
+                                resume_ck_->log_digest.empty() ? "unknown" : resume_ck_->log_digest));
+    names.push_back("checkpoint (--resume)");
+  }
+  const size_t resumed = items.size();  // options, then the checkpoint's item when resuming
   for (const auto& [name, t] : constants_) {
     const Tensor c = kernel::contiguous(t);
     items.push_back(name + "=" + std::string(static_cast<const char*>(c.raw_data()),
@@ -1798,7 +1811,7 @@ void Run::check_same_job() const {
         items.push_back(e.name + "/" + k + " " + shape_str(t.shape()) + " " + dtype_name(t.dtype()));
         names.push_back(e.name + "/" + k + "'s shape");
       }
-  const size_t shapes = options + constants_.size();
+  const size_t shapes = resumed + constants_.size();
   const dist::Difference d = dist::first_difference(items);
   if (d.rank < 0) return;
   size_t i = static_cast<size_t>(d.item);
@@ -1839,10 +1852,11 @@ void Run::check_same_job() const {
   // Every process takes part in the exchange, whatever it holds.
   const std::vector<std::string> all = dist::all_gather_text(i < items.size() ? items[i] : std::string());
   std::string values;
-  if (i < options || (i >= shapes && i < items.size())) {
+  if (i < resumed || (i >= shapes && i < items.size())) {
     auto value = [&](const std::string& item) {
       if (item.empty()) return std::string("none");  // its list is shorter
       if (i >= shapes) return item.substr(item.find(' ') + 1);  // "name [shape] dtype" -> "[shape] dtype"
+      if (i >= options) return item;                             // the resumed checkpoint's step and run
       return fmt::format("'{}'", item.substr(item.find('=') + 1));
     };
     values = fmt::format(" (rank {}: {}, rank 0: {})", d.rank, value(all[static_cast<size_t>(d.rank)]), value(all[0]));

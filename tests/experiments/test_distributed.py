@@ -255,6 +255,32 @@ try:
           f"another corpus (vocabulary) on rank 1 is refused by heed, not by MPI's truncated broadcast: "
           f"{text.returncode} {text.stderr.strip()[-300:]}")
 
+    # ---- node-local copies of one checkpoint at other steps: refused, naming both -----------------
+    # (rank 0 resumed at step 40 and trained to the end while rank 1, resumed
+    # at step 20, waited in a collective forever)
+    node_a, node_b = os.path.join(TMP, "nodeA"), os.path.join(TMP, "nodeB")
+    os.makedirs(node_a)
+    CP = ["run", "copy", "--threads", "1", "--checkpoint-every", "10"]
+    begun = run(CP + ["--steps", "60", "--out", os.path.join(node_a, "c.h5"), "--stop-after", "20"])
+    shutil.copytree(node_a, node_b)
+    further = run(CP + ["--resume", os.path.join(node_a, "c.ckpt.h5"), "--stop-after", "40"])
+    check(begun.returncode == 130 and further.returncode == 130,
+          f"a copy run stopped at step 20, copied, and the original resumed to step 40: "
+          f"{begun.returncode} {further.returncode} {further.stderr.strip()[-300:]}")
+    before = {d: {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)} for d in (node_a, node_b)}
+    cmd = (["mpirun", "-np", "1", "--bind-to", "none", "--oversubscribe", "-wdir", node_a, HEED, "run", "copy",
+            "--resume", "c.ckpt.h5", ":", "-np", "1", "-wdir", node_b, HEED, "run", "copy", "--resume", "c.ckpt.h5"])
+    try:
+        apart = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV, cwd=TMP)
+        check(apart.returncode == 1 and "rank 1's checkpoint (--resume) is not rank 0's (rank 1: step 20 of run"
+              in apart.stderr and "rank 0: step 40 of run" in apart.stderr,
+              f"ranks resuming copies of a checkpoint at steps 20 and 40 are refused naming both: "
+              f"{apart.returncode} {apart.stderr.strip()[-400:]}")
+    except subprocess.TimeoutExpired:
+        check(False, "ranks resuming copies of a checkpoint at steps 20 and 40 hung")
+    after = {d: {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)} for d in (node_a, node_b)}
+    check(before == after, "the refused job changed no file of either copy")
+
     # ---- SIGTERM to rank 0: the job's status is SIGTERM's, whichever process got it ------------
     p, rank0 = start_job(lm("term.h5", "--steps", "100000"), "term.h5", 0)
     time.sleep(1)
