@@ -156,6 +156,12 @@ void check_output_path(const std::string& path, const std::string& command, cons
   std::error_code ec;
   if (!p.has_filename() || p.filename() == "." || p.filename() == "..")  // "out/" names a directory, not a file
     throw UsageError(fmt::format("{} is a directory; expected a file path like {}", named, example));
+  // "<file>.lock" is the lock heed keeps beside a file it writes, and the
+  // next run on that file removes it: output written there was lost.
+  if (const std::string name = p.filename().string(); name.size() > 5 && name.ends_with(".lock"))
+    throw UsageError(fmt::format("{} ends in '.lock', the name of the lock file heed keeps beside '{}' while it writes "
+                                 "it (and removes after); expected another name",
+                                 named, name.substr(0, name.size() - 5)));
   check_name_lengths(path, in, flag);
   const fs::file_status st = fs::status(p, ec);
   if (ec && ec != std::errc::no_such_file_or_directory)
@@ -289,7 +295,7 @@ std::string ExistingFile::describe() const {
     case Kind::none: return "no file";
     case Kind::unreadable: return "a damaged HDF5 file";
     case Kind::not_hdf5:
-      if (!safetensors) return "a file that is not HDF5";
+      if (!safetensors) return "a file that is not heed's (neither HDF5 nor safetensors)";
       return experiment.empty() ? "a safetensors file heed did not write (its metadata names no heed_experiment)"
                                 : fmt::format("a safetensors file heed wrote (of the '{}' experiment)",
                                               safetensors::printable(experiment));

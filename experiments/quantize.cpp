@@ -226,9 +226,12 @@ std::optional<std::string> quantized_by(const Checkpoint& ck) {
 void refuse_quantized(const Checkpoint& ck, const std::string& who, const std::string& what) {
   const std::optional<std::string> by = quantized_by(ck);
   if (!by) return;
-  throw UsageError(fmt::format("{}: {} is already quantized ({}; heed quantize wrote it, and its weights are the "
-                               "dequantized ones); expected the training checkpoint it was made from",
-                               who, what, *by));
+  // A file of the wrong kind, as a log or another experiment's checkpoint
+  // given there: status 1, as `run charlm --resume` of one (it was 2, a bad
+  // command line's).
+  throw Error(fmt::format("{}: {} is already quantized ({}; heed quantize wrote it, and its weights are the "
+                          "dequantized ones); expected the training checkpoint it was made from",
+                          who, what, *by));
 }
 
 // ---- heed quantize ----

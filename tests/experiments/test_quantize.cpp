@@ -312,11 +312,15 @@ TEST_CASE("heed quantize refuses bad input naming the value and what was expecte
       {"-o the checkpoint itself", {"quantize", t.lm, "-o", t.lm}, 2, {"lm.ckpt.h5", "being read"}},
       {"-o a training run's checkpoint (its optimiser state lost)", {"quantize", t.lm, "-o", p + "/sine.ckpt.h5"}, 2,
        {"sine.ckpt.h5", "checkpoint of the 'sine' experiment"}},
+      // A checkpoint's lock file's name: the next run on the checkpoint removed the output.
+      {"-o a checkpoint's lock file", {"quantize", t.lm, "-o", t.lm + ".lock"}, 2,
+       {"quantize: --out '" + t.lm + ".lock' ends in '.lock', the name of the lock file heed keeps beside 'lm.ckpt.h5'",
+        "expected another name"}},
       {"no checkpoint", {"quantize", "--bits", "4"}, 2, {"quantize: expected a checkpoint path"}},
-      {"a checkpoint quantize wrote", {"quantize", quantized, "--method", "uniform", "-o", p + "/rq.ckpt.h5"}, 2,
+      {"a checkpoint quantize wrote", {"quantize", quantized, "--method", "uniform", "-o", p + "/rq.ckpt.h5"}, 1,
        {"quantize: checkpoint '" + quantized + "' is already quantized (e8 4 bits;",
         "expected the training checkpoint it was made from"}},
-      {"run compression on one", {"run", "compression", "--charlm", quantized, "--out", p + "/rq.h5"}, 2,
+      {"run compression on one", {"run", "compression", "--charlm", quantized, "--out", p + "/rq.h5"}, 1,
        {"run compression: --charlm '" + quantized + "' is already quantized (e8 4 bits;"}},
       // It listed the 108 keys under quantized/ as unexpected.
       {"--resume of one", {"run", "charlm", "--resume", quantized}, 1,
