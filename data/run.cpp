@@ -614,6 +614,7 @@ StopRequest::~StopRequest() {
   std::signal(SIGTERM, previous_term_);
 }
 
+int pending_stop_signal() { return g_stop.load(); }
 bool StopRequest::requested() const { return g_stop.load() != 0; }
 int StopRequest::signal() const { return g_stop.load(); }
 
@@ -2193,6 +2194,8 @@ int guard_main(const char* program, const std::function<int()>& body) {
   int status = 0;
   try {
     status = body();
+  } catch (const Stopped& e) {
+    status = report(e.what(), 128 + e.signal);
   } catch (const UsageError& e) {
     status = report(e.what(), 2);
   } catch (const std::exception& e) {  // heed::Error, or a library's own

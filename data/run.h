@@ -362,6 +362,18 @@ class Run : public heed::Run {
 // one ends the process at once, as usual. The previous handlers come back
 // when the StopRequest goes; one at a time. A process started with a signal
 // ignored (SIGINT in a script's background job, nohup) keeps ignoring it.
+// The first SIGINT or SIGTERM a StopRequest (a Run's, from its parse())
+// has caught and not yet acted on, else 0: for a wait that may never end on
+// its own (a pipe with no writer yet) to look at while it waits.
+int pending_stop_signal();
+
+// Thrown by such a wait once a signal asks to stop: guard_main ends the
+// program with status 128 + signal (130, 143), saying what was waiting.
+struct Stopped : Error {
+  Stopped(const std::string& what, int sig) : Error(what), signal(sig) {}
+  int signal;
+};
+
 class StopRequest {
  public:
   StopRequest();

@@ -10,12 +10,18 @@
 #include <memory>
 #include <new>
 
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <csignal>
 
 #include "core/dist.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/safetensors.h"
+#include "data/run.h"
 
 namespace heed::data {
 
@@ -160,6 +166,63 @@ std::string encode_utf8(const std::vector<uint32_t>& cps) {
   return s;
 }
 
+namespace {
+
+// A pipe's bytes up to its end: a named pipe (mkfifo) or one of the shell's
+// (--text <(zcat corpus.gz)). A named pipe's open waited, without a word,
+// for a writer that might never come, and a run's Ctrl-C or SIGTERM, which
+// lets the start finish, could not end it (one `timeout` sent was lost).
+// Opened without waiting, it is read as its writers write; while nothing
+// comes, every 0.2 s a stop signal is looked for (pending_stop_signal: the
+// program ends with 130 or 143, saying so), and after 2 s the wait is said.
+std::string load_pipe(const std::string& path, const std::string& shown) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail("cannot read text file '{}': {}", shown, std::strerror(errno));
+  const std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
+    ::close(*f);
+    delete f;
+  });
+  std::string s;
+  char buf[1 << 16];
+  const auto start = std::chrono::steady_clock::now();
+  bool said = false;
+  try {
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      const int ready = ::poll(&p, 1, 200);
+      if (ready < 0 && errno != EINTR) fail("cannot read text file '{}': {}", shown, std::strerror(errno));
+      if (ready > 0) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n > 0) {
+          s.append(buf, static_cast<size_t>(n));
+          continue;
+        }
+        if (n == 0) break;  // every writer has closed it (poll: a writer came)
+        if (errno != EAGAIN && errno != EINTR) fail("cannot read text file '{}': {}", shown, std::strerror(errno));
+        continue;
+      }
+      if (const int sig = pending_stop_signal())
+        throw Stopped(fmt::format("stopped by {} while waiting for the pipe '{}' to be written: nothing was trained "
+                                  "or written",
+                                  sig == SIGTERM ? "SIGTERM" : "Ctrl-C", shown),
+                      sig);
+      if (!said && std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
+        fmt::print("waiting for the pipe '{}' to be written ({} bytes so far; Ctrl-C stops)\n", shown, s.size());
+        std::fflush(stdout);
+        said = true;
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    throw TextMemoryError(path, static_cast<int64_t>(s.size()),
+                          "out of memory reading its bytes (a pipe: the bytes read so far)");
+  }
+  if (s.empty()) fail("text file '{}' is empty", shown);
+  for_each_code_point(s, shown, [](uint32_t) {});  // validates, naming the offset
+  return s;
+}
+
+}  // namespace
+
 std::string load_text(const std::string& path) {
   namespace fs = std::filesystem;
   // The path as messages show it: a byte that is not UTF-8, or a control
@@ -173,6 +236,7 @@ std::string load_text(const std::string& path) {
   // A device never ends (/dev/zero, /dev/urandom); a pipe does: --text <(zcat corpus.gz).
   if (fs::is_character_file(st) || fs::is_block_file(st) || fs::is_socket(st))
     fail("'{}' is a device or socket, expected a text file (or a pipe)", shown);
+  if (fs::is_fifo(st)) return load_pipe(path, shown);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!in) fail("cannot read text file '{}'", shown);
   // Read straight into the string: a regular file's size is known (it may

@@ -298,6 +298,13 @@ Tensor validation_tokens(const Checkpoint& ck, const std::string& path, const da
   const std::string give = text.empty() && !text_option.empty()
                                ? fmt::format("; give {} where it is now", text_option)
                                : std::string();
+  // A pipe the run read (a named one, or the shell's <(...)) holds its text
+  // no more: opening it again waited for a writer that would not come
+  // (heed sample without --prompt hung).
+  if (std::error_code ec; text.empty() && !c.text.empty() && std::filesystem::is_fifo(c.text, ec))
+    fail("{}: its run's --text '{}' is a pipe, which the run read to its end: it holds no text to read again "
+         "(the validation text of checkpoint '{}'){}",
+         who, c.text, path, text_option.empty() ? "" : fmt::format("; give {} FILE holding that text", text_option));
   std::string bytes;
   try {
     bytes = text_for(c);

@@ -610,6 +610,41 @@ TEST_CASE("a diverged run stops at its first non-finite loss or weights with sta
   }
 }
 
+TEST_CASE("charlm --text a named pipe: read as written; with no writer, SIGTERM ends the wait (143); sample and "
+          "attend refuse to read it again") {
+  test::TempDir d("heed-fifo-");
+  const std::string p = d.path, fifo = p + "/pipe.txt";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto lm = [&](const std::string& out) {
+    return cat({HEED_CLI_PATH, "run", "charlm", "--text", fifo, "--steps", "4", "--out", p + "/" + out}, kTinyLM);
+  };
+  // No writer: it said nothing and one SIGTERM (timeout's) could not end it.
+  const pid_t waiting = test::start(lm("none.h5"), p + "/none.out", p + "/none.err");
+  for (int i = 0; i < 1000 && test::slurp(p + "/none.out").find("waiting for the pipe") == std::string::npos; ++i)
+    usleep(10000);
+  CHECK(test::slurp(p + "/none.out").find("waiting for the pipe '" + fifo + "' to be written") != std::string::npos);
+  kill(waiting, SIGTERM);
+  CHECK(test::wait_status(waiting) == 143);
+  CHECK(test::slurp(p + "/none.err").find("stopped by SIGTERM while waiting for the pipe") != std::string::npos);
+  CHECK_FALSE(fs::exists(p + "/none.h5"));
+  // A writer that comes later: the run reads what it writes, to its end.
+  const pid_t run = test::start(lm("lm.h5"), p + "/lm.out", p + "/lm.err");
+  usleep(300000);
+  {
+    std::ofstream w(fifo);  // waits for the run's open
+    for (int i = 0; i < 100; ++i) w << "the quick brown fox jumps over the lazy dog. ";
+  }
+  INFO(test::slurp(p + "/lm.err"));
+  REQUIRE(test::wait_status(run) == 0);
+  // The pipe holds the text no more: sample and attend said nothing and waited.
+  for (const std::string cmd : {"sample", "attend"}) {
+    Result r = heed_cli({cmd, p + "/lm.ckpt.h5"}, p);
+    CAPTURE(cmd);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("its run's --text '" + fifo + "' is a pipe, which the run read to its end") != std::string::npos);
+  }
+}
+
 TEST_CASE("heed plot ended by a signal leaves no drawing process behind") {
   test::TempDir d("heed-plotkill-");
   const std::string p = d.path;
