@@ -246,6 +246,22 @@ int run_plot(const std::vector<std::string>& args) {
   Args a("plot", "Draws a run log as PNG figures.");
   a.path("out", &dir, "where to write the figures", Args::PathKind::dir).alias("o", "out");
   a.parse(args, &file, "a log file: heed plot FILE.h5 [-o DIR]");
+  // A file where the figures' directory goes is the command line's mistake
+  // (status 2, as heed attend's -o): the script said "cannot create the
+  // directory ...: File exists" with status 1.
+  if (std::error_code ec; !file.empty()) {
+    const std::string where = dir.empty() ? default_plot_dir(file) : dir;
+    const auto st = std::filesystem::status(where, ec);
+    if (std::filesystem::exists(st) && !std::filesystem::is_directory(st)) {
+      if (!dir.empty())
+        throw UsageError(fmt::format("plot: --out '{}' is a file; expected a directory for the figures (or a path "
+                                     "where one can be made)",
+                                     dir));
+      throw UsageError(fmt::format("plot: '{}', where the figures go (FILE without .h5, plus _plots), is a file; "
+                                   "expected a directory there, or -o DIR",
+                                   where));
+    }
+  }
   plot_log(file, dir);
   return 0;
 }

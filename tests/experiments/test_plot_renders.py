@@ -152,6 +152,16 @@ try:
     check(r.returncode == 1 and "cannot write" in r.stderr and "losses.png" in r.stderr and
           "Traceback" not in r.stderr, f"an unwritable figure: exit {r.returncode}, {r.stderr!r}")
 
+    # A file where the figures' directory goes: the command line's mistake,
+    # status 2, the file unchanged (it was "cannot create the directory ...:
+    # File exists", status 1).
+    a_file = os.path.join(TMP, "a_file")
+    with open(a_file, "w") as f:
+        f.write("mine\n")
+    r = run(["plot", lm, "-o", a_file])
+    check(r.returncode == 2 and f"plot: --out '{a_file}' is a file; expected a directory" in r.stderr
+          and open(a_file).read() == "mine\n", f"-o a file: exit {r.returncode}, {r.stderr!r}")
+
     # ---- a user's own program's log: its metrics, and its attention maps by their names ----
     mine = os.path.join(TMP, "mine.h5")
     with h5py.File(mine, "w", libver="latest") as f:
