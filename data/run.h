@@ -353,15 +353,6 @@ class Run : public heed::Run {
 };
 }  // namespace experiments
 
-// Ctrl-C during training (a Run holds one from parse() to finish()). While
-// a StopRequest lives, the first SIGINT or
-// SIGTERM (kill's default, a batch system's or mpirun's way to end a job)
-// only sets a flag that the run reads after each step: it finishes the
-// step, writes a checkpoint, flushes the log and returns, and the command
-// exits with 128 + the signal (130 for Ctrl-C, 143 for SIGTERM). A second
-// one ends the process at once, as usual. The previous handlers come back
-// when the StopRequest goes; one at a time. A process started with a signal
-// ignored (SIGINT in a script's background job, nohup) keeps ignoring it.
 // The first SIGINT or SIGTERM a StopRequest (a Run's, from its parse())
 // has caught and not yet acted on, else 0: for a wait that may never end on
 // its own (a pipe with no writer yet) to look at while it waits.
@@ -374,6 +365,15 @@ struct Stopped : Error {
   int signal;
 };
 
+// Ctrl-C during training (a Run holds one from parse() to finish()). While
+// a StopRequest lives, the first SIGINT or
+// SIGTERM (kill's default, a batch system's or mpirun's way to end a job)
+// only sets a flag that the run reads after each step: it finishes the
+// step, writes a checkpoint, flushes the log and returns, and the command
+// exits with 128 + the signal (130 for Ctrl-C, 143 for SIGTERM). A second
+// one ends the process at once, as usual. The previous handlers come back
+// when the StopRequest goes; one at a time. A process started with a signal
+// ignored (SIGINT in a script's background job, nohup) keeps ignoring it.
 class StopRequest {
  public:
   StopRequest();

@@ -178,10 +178,10 @@ namespace {
 std::string load_pipe(const std::string& path, const std::string& shown) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) fail("cannot read text file '{}': {}", shown, std::strerror(errno));
-  const std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
-    ::close(*f);
-    delete f;
-  });
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } const closer{fd};
   std::string s;
   char buf[1 << 16];
   const auto start = std::chrono::steady_clock::now();
