@@ -132,8 +132,12 @@ class ShapesModels : public TrainedModels {
     for (const char* name : {"cnn", "attention"})
       if (!ck.get(prefix(name)).empty()) runs_.push_back({name, nullptr, nullptr});
     if (runs_.empty()) fail("checkpoint '{}' holds no model (expected model/cnn or model/attention)", path);
-    d_ = make_data(c_);
-    const int64_t C = d_.train_x.size(1);
+    // The input's channels as make_data makes them; the data itself waits
+    // for the first evaluation, so a command that refuses its options after
+    // loading the models (heed quantize's --keep, --model, --rank) has not
+    // generated a data set first.
+    C_ = 1 + (c_.positional ? data::positional_channels(data::ShapesOptions{}.length) : 0);
+    const int64_t C = C_;
     for (ModelRun& m : runs_) {
       if (m.name == "cnn") {
         m.net = make_shapes_cnn(C);
@@ -153,9 +157,14 @@ class ShapesModels : public TrainedModels {
   nn::Module& model(const std::string& name) override { return *find(name).net; }
   std::vector<std::pair<std::string, double>> evaluate(const std::string& name) override {
     ModelRun& m = find(name);
+    if (!d_) {
+      d_ = make_data(c_);
+      if (d_->train_x.size(1) != C_)
+        fail("shapes: the data has {} input channels, the models were built for {}", d_->train_x.size(1), C_);
+    }
     std::vector<std::pair<std::string, double>> out = {
-        {"test_mse", *experiments::evaluate(*m.net, d_.test_x, d_.test.target, c_.batch)}};
-    if (m.attn) out.emplace_back("pair_score", score_attention(m, d_, c_.batch)->value());
+        {"test_mse", *experiments::evaluate(*m.net, d_->test_x, d_->test.target, c_.batch)}};
+    if (m.attn) out.emplace_back("pair_score", score_attention(m, *d_, c_.batch)->value());
     return out;
   }
 
@@ -166,7 +175,8 @@ class ShapesModels : public TrainedModels {
     fail("shapes: no model '{}' in this checkpoint (it has: {})", name, fmt::join(names(), ", "));
   }
   ShapesConfig c_;
-  Data d_;
+  int64_t C_ = 0;
+  std::optional<Data> d_;  // made at the first evaluate()
   std::vector<ModelRun> runs_;
 };
 
