@@ -97,6 +97,12 @@ std::optional<PairScore> score_attention(ModelRun& m, const Data& d, int64_t bat
   return total;
 }
 
+// The input channels of a run's samples, as make_data makes them: the
+// signal, then --positional's binary position channels.
+int64_t input_channels(const ShapesConfig& c) {
+  return 1 + (c.positional ? data::positional_channels(data::ShapesOptions{}.length) : 0);
+}
+
 // The training and test sets of a run, from its --seed.
 Data make_data(const ShapesConfig& c) {
   Data d;
@@ -136,13 +142,12 @@ class ShapesModels : public TrainedModels {
     // for the first evaluation, so a command that refuses its options after
     // loading the models (heed quantize's --keep, --model, --rank) has not
     // generated a data set first.
-    C_ = 1 + (c_.positional ? data::positional_channels(data::ShapesOptions{}.length) : 0);
-    const int64_t C = C_;
+    C_ = input_channels(c_);
     for (ModelRun& m : runs_) {
       if (m.name == "cnn") {
-        m.net = make_shapes_cnn(C);
+        m.net = make_shapes_cnn(C_);
       } else {
-        m.net = make_shapes_attention(C, c_.scaled);
+        m.net = make_shapes_attention(C_, c_.scaled);
         m.attn = std::dynamic_pointer_cast<nn::SelfAttention>((*m.net)["4"]);
         if (!m.attn) fail("shapes: the attention model's child \"4\" is not its SelfAttention layer");
       }
@@ -367,7 +372,7 @@ int run_shapes(const std::vector<std::string>& args, const std::vector<std::stri
   // by batch, allocate besides (shapes_memory).
   {
     const data::ShapesOptions so;
-    const int64_t C = 1 + (c.positional ? data::positional_channels(so.length) : 0);
+    const int64_t C = input_channels(c);
     const bool cnn = c.model != "attention", attention = c.model != "cnn";
     // The data alone: shapes_memory of no model and a batch of none.
     check_memory("run shapes", "train", c.train, fmt::format("the training set ({} samples)", c.train),
