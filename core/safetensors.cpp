@@ -302,6 +302,7 @@ File read(const std::string& path, bool with_data) {
     if (end - b != numel * item)
       bad(fmt::format("shape {} of {} needs {} bytes, data_offsets [{}, {}] give {}", shape_str(shape), code,
                       numel * item, b, end, end - b));
+    out.entries[name] = {code, shape, end - b};
     entries.push_back({name, code, std::move(shape), b, end, numel});
   }
   // The tensors' bytes tile the data exactly, as the format requires: an
@@ -356,5 +357,6 @@ File read(const std::string& path, bool with_data) {
 File load(const std::string& path) { return read(path, true); }
 
 std::map<std::string, std::string> metadata(const std::string& path) { return read(path, false).metadata; }
+File header(const std::string& path) { return read(path, false); }
 
 }  // namespace heed::safetensors

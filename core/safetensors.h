@@ -9,6 +9,7 @@
 // nlohmann-json3-dev), not by hand.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -16,9 +17,18 @@
 
 namespace heed::safetensors {
 
+// A tensor as the header describes it: its dtype as stored (F32, F64, I64,
+// F16 or BF16), its shape and its bytes.
+struct Entry {
+  std::string dtype;
+  Shape shape;
+  uint64_t bytes = 0;
+};
+
 struct File {
-  std::map<std::string, Tensor> tensors;
+  std::map<std::string, Tensor> tensors;  // (empty from header())
   std::map<std::string, std::string> metadata;
+  std::map<std::string, Entry> entries;
 };
 
 // Writes F32, F64 and I64 tensors (any layout; stored contiguous), in name
@@ -44,6 +54,9 @@ File load(const std::string& path);
 // The metadata of a file, with the same checks as load but no tensor's bytes
 // read (whose file it is, what it holds, before loading it).
 std::map<std::string, std::string> metadata(const std::string& path);
+// The header alone (metadata and entries), with the same checks as load but
+// no tensor's bytes read (heed inspect).
+File header(const std::string& path);
 
 // Text from a file (a tensor name, a metadata value, a path) fit for an
 // error message: control characters (a newline, a terminal escape), and

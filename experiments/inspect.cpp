@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/quantize.h"
+#include "core/safetensors.h"
 #include "data/args.h"
 #include "data/checkpoint.h"
 #include "data/h5.h"
@@ -530,15 +531,68 @@ std::string inspect_file(const std::string& path, const InspectOptions& opt) {
   }
 }
 
+bool looks_like_safetensors(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) < 8 || ec) return false;
+  if (h5::has_signature(path)) return false;
+  if (ends_with(path, ".safetensors")) return true;
+  try {
+    safetensors::header(path);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+std::string inspect_safetensors(const std::string& path) {
+  safetensors::File f;
+  try {
+    f = safetensors::header(path);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    fail("inspect: {}", what.rfind("safetensors: ", 0) == 0 ? what.substr(13) : what);
+  }
+  int64_t params = 0;
+  uint64_t bytes = 0;
+  size_t name_width = 4, shape_width = 5;
+  for (const auto& [name, e] : f.entries) {
+    params += shape_numel(e.shape);
+    bytes += e.bytes;
+    name_width = std::max(name_width, safetensors::printable(name).size());
+    shape_width = std::max(shape_width, shape_str(e.shape).size());
+  }
+  std::string out = fmt::format("{}: safetensors file, {} tensor{}, {} values, {:.2f} MiB of data\n", path,
+                                f.entries.size(), f.entries.size() == 1 ? "" : "s", params,
+                                static_cast<double>(bytes) / (1 << 20));
+  if (!f.metadata.empty()) {
+    size_t key_width = 0;
+    for (const auto& [k, v] : f.metadata) key_width = std::max(key_width, safetensors::printable(k).size());
+    out += "metadata:\n";
+    for (const auto& [k, v] : f.metadata)
+      out += fmt::format("  {:<{}}  {}\n", safetensors::printable(k), key_width, safetensors::printable(v));
+  }
+  if (!f.entries.empty()) {
+    out += fmt::format("tensors:\n  {:<{}}  {:<5} {:<{}}  {:>12}\n", "name", name_width, "dtype", "shape", shape_width,
+                       "values");
+    for (const auto& [name, e] : f.entries)
+      out += fmt::format("  {:<{}}  {:<5} {:<{}}  {:>12}\n", safetensors::printable(name), name_width, e.dtype,
+                         shape_str(e.shape), shape_width, shape_numel(e.shape));
+  }
+  return out;
+}
+
 int run_inspect(const std::vector<std::string>& args) {
   const char* help =
-      "usage: heed inspect FILE.h5 [--full]\n"
+      "usage: heed inspect FILE [--full]\n"
       "\n"
       "Prints a summary of a run log or a checkpoint: the experiment and its configuration,\n"
       "each metric (rows, steps, first, last, minimum and the step where it was reached),\n"
       "each series (rows, item shape, steps), the fixed datasets and the groups of named\n"
       "parameters. Works on a log whose run is still writing it. Every value is read, so a\n"
       "dataset damaged in its data is refused, naming it. Layout: docs/log-format.md.\n"
+      "A safetensors file (heed export's, or a PyTorch user's) is summarised from its header,\n"
+      "which is checked whole: its metadata, then each tensor's name, dtype as stored, shape\n"
+      "and number of values.\n"
       "\n"
       "options:\n"
       "  --full    print multi-line attributes (model summaries) in full, and each checkpoint\n"
@@ -563,7 +617,25 @@ int run_inspect(const std::vector<std::string>& args) {
       throw UsageError(fmt::format("inspect: expects one file, got '{}' and '{}'", file, a));
     }
   }
-  if (file.empty()) throw UsageError("inspect: expects a file: heed inspect FILE.h5 (see --help)");
+  if (file.empty()) throw UsageError("inspect: expects a file: heed inspect FILE (see --help)");
+  if (looks_like_safetensors(file)) {
+    fmt::print("{}", inspect_safetensors(file));
+    return 0;
+  }
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(file, ec) && std::filesystem::file_size(file, ec) > 0 && !ec &&
+      !h5::has_signature(file)) {
+    std::string why;
+    try {
+      safetensors::header(file);
+    } catch (const Error& e) {
+      why = e.what();
+      if (why.rfind("safetensors: ", 0) == 0) why = why.substr(13);
+    }
+    fail("inspect: '{}' is neither an HDF5 file (no HDF5 signature: not a heed run log or checkpoint) nor a "
+         "safetensors file ({})",
+         file, why);
+  }
   fmt::print("{}", inspect_file(file, opt));
   return 0;
 }

@@ -1,5 +1,6 @@
-// experiments/inspect.h: `heed inspect FILE.h5`, a readable summary of a run
-// log (docs/log-format.md) or a checkpoint (docs/checkpoint-format.md): the
+// experiments/inspect.h: `heed inspect FILE`, a readable summary of a run
+// log (docs/log-format.md), a checkpoint (docs/checkpoint-format.md) or a
+// safetensors file (heed export's): for a log or checkpoint, the
 // run's metadata and configuration, each metric, each series, the fixed
 // datasets and any groups of named parameters. It opens the file as a SWMR
 // reader first, so it works on a log whose run is still going.
@@ -26,7 +27,18 @@ struct InspectOptions {
 // its CRC (naming that dataset or tensor).
 std::string inspect_file(const std::string& path, const InspectOptions& opt = {});
 
-// `heed inspect FILE.h5 [--full]`: args are the words after "inspect".
+// A safetensors file (heed export's, or anyone's), from its header alone:
+// its metadata, then each tensor's name, dtype as stored, shape and count,
+// and the totals. A file whose header is not a valid safetensors header
+// throws heed::Error naming it and what is wrong.
+std::string inspect_safetensors(const std::string& path);
+
+// Whether `heed inspect` reads path as a safetensors file: a regular file
+// without HDF5's signature that is named *.safetensors or whose first bytes
+// read as a safetensors header.
+bool looks_like_safetensors(const std::string& path);
+
+// `heed inspect FILE [--full]`: args are the words after "inspect".
 int run_inspect(const std::vector<std::string>& args);
 
 }  // namespace heed::experiments

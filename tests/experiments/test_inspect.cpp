@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/safetensors.h"
 #include "data/args.h"
 #include "data/checkpoint.h"
 #include "data/file_damage.h"
@@ -200,6 +201,55 @@ TEST_CASE("inspect: a missing, non-HDF5 or truncated file is refused with a mess
   std::string e = inspect_error(cut);
   CHECK(has(e, "'" + cut + "'"));
   CHECK(has(e, "truncated"));
+}
+
+TEST_CASE("inspect: a safetensors file is summarised from its header; a damaged one, or neither kind, is named") {
+  // `heed inspect` of heed export's output said "not an HDF5 file".
+  const std::string st = temp_path("w.safetensors");
+  safetensors::save(st,
+                    {{"l1.weight", Tensor::zeros({2, 3})},
+                     {"l1.bias", Tensor::zeros({3}, DType::f64)},
+                     {"ids", Tensor::zeros({5}, DType::i64)}},
+                    {{"heed_experiment", "sine"}});
+  REQUIRE(experiments::looks_like_safetensors(st));
+  const std::string out = experiments::inspect_safetensors(st);
+  INFO(out);
+  CHECK(has(out, st + ": safetensors file, 3 tensors, 14 values,"));
+  CHECK(has_line(out, "heed_experiment sine"));
+  CHECK(has_line(out, "l1.weight F32 [2, 3] 6"));
+  CHECK(has_line(out, "l1.bias F64 [3] 3"));
+  CHECK(has_line(out, "ids I64 [5] 5"));
+  // Found by its header whatever its name; a log or a text file is not one.
+  const std::string renamed = temp_path("weights.bin");
+  std::filesystem::copy_file(st, renamed, std::filesystem::copy_options::overwrite_existing);
+  CHECK(experiments::looks_like_safetensors(renamed));
+  const std::string log = temp_path("st_log.h5"), text = temp_path("st_notes.txt");
+  write_small_log(log);
+  std::ofstream(text) << "not a log, not weights\n";
+  CHECK_FALSE(experiments::looks_like_safetensors(log));
+  CHECK_FALSE(experiments::looks_like_safetensors(text));
+  // Truncated: the header's own check, named.
+  const std::string cut = temp_path("cut.safetensors");
+  std::filesystem::copy_file(st, cut, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(cut, 40);
+  REQUIRE(experiments::looks_like_safetensors(cut));  // by its name
+  std::string e;
+  try {
+    experiments::inspect_safetensors(cut);
+  } catch (const Error& err) {
+    e = err.what();
+  }
+  CHECK(has(e, "inspect: '" + cut + "': the header length"));
+  CHECK(has(e, "runs past the end of the file (40 bytes)"));
+  // The command: a text file is neither kind, and says so.
+  std::string e2;
+  try {
+    experiments::run_inspect({text});
+  } catch (const Error& err) {
+    e2 = err.what();
+  }
+  CHECK(has(e2, "inspect: '" + text + "' is neither an HDF5 file (no HDF5 signature: not a heed run log or checkpoint) "
+                "nor a safetensors file ("));
 }
 
 TEST_CASE("inspect: a checkpoint with a flipped byte in one tensor's data names that tensor (CRC mismatch), exit 1") {
