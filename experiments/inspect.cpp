@@ -531,27 +531,34 @@ std::string inspect_file(const std::string& path, const InspectOptions& opt) {
   }
 }
 
-bool looks_like_safetensors(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) < 8 || ec) return false;
-  if (h5::has_signature(path)) return false;
-  if (ends_with(path, ".safetensors")) return true;
+namespace {
+// What is wrong with path's safetensors header ("" when it reads as one), in
+// safetensors::header's words without their "safetensors: ".
+std::string safetensors_problem(const std::string& path) {
   try {
     safetensors::header(path);
-    return true;
-  } catch (const Error&) {
-    return false;
+    return "";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    return what.rfind("safetensors: ", 0) == 0 ? what.substr(13) : what;
   }
+}
+// A regular file of some bytes without HDF5's signature: a safetensors file
+// or neither kind.
+bool not_hdf5(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) > 0 && !ec &&
+         !h5::has_signature(path);
+}
+}  // namespace
+
+bool looks_like_safetensors(const std::string& path) {
+  return not_hdf5(path) && (ends_with(path, ".safetensors") || safetensors_problem(path).empty());
 }
 
 std::string inspect_safetensors(const std::string& path) {
-  safetensors::File f;
-  try {
-    f = safetensors::header(path);
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    fail("inspect: {}", what.rfind("safetensors: ", 0) == 0 ? what.substr(13) : what);
-  }
+  if (const std::string why = safetensors_problem(path); !why.empty()) fail("inspect: {}", why);
+  const safetensors::File f = safetensors::header(path);
   int64_t params = 0;
   uint64_t bytes = 0;
   size_t name_width = 4, shape_width = 5;
@@ -618,23 +625,14 @@ int run_inspect(const std::vector<std::string>& args) {
     }
   }
   if (file.empty()) throw UsageError("inspect: expects a file: heed inspect FILE (see --help)");
-  if (looks_like_safetensors(file)) {
+  if (not_hdf5(file)) {
+    const std::string why = safetensors_problem(file);
+    if (!why.empty() && !ends_with(file, ".safetensors"))
+      fail("inspect: '{}' is neither an HDF5 file (no HDF5 signature: not a heed run log or checkpoint) nor a "
+           "safetensors file ({})",
+           file, why);
     fmt::print("{}", inspect_safetensors(file));
     return 0;
-  }
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(file, ec) && std::filesystem::file_size(file, ec) > 0 && !ec &&
-      !h5::has_signature(file)) {
-    std::string why;
-    try {
-      safetensors::header(file);
-    } catch (const Error& e) {
-      why = e.what();
-      if (why.rfind("safetensors: ", 0) == 0) why = why.substr(13);
-    }
-    fail("inspect: '{}' is neither an HDF5 file (no HDF5 signature: not a heed run log or checkpoint) nor a "
-         "safetensors file ({})",
-         file, why);
   }
   fmt::print("{}", inspect_file(file, opt));
   return 0;
