@@ -332,9 +332,9 @@ Tensor validation_tokens(const Checkpoint& ck, const std::string& path, const da
   // Its own copy: a view would keep the whole text's ids alive.
   Tensor val = kernel::clone(data::split_tokens(ids).val);
   if (val.numel() < context + 1)
-    fail("{}: {} has {} characters, and its last 10% (the validation text) {}, fewer than the model's context of {} "
+    fail("{}: {} has {} character{}, and its last 10% (the validation text) {}, fewer than the model's context of {} "
          "+ 1; expected the text checkpoint '{}' was trained on{}",
-         who, source, ids.numel(), val.numel(), context, path, give);
+         who, source, ids.numel(), ids.numel() == 1 ? "" : "s", val.numel(), context, path, give);
   return val;
 }
 
@@ -548,9 +548,14 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     fail("run charlm: {} ({} bytes) does not fit in memory: out of memory building its vocabulary; expected a "
          "smaller --text (or more memory)",
          text_name(c), text.size());
+  } catch (const Stopped&) {
+    throw;  // a signal while waiting for a pipe: guard_main says so
   } catch (const Error& e) {
-    if (!run.resuming() || run.args().given("text") || c.text.empty()) throw;
-    fail("{} (the run's --text, read from this directory when relative; give --text where it is now)", e.what());
+    if (c.text.empty()) throw;  // the default corpus's messages name it
+    if (run.resuming() && !run.args().given("text"))
+      fail("run charlm: {} (the run's --text, read from this directory when relative; give --text where it is now)",
+           e.what());
+    fail("run charlm: --text: {}", e.what());
   }
   // Each part holds a window of --context characters and the one after it.
   // A resume keeps its --context: a text too short for it is not the one
@@ -559,12 +564,12 @@ int run_charlm(const std::vector<std::string>& args, const std::vector<std::stri
     const int64_t n = split.train.numel() + split.val.numel();
     const std::string source = c.text.empty() ? std::string("the text") : fmt::format("--text '{}'", c.text);
     if (run.resuming())
-      fail("run charlm: {} has {} characters, too few for the run's --context {}: its 90/10 split needs at least {} "
+      fail("run charlm: {} has {} character{}, too few for the run's --context {}: its 90/10 split needs at least {} "
            "in each part; it is not the text checkpoint '{}' was trained on; expected that text",
-           source, n, c.context, c.context + 1, run.args().value("resume"));
-    fail("run charlm: {} has {} characters; its 90/10 split needs at least {} in each part for --context {} "
+           source, n, n == 1 ? "" : "s", c.context, c.context + 1, run.args().value("resume"));
+    fail("run charlm: {} has {} character{}; its 90/10 split needs at least {} in each part for --context {} "
          "(expected a shorter --context or a longer --text)",
-         source, n, c.context + 1, c.context);
+         source, n, n == 1 ? "" : "s", c.context + 1, c.context);
   }
   fmt::print("text: {} characters, vocabulary {} ({})\n", split.train.numel() + split.val.numel(), tok.vocab_size(),
              format_seconds(sw.seconds()));

@@ -114,6 +114,8 @@ TEST_CASE("charlm: a tiny run on a given text trains, checkpoints and refuses ba
   auto bad = args;
   bad[1] = shorttext;
   test::check_error([&] { experiments::run_charlm(bad, {"heed"}); }, {"4 characters", "--context"});
+  std::ofstream(shorttext) << "t";
+  test::check_error([&] { experiments::run_charlm(bad, {"heed"}); }, {"has 1 character;", "--context"});
   test::check_error([&] { experiments::run_charlm({"--width", "10", "--heads", "3"}, {"heed"}); },
                     {"--width 10", "--heads 3"});
   test::check_error([&] { experiments::run_sample({(dir / "lm.ckpt.h5").string(), "--prompt", "XYZ"}); },
@@ -472,7 +474,7 @@ TEST_CASE("charlm: a --text whose name is not UTF-8 is named with \\xNN in its e
                                         d.path);
   INFO(r.out << r.err);
   CHECK(r.status == 1);
-  CHECK(r.err == "heed: text file '" + d.path + "/caf\\xe9.txt' is empty\n");
+  CHECK(r.err == "heed: run charlm: --text: text file '" + d.path + "/caf\\xe9.txt' is empty\n");
 }
 
 TEST_CASE("charlm: a --text of 64 MiB or more is announced before it is read; a small one is not") {
@@ -502,6 +504,7 @@ TEST_CASE("charlm: a --text of 64 MiB or more is announced before it is read; a 
     INFO(r.out << r.err);
     CHECK(r.status == 1);
     CHECK(r.err.find("invalid UTF-8 at byte offset " + std::to_string(c.bytes - 1)) != std::string::npos);
+    CHECK(r.err.find("heed: run charlm: --text: ") == 0);
     const std::string line = "text: reading and tokenizing '" + path + "' (67 MB) ...\n";
     CHECK((r.out.find(line) != std::string::npos) == c.announced);
     CHECK((r.out.find("reading and tokenizing") != std::string::npos) == c.announced);
