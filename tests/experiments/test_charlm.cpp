@@ -225,7 +225,7 @@ TEST_CASE("charlm: a run on a relative --text resumes from another directory") {
   old.config["text"] = "t.txt";
   save_checkpoint("a/old.ckpt.h5", old);
   test::check_error([&] { experiments::run_charlm({"--resume", "a/old.ckpt.h5", "--out", "old.h5"}, {"heed"}); },
-                    {"'t.txt'", "read from this directory", "give --text"});
+                    {"run charlm: text file 't.txt'", "read from this directory", "give --text"});
   test::check_error([&] {
     experiments::run_charlm({"--resume", "a/old.ckpt.h5", "--out", "old.h5", "--text", "other.txt"}, {"heed"});
   }, {"corpus/fingerprint", "differs"});
