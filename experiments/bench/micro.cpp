@@ -207,6 +207,18 @@ void matmul_benchmarks() {
               count_flops(st, flops);
             });
       }
+    // The Linear backward as a training step runs it (linear_backward: dX,
+    // dW and the bias gradient in one parallel region, dW over the tokens'
+    // two halves), heed's kernels only: 4 R in out FLOPs.
+    for (const Layer& l : layers) {
+      const int64_t R = m.R, in = l.in, out = l.out;
+      add(fmt::format("linear_backward/R{}_I{}_O{}", R, in, out),
+          fmt::format("{} {} dX, dW, db", m.name, l.what), [=](benchmark::State& st) {
+            Tensor x = rnd({R, in}, 1), gy = rnd({R, out}, 2), w = rnd({out, in}, 3);
+            for (auto _ : st) benchmark::DoNotOptimize(k::linear_backward(gy, x, w, true, true, Tensor(), true));
+            count_flops(st, 4.0 * R * in * out);
+          });
+    }
   }
 }
 

@@ -154,13 +154,30 @@ TEST_CASE("bf16 products are bit-identical on 1 and 2 threads; products below 1 
   }
   ThreadScope restore;
   PrecisionScope s(Precision::bf16);
-  for (auto [M, K, N] : {std::array<int64_t, 3>{3072, 256, 768}, {512, 512, 256}, {37, 300, 129}}) {
+  // On two threads a product's rows are shared from both ends in chunks
+  // (Bf16Product::share_rows); on one, its slabs run in order. Rows that no
+  // chunk or slab size divides (1000, 1001), A read transposed (a weight
+  // gradient's dY^T), and a Linear with its bias and a residual added in the
+  // epilogue.
+  for (auto [M, K, N] : {std::array<int64_t, 3>{3072, 256, 768}, {512, 512, 256}, {37, 300, 129}, {1000, 130, 200},
+                         {1001, 64, 96}}) {
     Tensor a = test::det_tensor({M, K}, 13, -1, 1), b = test::det_tensor({K, N}, 14, -1, 1);
-    set_num_threads(1);
-    auto one = matmul(a, b).to_vector<float>();
-    set_num_threads(2);
-    auto two = matmul(a, b).to_vector<float>();
-    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    Tensor at = kernel::transpose(kernel::contiguous(kernel::transpose(a, 0, 1)), 0, 1);  // A stored as [K, M]
+    Tensor w = test::det_tensor({N, K}, 20, -1, 1), bias = test::det_tensor({N}, 21, -1, 1);
+    Tensor res = test::det_tensor({M, N}, 22, -1, 1);
+    std::vector<std::vector<float>> got;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      got.push_back(matmul(a, b).to_vector<float>());
+      got.push_back(kernel::matmul(at, b).to_vector<float>());
+      got.push_back(kernel::linear(a, w, bias, res).to_vector<float>());
+    }
+    for (int k : {0, 1, 2}) {
+      INFO("M=" << M << " K=" << K << " N=" << N << ", product " << k << ": 2 threads against 1");
+      REQUIRE(got[k].size() == got[k + 3].size());
+      CHECK(std::memcmp(got[k].data(), got[k + 3].data(), got[k].size() * sizeof(float)) == 0);
+    }
+    CHECK(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)) == 0);  // A's layout: the same sums
   }
   // The Linear backward (dY packed once for dX and dW, its column sums for
   // the bias taken in the same pass, in one parallel region; the weight
