@@ -55,6 +55,22 @@ TEST_CASE("heed bench: one workload's figures and its per-op profile") {
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(has(r.out, "GEMM peak"));
+  // The arithmetic peak (multiply-add chains on every thread) is the ceiling
+  // the GEMM peak stays under: within 25%, for the machine's drift between
+  // the two measurements; a FLOP miscounted by 2x on either side would fail.
+  {
+    const auto g = r.out.find("GEMM peak (best of");
+    const auto a = r.out.find("arithmetic peak (");
+    REQUIRE(g != std::string::npos);
+    REQUIRE(a != std::string::npos);
+    double gemm = 0, arith = 0, share = 0;
+    REQUIRE(std::sscanf(r.out.c_str() + r.out.find(": float32 ", g), ": float32 %lf GFLOP/s", &gemm) == 1);
+    REQUIRE(std::sscanf(r.out.c_str() + r.out.find(": float32 ", a), ": float32 %lf GFLOP/s (the GEMM peak is %lf%% of it)",
+                        &arith, &share) == 2);
+    CHECK(arith > 0);
+    CHECK(gemm <= 1.25 * arith);
+    CHECK(std::abs(share - 100 * gemm / arith) <= 0.6);  // printed as a whole percent
+  }
   for (const char* column : {"ms/step", "items/s", "GFLOP/s", "% peak", "RSS MB", "allocs/step"})
     CHECK(has(r.out, column));
   CHECK(has(r.out, "toy-cnn"));
