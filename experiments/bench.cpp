@@ -240,39 +240,33 @@ double gemm_peak_gflops(Precision p) { return gemm_peak(p).gflops; }
 // cover the instruction's latency on every pipe that runs it; nothing is
 // read from memory. On the Zen 5 this measured 190-199 GFLOP/s a core in
 // float32 and 390-399 in bf16, each core alone or both at once; the GEMM
-// peak above reached 95-96% of the first and 84% of the second.
+// peak above reached 92-100% of the first and 80-87% of the second.
 #if defined(__x86_64__)
-// (Not _mm512_reduce_add_ps: GCC 12 warns of an undefined vector inside it.)
-__attribute__((target("avx512f"))) double sum_lanes(const __m512* acc, int n) {
-  alignas(64) float v[16];
+// The sum of every lane of n vectors (which keeps the chains' work alive),
+// read as bytes: no instruction of the vectors' own set needed.
+template <class V>
+double sum_lanes(const V* acc, int n) {
+  float v[sizeof(V) / sizeof(float)];
   float sum = 0;
   for (int i = 0; i < n; ++i) {
-    _mm512_store_ps(v, acc[i]);
+    std::memcpy(v, &acc[i], sizeof(V));
     for (float x : v) sum += x;
   }
   return sum;
 }
-template <int kChains>
-__attribute__((target("avx512f"))) double chains_avx512(int64_t rounds) {
+// FMA, or with kBf16 vdpbf16ps (the target names AVX512-BF16 for both; the
+// FMA loop runs only AVX-512F instructions, on any AVX-512 CPU).
+template <int kChains, bool kBf16>
+__attribute__((target("avx512f,avx512bf16"))) double chains_avx512(int64_t rounds) {
   __m512 acc[kChains];
 #pragma GCC unroll 32
   for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(float(i));
   const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  const __m512bh ah = (__m512bh)_mm512_set1_epi32(0x3f803f80), bh = (__m512bh)_mm512_set1_epi32(0x3a833a83);  // 1, 1e-3
   for (int64_t r = 0; r < rounds; ++r) {
 #pragma GCC unroll 32
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  }
-  return sum_lanes(acc, kChains);
-}
-template <int kChains>
-__attribute__((target("avx512f,avx512bf16"))) double chains_bf16(int64_t rounds) {
-  __m512 acc[kChains];
-#pragma GCC unroll 32
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3a833a83);  // 1, 1e-3
-  for (int64_t r = 0; r < rounds; ++r) {
-#pragma GCC unroll 32
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    for (int i = 0; i < kChains; ++i)
+      acc[i] = kBf16 ? _mm512_dpbf16_ps(acc[i], ah, bh) : _mm512_fmadd_ps(acc[i], a, b);
   }
   return sum_lanes(acc, kChains);
 }
@@ -286,13 +280,7 @@ __attribute__((target("avx2,fma"))) double chains_avx2(int64_t rounds) {
 #pragma GCC unroll 32
     for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
   }
-  alignas(32) float v[8];
-  float sum = 0;
-  for (int i = 0; i < kChains; ++i) {
-    _mm256_store_ps(v, acc[i]);
-    for (float x : v) sum += x;
-  }
-  return sum;
+  return sum_lanes(acc, kChains);
 }
 template <int kChains>
 double chains_sse(int64_t rounds) {
@@ -304,13 +292,7 @@ double chains_sse(int64_t rounds) {
 #pragma GCC unroll 32
     for (int i = 0; i < kChains; ++i) acc[i] = _mm_add_ps(_mm_mul_ps(acc[i], a), b);
   }
-  alignas(16) float v[4];
-  float sum = 0;
-  for (int i = 0; i < kChains; ++i) {
-    _mm_store_ps(v, acc[i]);
-    for (float x : v) sum += x;
-  }
-  return sum;
+  return sum_lanes(acc, kChains);
 }
 #endif
 
@@ -318,16 +300,16 @@ double chains_sse(int64_t rounds) {
 // (after a warm-up), counted over the wall time of them all, the best of
 // kArithTries; 0 where this build has no such loop (not x86-64).
 constexpr double kArithSeconds = 0.05;
-constexpr int kArithTries = 3;
+constexpr int kArithTries = 5;
 double arithmetic_peak(bool bf16, int64_t threads) {
 #if defined(__x86_64__)
   const CpuIsa isa = heed::cpu_isa();
   double flops_per_round = 0;
   double (*run)(int64_t) = nullptr;
   if (bf16) {
-    run = chains_bf16<24>, flops_per_round = 24.0 * 16 * 2 * 2;  // 16 lanes, 2 products, multiply and add
+    run = chains_avx512<24, true>, flops_per_round = 24.0 * 16 * 2 * 2;  // 16 lanes, 2 products, multiply and add
   } else if (isa == CpuIsa::avx512) {
-    run = chains_avx512<24>, flops_per_round = 24.0 * 16 * 2;
+    run = chains_avx512<24, false>, flops_per_round = 24.0 * 16 * 2;
   } else if (isa == CpuIsa::avx2) {
     run = chains_avx2<12>, flops_per_round = 12.0 * 8 * 2;
   } else {
