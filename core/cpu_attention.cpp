@@ -574,9 +574,9 @@ inline void prefetch_row(Mat<const float> m, int64_t i, int64_t cols) {
 // them row by row, each read waiting on its miss. GPT-128's attention
 // backward in a training step (Zen 5; the steps alternating with and
 // without in one process, 200 each, medians per call): float32 240 -> 217
-// and 240 -> 216 us, bf16 239 -> 210 and 241 -> 211 us; the step 0.7-1.5%
-// faster. (Alone, warm, it is 135-170 us: after a 64 MB pass over memory,
-// 264.) Asking for the next task's inputs too, or for dQ, dK and dV before
+// and 240 -> 216 us, bf16 239 -> 210 and 241 -> 211 us; with the GEMM
+// tiles' addend prefetch (cpu_sgemm_simd.inc), the step 0.7-1.6% faster.
+// (Alone, warm, it is 135-170 us: after a 64 MB pass over memory, 264.) Asking for the next task's inputs too, or for dQ, dK and dV before
 // they are written, or for the forward's kept rows before it writes them,
 // measured no faster.
 void prefetch_kept(const Problem<float>& P, int64_t n, int64_t h, const float* probs) {
